@@ -1,0 +1,159 @@
+import pg from "pg";
+import { type Db, type QueryHook, assertOpen, query, transaction } from "./db.js";
+import { SqlStreamsError } from "./errors.js";
+import { EventLog, type Logger, consoleLogger } from "./log.js";
+import { asPermissionError, migrateAll, systemVersion } from "./sql/migrate.js";
+import { quoteIdent } from "./sql/names.js";
+import { Stream } from "./stream.js";
+import { validateSchemaName, validateStreamName } from "./validate.js";
+import { SYSTEM_VERSION } from "./version.js";
+import { type MaintainOptions, type MaintainReport, maintainStreams } from "./maintain.js";
+
+export interface SqlStreamsOptions {
+  connectionString?: string;
+  pool?: pg.Pool;
+  schema?: string;
+  /** Receives structured events (SPEC §11.8); default: one JSON line on stdout/stderr. */
+  logger?: Logger;
+  /** Called with every statement text before it is sent (inspection and tests). */
+  onQuery?: QueryHook;
+  /** Pool size when the client creates its pool (default 10). */
+  maxConnections?: number;
+}
+
+/** What a client caches about a stream (SPEC §3.1: id and partition size for the client's life). */
+export interface StreamInfo {
+  id: string;
+  name: string;
+  partitionSize: bigint;
+  maxPayloadBytes: number;
+  maxPayloadFetchedAt: number;
+}
+
+export class SqlStreams {
+  /** @internal */ readonly db: Db;
+  private readonly ownsPool: boolean;
+  private readyPromise: Promise<void> | undefined;
+  /** @internal */ readonly streams = new Map<string, StreamInfo>();
+
+  constructor(opts: SqlStreamsOptions = {}) {
+    if (typeof opts !== "object" || opts === null) throw new SqlStreamsError("SQL0001", "options must be an object");
+    const hasUrl = opts.connectionString !== undefined;
+    const hasPool = opts.pool !== undefined;
+    if (hasUrl === hasPool) {
+      throw new SqlStreamsError("SQL0001", "pass exactly one of connectionString and pool", {
+        connectionString: hasUrl ? "(set)" : "(unset)",
+        pool: hasPool ? "(set)" : "(unset)",
+      });
+    }
+    if (hasUrl && (typeof opts.connectionString !== "string" || opts.connectionString.length === 0)) {
+      throw new SqlStreamsError("SQL0001", "connectionString must be a non-empty string");
+    }
+    const schema = validateSchemaName(opts.schema ?? "sqlstreams");
+    let pool: pg.Pool;
+    if (hasPool) {
+      pool = opts.pool as pg.Pool;
+      this.ownsPool = false;
+    } else {
+      pool = new pg.Pool({ connectionString: opts.connectionString, max: opts.maxConnections ?? 10 });
+      this.ownsPool = true;
+    }
+    const events = new EventLog(opts.logger ?? consoleLogger);
+    // An idle pooled connection that dies (server restart, pg_terminate_backend) must never crash
+    // the process; the pool drops it and the next statement connects again.
+    pool.on("error", (err) => {
+      events.emit({ level: "warn", code: "SQL0033", message: `idle database connection failed: ${err.message}` });
+    });
+    this.db = { pool, schema, q: quoteIdent(schema), onQuery: opts.onQuery, events, closed: false };
+  }
+
+  get schema(): string {
+    return this.db.schema;
+  }
+
+  /** Creates or upgrades the control plane and every stream family. Idempotent; safe to race. */
+  async migrate(): Promise<void> {
+    assertOpen(this.db);
+    try {
+      await transaction(this.db, (c) => migrateAll(this.db, c));
+    } catch (e) {
+      throw asPermissionError(e);
+    }
+    this.readyPromise = Promise.resolve();
+  }
+
+  /** Ends the pool this client created (never a pool it was given). */
+  async close(): Promise<void> {
+    if (this.db.closed) return;
+    this.db.closed = true;
+    if (this.ownsPool) await this.db.pool.end();
+  }
+
+  stream<T = unknown>(name: string): Stream<T> {
+    return new Stream<T>(this, validateStreamName(name));
+  }
+
+  /** Runs maintenance (partitions, retention, sweeps) for every stream or the named ones. */
+  async maintain(opts: MaintainOptions & { streams?: string[] } = {}): Promise<Record<string, MaintainReport>> {
+    await this.ready();
+    return maintainStreams(this, opts);
+  }
+
+  /** Names of every registered stream. */
+  async streamNames(): Promise<string[]> {
+    await this.ready();
+    const r = await query<{ name: string }>(this.db, this.db.pool, `SELECT name FROM ${this.db.q}.stream_config ORDER BY id`);
+    return r.rows.map((x) => x.name);
+  }
+
+  /** @internal Checks the schema version once per client, before its first database action. */
+  ready(): Promise<void> {
+    assertOpen(this.db);
+    if (!this.readyPromise) {
+      const p = (async () => {
+        const v = await systemVersion(this.db, this.db.pool);
+        if (v === 0) throw new SqlStreamsError("SQL0003", `schema ${this.db.schema} has no SQLStreams control plane`);
+        if (v < SYSTEM_VERSION) throw new SqlStreamsError("SQL0003", `schema ${this.db.schema} is at version ${v}; this library needs ${SYSTEM_VERSION}`);
+        if (v > SYSTEM_VERSION) throw new SqlStreamsError("SQL0004", `schema ${this.db.schema} is at version ${v}; this library understands ${SYSTEM_VERSION}`);
+      })();
+      this.readyPromise = p;
+      p.catch(() => {
+        if (this.readyPromise === p) this.readyPromise = undefined;
+      });
+    }
+    return this.readyPromise;
+  }
+
+  /** @internal Whether the control plane exists (register() migrates when it does not). */
+  async controlPlaneVersion(): Promise<number> {
+    assertOpen(this.db);
+    return systemVersion(this.db, this.db.pool);
+  }
+
+  /** @internal Looks a stream up by name, cached for the client's life (payload limit for 60 s). */
+  async streamInfo(name: string, fresh = false): Promise<StreamInfo> {
+    const cached = this.streams.get(name);
+    if (cached && !fresh && Date.now() - cached.maxPayloadFetchedAt < 60_000) return cached;
+    await this.ready();
+    const r = await query<{ id: string; partition_size: string; max_payload_bytes: number }>(
+      this.db,
+      this.db.pool,
+      `SELECT id::text, partition_size::text, max_payload_bytes FROM ${this.db.q}.stream_config WHERE name = $1`,
+      [name],
+    );
+    if (r.rowCount === 0) {
+      this.streams.delete(name);
+      throw new SqlStreamsError("SQL0009", `stream ${JSON.stringify(name)} is not registered`, { stream: name });
+    }
+    const row = r.rows[0];
+    const info: StreamInfo = {
+      id: row.id,
+      name,
+      partitionSize: BigInt(row.partition_size),
+      maxPayloadBytes: row.max_payload_bytes,
+      maxPayloadFetchedAt: Date.now(),
+    };
+    this.streams.set(name, info);
+    return info;
+  }
+}

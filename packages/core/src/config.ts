@@ -1,0 +1,354 @@
+// Types, defaults, validation and per-message resolution of configuration (SPEC §3.1, §4, §5.1).
+// Pure: no database, no clock.
+import { SqlStreamsError, type ErrorCode } from "./errors.js";
+
+export type Concurrency = "parallel" | "exclusive" | "ordered";
+export type DeliveryLogMode = "failures" | "all" | "off";
+
+export interface RetryPolicy {
+  maxRetries?: number;
+  maxDelays?: number;
+  baseDelay?: number;
+  maxDelay?: number;
+  exponent?: number;
+}
+export interface MessageOptions {
+  timeout?: number;
+  concurrency?: Concurrency;
+  retry?: RetryPolicy;
+}
+export interface ConsumerConfig {
+  message?: MessageOptions;
+  messageMin?: MessageOptions;
+  messageMax?: MessageOptions;
+  concurrencyOverride?: Concurrency;
+  start?: "beginning" | "head";
+  exceptionInitialBackoff?: number;
+  maxRangeReclaims?: number;
+}
+export interface StreamOptions {
+  partitionSize?: number;
+  retention?: number;
+  deliveryLog?: DeliveryLogMode;
+  idempotencyKeyTtl?: number;
+  maxPayloadBytes?: number;
+}
+export interface PollOptions {
+  batchLimit?: number;
+  concurrency?: number;
+  deadline?: number;
+  recordMargin?: number;
+  signal?: AbortSignal;
+}
+
+/** The fully resolved options a message runs with. */
+export interface ResolvedMessage {
+  timeout: number;
+  concurrency: Concurrency;
+  maxRetries: number;
+  maxDelays: number;
+  baseDelay: number;
+  maxDelay: number;
+  exponent: number;
+}
+
+export const DEFAULT_MESSAGE: ResolvedMessage = {
+  timeout: 30_000,
+  concurrency: "parallel",
+  maxRetries: 3,
+  maxDelays: 0,
+  baseDelay: 1_000,
+  maxDelay: 300_000,
+  exponent: 2,
+};
+export const DEFAULT_EXCEPTION_INITIAL_BACKOFF = 5_000;
+export const DEFAULT_MAX_RANGE_RECLAIMS = 3;
+
+const CONCURRENCIES: readonly string[] = ["parallel", "exclusive", "ordered"];
+
+interface NumRule { min: number; max: number; integer: boolean }
+const R = (min: number, max: number, integer = true): NumRule => ({ min, max, integer });
+
+const MESSAGE_RULES: Record<"timeout", NumRule> = { timeout: R(1, 86_400_000) };
+const RETRY_RULES: Record<keyof RetryPolicy, NumRule> = {
+  maxRetries: R(0, 1_000),
+  maxDelays: R(0, 1_000_000),
+  baseDelay: R(1, 86_400_000),
+  maxDelay: R(1, 604_800_000),
+  exponent: R(1, 10, false),
+};
+const GROUP_RULES = {
+  exceptionInitialBackoff: R(0, 604_800_000),
+  maxRangeReclaims: R(1, 100),
+};
+const STREAM_RULES: Record<Exclude<keyof StreamOptions, "deliveryLog">, NumRule> = {
+  partitionSize: R(2, 1e12),
+  retention: R(0, 3_153_600_000_000),
+  idempotencyKeyTtl: R(1_000, 31_536_000_000),
+  maxPayloadBytes: R(1_024, 67_108_864),
+};
+
+function describe(v: unknown): string {
+  if (typeof v === "string") return JSON.stringify(v);
+  if (typeof v === "bigint") return `${v}n`;
+  try {
+    return String(JSON.stringify(v) ?? String(v));
+  } catch {
+    return String(v);
+  }
+}
+
+function fail(code: ErrorCode, path: string, value: unknown, rule: string): never {
+  throw new SqlStreamsError(code, `${path} = ${describe(value)}: ${rule}`, { path, value, rule });
+}
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+function checkNumber(code: ErrorCode, path: string, v: unknown, rule: NumRule): number {
+  if (typeof v !== "number" || !Number.isFinite(v)) fail(code, path, v, `must be a finite number`);
+  if (rule.integer && !Number.isInteger(v)) fail(code, path, v, "must be an integer");
+  if (v < rule.min || v > rule.max) fail(code, path, v, `must be between ${rule.min} and ${rule.max}`);
+  return v;
+}
+
+function checkKeys(code: ErrorCode, path: string, obj: Record<string, unknown>, allowed: readonly string[]): void {
+  for (const k of Object.keys(obj)) {
+    if (!allowed.includes(k)) {
+      fail(code, path ? `${path}.${k}` : k, obj[k], `unknown key; allowed keys: ${allowed.join(", ")}`);
+    }
+  }
+}
+
+/** Validates one MessageOptions object (SQL0013 / SQL0014). Returns a sparse copy. */
+export function validateMessageOptions(
+  v: unknown,
+  path: string,
+  opts: { allowConcurrency: boolean } = { allowConcurrency: true },
+): MessageOptions {
+  if (v === undefined) return {};
+  if (!isPlainObject(v)) fail("SQL0013", path, v, "must be an object");
+  checkKeys("SQL0013", path, v, ["timeout", "concurrency", "retry"]);
+  const out: MessageOptions = {};
+  if (v.timeout !== undefined) out.timeout = checkNumber("SQL0013", `${path}.timeout`, v.timeout, MESSAGE_RULES.timeout);
+  if (v.concurrency !== undefined) {
+    if (!opts.allowConcurrency) fail("SQL0014", `${path}.concurrency`, v.concurrency, "messageMin and messageMax must not hold concurrency");
+    if (typeof v.concurrency !== "string" || !CONCURRENCIES.includes(v.concurrency)) {
+      fail("SQL0013", `${path}.concurrency`, v.concurrency, "must be one of parallel, exclusive, ordered");
+    }
+    out.concurrency = v.concurrency as Concurrency;
+  }
+  if (v.retry !== undefined) {
+    if (!isPlainObject(v.retry)) fail("SQL0013", `${path}.retry`, v.retry, "must be an object");
+    checkKeys("SQL0013", `${path}.retry`, v.retry, Object.keys(RETRY_RULES));
+    const retry: RetryPolicy = {};
+    for (const k of Object.keys(RETRY_RULES) as (keyof RetryPolicy)[]) {
+      if (v.retry[k] !== undefined) retry[k] = checkNumber("SQL0013", `${path}.retry.${k}`, v.retry[k], RETRY_RULES[k]);
+    }
+    if (retry.baseDelay !== undefined && retry.maxDelay !== undefined && retry.maxDelay < retry.baseDelay) {
+      fail("SQL0014", `${path}.retry.maxDelay`, retry.maxDelay, `must be >= retry.baseDelay (${retry.baseDelay})`);
+    }
+    out.retry = retry;
+  }
+  return out;
+}
+
+/** Overlays a sparse MessageOptions onto a resolved set. */
+function overlay(base: ResolvedMessage, o: MessageOptions | undefined): ResolvedMessage {
+  if (!o) return base;
+  const r = o.retry ?? {};
+  return {
+    timeout: o.timeout ?? base.timeout,
+    concurrency: o.concurrency ?? base.concurrency,
+    maxRetries: r.maxRetries ?? base.maxRetries,
+    maxDelays: r.maxDelays ?? base.maxDelays,
+    baseDelay: r.baseDelay ?? base.baseDelay,
+    maxDelay: r.maxDelay ?? base.maxDelay,
+    exponent: r.exponent ?? base.exponent,
+  };
+}
+
+type NumField = Exclude<keyof ResolvedMessage, "concurrency">;
+const NUM_FIELDS: NumField[] = ["timeout", "maxRetries", "maxDelays", "baseDelay", "maxDelay", "exponent"];
+
+function field(o: MessageOptions | undefined, f: NumField): number | undefined {
+  if (!o) return undefined;
+  return f === "timeout" ? o.timeout : o.retry?.[f];
+}
+
+/** maxDelays treats 0 as "unlimited" in every comparison. */
+function cmpValue(f: NumField, v: number): number {
+  return f === "maxDelays" && v === 0 ? Infinity : v;
+}
+
+/** Validates a whole ConsumerConfig (SPEC §4.3) and returns the sparse document to store. */
+export function validateConsumerConfig(v: unknown): ConsumerConfig {
+  if (v === undefined) return {};
+  if (!isPlainObject(v)) fail("SQL0013", "config", v, "must be an object");
+  checkKeys("SQL0013", "", v, [
+    "message", "messageMin", "messageMax", "concurrencyOverride", "start", "exceptionInitialBackoff", "maxRangeReclaims",
+  ]);
+  const out: ConsumerConfig = {};
+  if (v.message !== undefined) out.message = validateMessageOptions(v.message, "message");
+  if (v.messageMin !== undefined) out.messageMin = validateMessageOptions(v.messageMin, "messageMin", { allowConcurrency: false });
+  if (v.messageMax !== undefined) out.messageMax = validateMessageOptions(v.messageMax, "messageMax", { allowConcurrency: false });
+  if (v.concurrencyOverride !== undefined) {
+    if (typeof v.concurrencyOverride !== "string" || !CONCURRENCIES.includes(v.concurrencyOverride)) {
+      fail("SQL0013", "concurrencyOverride", v.concurrencyOverride, "must be one of parallel, exclusive, ordered");
+    }
+    out.concurrencyOverride = v.concurrencyOverride as Concurrency;
+  }
+  if (v.start !== undefined) {
+    if (v.start !== "beginning" && v.start !== "head") fail("SQL0013", "start", v.start, "must be 'beginning' or 'head'");
+    out.start = v.start;
+  }
+  for (const k of ["exceptionInitialBackoff", "maxRangeReclaims"] as const) {
+    if (v[k] !== undefined) out[k] = checkNumber("SQL0013", k, v[k], GROUP_RULES[k]);
+  }
+  // Bounds: messageMin <= group default <= messageMax, per field, where set.
+  const gd = overlay(DEFAULT_MESSAGE, out.message);
+  if (gd.maxDelay < gd.baseDelay) {
+    fail("SQL0014", "message.retry.maxDelay", gd.maxDelay, `the filled group default must be >= baseDelay (${gd.baseDelay})`);
+  }
+  for (const f of NUM_FIELDS) {
+    const lo = field(out.messageMin, f);
+    const hi = field(out.messageMax, f);
+    const path = f === "timeout" ? f : `retry.${f}`;
+    if (lo !== undefined && cmpValue(f, lo) > cmpValue(f, gd[f])) {
+      fail("SQL0014", `messageMin.${path}`, lo, `must be <= the group default ${gd[f]}`);
+    }
+    if (hi !== undefined && cmpValue(f, hi) < cmpValue(f, gd[f])) {
+      fail("SQL0014", `messageMax.${path}`, hi, `must be >= the group default ${gd[f]}`);
+    }
+  }
+  return out;
+}
+
+export interface ResolvedStreamOptions {
+  partitionSize: number | undefined;
+  retentionMs: number;
+  deliveryLog: DeliveryLogMode;
+  idempotencyKeyTtlMs: number;
+  maxPayloadBytes: number;
+}
+
+/** Validates stream.register() options (SPEC §3.1, SQL0012). */
+export function validateStreamOptions(v: unknown): ResolvedStreamOptions {
+  if (v === undefined) v = {};
+  if (!isPlainObject(v)) fail("SQL0012", "options", v, "must be an object");
+  checkKeys("SQL0012", "", v, ["partitionSize", "retention", "deliveryLog", "idempotencyKeyTtl", "maxPayloadBytes"]);
+  const num = (k: keyof typeof STREAM_RULES) => (v[k] === undefined ? undefined : checkNumber("SQL0012", k, v[k], STREAM_RULES[k]));
+  const retention = num("retention") ?? 0;
+  if (retention !== 0 && retention < 1_000) fail("SQL0012", "retention", retention, "must be 0 (forever) or at least 1000 ms");
+  if (v.deliveryLog !== undefined && !["failures", "all", "off"].includes(v.deliveryLog as string)) {
+    fail("SQL0012", "deliveryLog", v.deliveryLog, "must be one of failures, all, off");
+  }
+  return {
+    partitionSize: num("partitionSize"),
+    retentionMs: retention,
+    deliveryLog: (v.deliveryLog as DeliveryLogMode | undefined) ?? "failures",
+    idempotencyKeyTtlMs: num("idempotencyKeyTtl") ?? 86_400_000,
+    maxPayloadBytes: num("maxPayloadBytes") ?? 1_048_576,
+  };
+}
+
+export interface ResolvedPollOptions {
+  batchLimit: number;
+  concurrency: number;
+  deadline: number | undefined;
+  recordMargin: number;
+  signal: AbortSignal | undefined;
+}
+
+/** Validates poll()/drain() options (SPEC §5.1, SQL0015). */
+export function validatePollOptions(v: unknown): ResolvedPollOptions {
+  if (v === undefined) v = {};
+  if (!isPlainObject(v)) fail("SQL0015", "options", v, "must be an object");
+  checkKeys("SQL0015", "", v, ["batchLimit", "concurrency", "deadline", "recordMargin", "signal"]);
+  const out: ResolvedPollOptions = {
+    batchLimit: v.batchLimit === undefined ? 10 : checkNumber("SQL0015", "batchLimit", v.batchLimit, R(1, 1_000)),
+    concurrency: v.concurrency === undefined ? 1 : checkNumber("SQL0015", "concurrency", v.concurrency, R(1, 64)),
+    deadline: undefined,
+    recordMargin: v.recordMargin === undefined ? 2_000 : checkNumber("SQL0015", "recordMargin", v.recordMargin, R(100, 60_000)),
+    signal: undefined,
+  };
+  if (v.deadline !== undefined) {
+    if (typeof v.deadline !== "number" || !Number.isFinite(v.deadline)) fail("SQL0015", "deadline", v.deadline, "must be a finite epoch time in ms");
+    out.deadline = v.deadline;
+  }
+  if (v.signal !== undefined) {
+    if (!(v.signal instanceof AbortSignal)) fail("SQL0015", "signal", v.signal, "must be an AbortSignal");
+    out.signal = v.signal;
+  }
+  return out;
+}
+
+/** The group's view used by a poll: defaults, ceilings and floors resolved once (SPEC §4.4). */
+export interface GroupResolution {
+  config: ConsumerConfig;
+  defaults: ResolvedMessage; // Gd
+  max: ResolvedMessage; // Max = Gd overlaid with messageMax
+  min: MessageOptions; // floors, sparse
+  exceptionInitialBackoff: number;
+  maxRangeReclaims: number;
+}
+
+export function groupResolution(config: ConsumerConfig): GroupResolution {
+  const defaults = overlay(DEFAULT_MESSAGE, config.message);
+  return {
+    config,
+    defaults,
+    max: overlay(defaults, config.messageMax),
+    min: config.messageMin ?? {},
+    exceptionInitialBackoff: config.exceptionInitialBackoff ?? DEFAULT_EXCEPTION_INITIAL_BACKOFF,
+    maxRangeReclaims: config.maxRangeReclaims ?? DEFAULT_MAX_RANGE_RECLAIMS,
+  };
+}
+
+export interface Resolution {
+  resolved: ResolvedMessage;
+  /** Fields whose produced value was changed by a clamp (for SQL0039). */
+  clamped: NumField[];
+}
+
+/**
+ * Resolves the options one message runs with: fill from the group defaults, clamp into
+ * [messageMin, messageMax], then the concurrency override (SPEC §4.4).
+ */
+export function resolveMessage(
+  g: GroupResolution,
+  stored: MessageOptions | null | undefined,
+  hasKey: boolean,
+  compacted: boolean,
+): Resolution {
+  const clamped: NumField[] = [];
+  const out = { ...g.defaults };
+  for (const f of NUM_FIELDS) {
+    const requested = field(stored ?? undefined, f);
+    let v = requested ?? g.defaults[f];
+    const lo = field(g.min, f);
+    const hi = g.max[f];
+    if (f === "maxDelays") {
+      const cv = cmpValue(f, v);
+      if (lo !== undefined && cv < cmpValue(f, lo)) v = lo;
+      if (cmpValue(f, v) > cmpValue(f, hi)) v = hi;
+    } else {
+      if (lo !== undefined && v < lo) v = lo;
+      if (v > hi) v = hi;
+    }
+    if (requested !== undefined && v !== requested) clamped.push(f);
+    out[f] = v;
+  }
+  if (out.maxDelay < out.baseDelay) out.maxDelay = out.baseDelay;
+  let c: Concurrency = g.config.concurrencyOverride ?? stored?.concurrency ?? g.defaults.concurrency;
+  if (!hasKey) c = "parallel";
+  else if (compacted && c === "ordered") c = "exclusive";
+  out.concurrency = c;
+  return { resolved: out, clamped };
+}
+
+/** Parameters the SQL lease computation needs to compute Tmax like resolveMessage does. */
+export function timeoutBounds(g: GroupResolution): { def: number; min: number | null; max: number } {
+  return { def: g.defaults.timeout, min: g.min.timeout ?? null, max: g.max.timeout };
+}

@@ -1,0 +1,67 @@
+/** Every error the library raises carries one of these codes (SPEC §12). */
+export const ERROR_CODES = {
+  SQL0001: { kind: "error", meaning: "invalid client configuration", fix: "pass exactly one of connectionString and pool; schema must match ^[a-z_][a-z0-9_]{0,62}$" },
+  SQL0002: { kind: "error", meaning: "the client was closed", fix: "create a new client" },
+  SQL0003: { kind: "error", meaning: "control plane missing or older than this library needs", fix: "run client.migrate() or `sqlstreams migrate`" },
+  SQL0004: { kind: "error", meaning: "database schema is newer than this library understands", fix: "upgrade @sqlstreams/*" },
+  SQL0005: { kind: "error", meaning: "the role lacks a privilege needed to create or drop tables", fix: "run migrate/register as the owner, or grant CREATE" },
+  SQL0006: { kind: "error", meaning: "stream name does not match ^[a-z0-9][a-z0-9._-]{0,199}$", fix: "use lower-case letters, digits, '.', '_', '-'" },
+  SQL0007: { kind: "error", meaning: "name starts with the reserved prefix __system.", fix: "choose another name" },
+  SQL0008: { kind: "error", meaning: "group name does not match ^[a-z0-9][a-z0-9._-]{0,199}$", fix: "use lower-case letters, digits, '.', '_', '-'" },
+  SQL0009: { kind: "error", meaning: "stream is not registered", fix: "call stream.register() first" },
+  SQL0010: { kind: "error", meaning: "consumer group is not registered", fix: "call consumer.register() first" },
+  SQL0011: { kind: "error", meaning: "partitionSize differs from the existing stream", fix: "omit it or use the stored value" },
+  SQL0012: { kind: "error", meaning: "invalid stream option", fix: "use the documented ranges of the stream options" },
+  SQL0013: { kind: "error", meaning: "invalid option value or unknown key in message options or group config", fix: "use the documented ranges of the group configuration" },
+  SQL0014: { kind: "error", meaning: "inconsistent bounds", fix: "make messageMin <= message <= messageMax, maxDelay >= baseDelay, and keep concurrency out of messageMin/messageMax" },
+  SQL0015: { kind: "error", meaning: "invalid call argument", fix: "correct the argument as the message says" },
+  SQL0016: { kind: "error", meaning: "payload cannot be stored as JSON", fix: "convert the value at the named path to plain JSON" },
+  SQL0017: { kind: "error", meaning: "payload larger than the stream's maxPayloadBytes", fix: "store large data elsewhere and send a reference, or raise maxPayloadBytes" },
+  SQL0018: { kind: "error", meaning: "invalid key or idempotencyKey", fix: "pass a non-empty string of at most 1024 UTF-8 bytes without U+0000" },
+  SQL0019: { kind: "error", meaning: "exclusive or ordered requested without a key", fix: "add a key or use parallel" },
+  SQL0020: { kind: "error", meaning: "compaction without a key, or a rank that is not a safe integer", fix: "add a key; use an integer rank" },
+  SQL0021: { kind: "error", meaning: "ordered requested together with compaction", fix: "use exclusive, or drop compaction" },
+  SQL0022: { kind: "error", meaning: "the partition for the next id is missing and could not be created now", fix: "retry; run maintain(); check DDL rights" },
+  SQL0023: { kind: "error", meaning: "partition creation cannot keep up with the id sequence after retries", fix: "run maintain(); check locks on the stream" },
+  SQL0024: { kind: "error", meaning: "connection lost during COMMIT; the produce may or may not have committed", fix: "retry with an idempotencyKey" },
+  SQL0025: { kind: "outcome", meaning: "Delay: run the message again later (also the delay-limit text)", fix: "none; raise maxDelays if the limit was hit" },
+  SQL0026: { kind: "outcome", meaning: "Permanent: the message cannot succeed; recorded dead", fix: "fix the cause, then redrive()" },
+  SQL0027: { kind: "recorded", meaning: "handler exceeded its timeout", fix: "raise timeout or make the handler honour msg.signal" },
+  SQL0028: { kind: "error", meaning: "seek() refused: the group has open leases", fix: "pause and wait for leases to end, or pass force" },
+  SQL0029: { kind: "error", meaning: "seek() target below 0 or above the visible head", fix: "choose a position inside the log" },
+  SQL0030: { kind: "error", meaning: "invalid redrive() selector", fix: "pass ids, or a filter with a criterion or all: true" },
+  SQL0031: { kind: "error", meaning: "invocation event names a stream/group not declared for the deployment", fix: "fix the schedule payload or the group declaration" },
+  SQL0032: { kind: "error", meaning: "database credentials unavailable", fix: "set SQLSTREAMS_DB_SECRET_ARN or DATABASE_URL; check the secret JSON" },
+  SQL0033: { kind: "error", meaning: "database unavailable or failing during a poll or maintenance after retries", fix: "nothing is lost; the next invocation resumes" },
+  SQL0034: { kind: "event", meaning: "a lease was lost (another poll took the range, row or key over); outcomes discarded", fix: "keep handlers inside their timeout; lower batchLimit" },
+  SQL0035: { kind: "event", meaning: "an expired range was reclaimed after a crash", fix: "look for crashes or timeouts of the function" },
+  SQL0036: { kind: "event", meaning: "a range was quarantined into exception rows", fix: "find the message that crashes the process" },
+  SQL0037: { kind: "event", meaning: "a message became dead", fix: "inspect with failures(); redrive() after the fix" },
+  SQL0038: { kind: "event", meaning: "kill backstop: a crash-looping row was made dead", fix: "find the message that crashes the process" },
+  SQL0039: { kind: "event", meaning: "produced options were clamped to the group's bounds", fix: "align producer requests with messageMin/messageMax" },
+  SQL0040: { kind: "event", meaning: "messages not started because of the deadline or an abort", fix: "lower the timeout or lengthen the function timeout" },
+  SQL0041: { kind: "event", meaning: "partition upkeep: create-ahead failed, a missing partition was recovered, or a drop was skipped on a lock timeout", fix: "check DDL rights and long transactions" },
+  SQL0042: { kind: "error", meaning: "destroy refused: the group or stream still has live work", fix: "pause and let the work finish, or pass force" },
+} as const;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+/** The one error type of the library: a stable code, what was wrong, and how to fix it. */
+export class SqlStreamsError extends Error {
+  override readonly name = "SqlStreamsError";
+  readonly code: ErrorCode;
+  readonly fix: string;
+  readonly details: Record<string, unknown>;
+
+  constructor(code: ErrorCode, message: string, details: Record<string, unknown> = {}, cause?: unknown) {
+    const fix = ERROR_CODES[code].fix;
+    super(`${code} ${message} (fix: ${fix})`, cause === undefined ? undefined : { cause });
+    this.code = code;
+    this.fix = fix;
+    this.details = details;
+  }
+}
+
+export function isSqlStreamsError(e: unknown, code?: ErrorCode): e is SqlStreamsError {
+  return e instanceof SqlStreamsError && (code === undefined || e.code === code);
+}

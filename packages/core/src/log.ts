@@ -1,0 +1,46 @@
+// Structured log events (SPEC §11.8). Repeats of one code for one group are collapsed within a
+// minute, with the number suppressed reported on the next record that gets through.
+export interface LogEvent {
+  level: "info" | "warn" | "error";
+  code: string;
+  message: string;
+  stream?: string;
+  group?: string;
+  suppressed?: number;
+  [key: string]: unknown;
+}
+export type Logger = (event: LogEvent) => void;
+
+export const consoleLogger: Logger = (event) => {
+  const line = JSON.stringify({ time: new Date().toISOString(), ...event });
+  if (event.level === "info") console.log(line);
+  else console.warn(line);
+};
+
+export const silentLogger: Logger = () => {};
+
+const WINDOW_MS = 60_000;
+
+export class EventLog {
+  private readonly last = new Map<string, { at: number; suppressed: number }>();
+  constructor(private readonly sink: Logger) {}
+
+  emit(event: LogEvent, collapse = true): void {
+    if (collapse) {
+      const k = `${event.code}\u0000${event.stream ?? ""}\u0000${event.group ?? ""}`;
+      const now = Date.now();
+      const seen = this.last.get(k);
+      if (seen && now - seen.at < WINDOW_MS) {
+        seen.suppressed++;
+        return;
+      }
+      if (seen && seen.suppressed > 0) event = { ...event, suppressed: seen.suppressed };
+      this.last.set(k, { at: now, suppressed: 0 });
+    }
+    try {
+      this.sink(event);
+    } catch {
+      // a failing logger never breaks the library
+    }
+  }
+}

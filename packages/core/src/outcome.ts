@@ -1,0 +1,110 @@
+// Handler outcomes: Delay, Permanent, classification, error texts and the backoff curve
+// (SPEC §4.6, §5.7). Pure.
+import { SqlStreamsError } from "./errors.js";
+
+const OUTCOME = Symbol.for("sqlstreams.outcome");
+const MAX_DELAY_MS = 31_536_000_000;
+const MAX_ERROR_TEXT = 8_000;
+
+export interface Outcome {
+  readonly [OUTCOME]: "delay" | "permanent";
+}
+
+export class DelayOutcome extends Error implements Outcome {
+  readonly [OUTCOME] = "delay" as const;
+  override readonly name = "Delay";
+  constructor(readonly ms: number) {
+    super(`SQL0025 delayed: run again in ${ms} ms`);
+  }
+}
+
+export class PermanentOutcome extends Error implements Outcome {
+  readonly [OUTCOME] = "permanent" as const;
+  override readonly name = "Permanent";
+  constructor(readonly reason: unknown) {
+    super(`SQL0026 permanent: ${errorText(reason)}`, { cause: reason });
+  }
+}
+
+/** "Run me again later": not a failure; counts a delay. A negative ms means "next poll". */
+export function Delay(ms: number): Outcome & Error {
+  if (typeof ms !== "number" || !Number.isFinite(ms) || ms > MAX_DELAY_MS) {
+    throw new SqlStreamsError("SQL0015", `Delay(ms) needs a finite number of milliseconds up to ${MAX_DELAY_MS}, got ${String(ms)}`, { value: ms });
+  }
+  return new DelayOutcome(ms);
+}
+
+/** The message cannot succeed: dead at once, no retries. */
+export function Permanent(cause: unknown): Outcome & Error {
+  return new PermanentOutcome(cause);
+}
+
+export type Classified =
+  | { kind: "success" }
+  | { kind: "failure"; error: string }
+  | { kind: "permanent"; error: string }
+  | { kind: "delay"; ms: number; error: string };
+
+function isOutcome(v: unknown): v is DelayOutcome | PermanentOutcome {
+  return typeof v === "object" && v !== null && OUTCOME in v;
+}
+
+/** Classifies what a handler returned (`threw` false) or threw (`threw` true). */
+export function classify(value: unknown, threw: boolean): Classified {
+  if (isOutcome(value)) {
+    if (value instanceof DelayOutcome || value[OUTCOME] === "delay") {
+      const ms = Math.max(0, Math.ceil((value as DelayOutcome).ms));
+      return { kind: "delay", ms, error: `SQL0025 delayed: run again in ${ms} ms` };
+    }
+    return { kind: "permanent", error: cut((value as PermanentOutcome).message) };
+  }
+  if (!threw) return { kind: "success" };
+  return { kind: "failure", error: errorText(value) };
+}
+
+function cut(s: string): string {
+  return s.length > MAX_ERROR_TEXT ? s.slice(0, MAX_ERROR_TEXT - 1) + "…" : s;
+}
+
+function oneError(e: Error): string {
+  return `${e.name}: ${e.message}`;
+}
+
+/** The stored text of a thrown value (SPEC §5.7). */
+export function errorText(e: unknown): string {
+  if (!(e instanceof Error)) return cut(`non-error thrown: ${safeString(e)}`);
+  const lines = [oneError(e)];
+  const frames = (e.stack ?? "").split("\n").filter((l) => /^\s+at /.test(l)).slice(0, 10);
+  lines.push(...frames.map((f) => f.trimEnd()));
+  let cause: unknown = e.cause;
+  for (let depth = 0; cause !== undefined && depth < 10; depth++) {
+    lines.push(cause instanceof Error ? `caused by: ${oneError(cause)}` : `caused by: ${safeString(cause)}`);
+    cause = cause instanceof Error ? cause.cause : undefined;
+  }
+  return cut(lines.join("\n"));
+}
+
+function safeString(v: unknown): string {
+  try {
+    return String(v);
+  } catch {
+    return Object.prototype.toString.call(v);
+  }
+}
+
+/**
+ * Milliseconds until the next start after a failed run at attempt `a` with `d` delays
+ * (SPEC §4.6): the initial backoff for the first failure, else baseDelay * exponent^n capped.
+ */
+export function backoffMs(
+  a: number,
+  d: number,
+  p: { exceptionInitialBackoff: number; baseDelay: number; exponent: number; maxDelay: number },
+): number {
+  const used = a - d;
+  if (used <= 0) return p.exceptionInitialBackoff;
+  const n = used - 1;
+  const v = Math.floor(p.baseDelay * Math.pow(p.exponent, n));
+  if (!Number.isFinite(v)) return p.maxDelay;
+  return Math.min(v, p.maxDelay);
+}

@@ -1,0 +1,32 @@
+// Table names. The only place a per-stream name is formed: from the quoted, validated schema and
+// the numeric stream id, never from a user string.
+export type FamilyTable =
+  | "message_log"
+  | "exception_queue"
+  | "delivery_log"
+  | "consumer_group_cursor"
+  | "claim_lease"
+  | "message_key_lease"
+  | "compaction_head"
+  | "idempotency_key";
+
+export function streamIdText(id: string | number | bigint): string {
+  const s = String(id);
+  if (!/^[1-9][0-9]{0,18}$/.test(s)) throw new Error(`invalid stream id ${s}`);
+  return s;
+}
+
+/** "schema".table_N */
+export function table(q: string, streamId: string, t: FamilyTable | string): string {
+  return `${q}.${t}_${streamIdText(streamId)}`;
+}
+
+export function partitionName(q: string, streamId: string, k: bigint | number): string {
+  const ks = String(k);
+  if (!/^[0-9]{1,19}$/.test(ks)) throw new Error(`invalid partition index ${ks}`);
+  return `${table(q, streamId, "message_log")}_${ks}`;
+}
+
+export function quoteIdent(name: string): string {
+  return `"${name.replace(/"/g, '""')}"`;
+}

@@ -1,0 +1,73 @@
+// message_log_N partitions (SPEC §3.7): created by producers ahead of need and by maintain().
+import { type Db, query } from "../db.js";
+import { partitionName, table } from "./names.js";
+
+const ALREADY_EXISTS = new Set(["42P07", "42710", "23505"]);
+
+/**
+ * Ensures partition k of a stream exists: a short transaction of its own with a 2 s lock
+ * timeout and an advisory lock keyed on (schema, stream, k). "Already exists" counts as success.
+ * Returns true when this call created it.
+ */
+export async function ensurePartition(db: Db, streamId: string, partitionSize: bigint, k: bigint): Promise<boolean> {
+  const c = await db.pool.connect();
+  let broken = false;
+  try {
+    await query(db, c, "BEGIN");
+    await query(db, c, "SET LOCAL lock_timeout = '2000ms'");
+    await query(db, c, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [`sqlstreams.partition:${db.schema}:${streamId}:${k}`]);
+    const exists = await query<{ ok: boolean }>(db, c, "SELECT to_regclass($1) IS NOT NULL AS ok", [partitionName(db.q, streamId, k)]);
+    let created = false;
+    if (!exists.rows[0].ok) {
+      const from = k * partitionSize;
+      const to = (k + 1n) * partitionSize;
+      await query(
+        db,
+        c,
+        `CREATE TABLE IF NOT EXISTS ${partitionName(db.q, streamId, k)} PARTITION OF ${table(db.q, streamId, "message_log")} FOR VALUES FROM (${from}) TO (${to})`,
+      );
+      created = true;
+    }
+    await query(db, c, "COMMIT");
+    return created;
+  } catch (e) {
+    try {
+      await c.query("ROLLBACK");
+    } catch {
+      broken = true;
+    }
+    if (ALREADY_EXISTS.has((e as { code?: string }).code ?? "")) return false;
+    throw e;
+  } finally {
+    c.release(broken ? true : undefined);
+  }
+}
+
+/** The id the stream's sequence hands out next. */
+export async function nextSequenceValue(db: Db, streamId: string): Promise<bigint> {
+  const r = await query<{ last_value: string; is_called: boolean }>(
+    db,
+    db.pool,
+    `SELECT last_value::text, is_called FROM ${table(db.q, streamId, "message_log")}_id_seq`,
+  );
+  const row = r.rows[0];
+  return row.is_called ? BigInt(row.last_value) + 1n : BigInt(row.last_value);
+}
+
+/** Indexes of the partitions that exist for a stream, ascending. */
+export async function listPartitions(db: Db, streamId: string): Promise<bigint[]> {
+  const r = await query<{ name: string }>(
+    db,
+    db.pool,
+    `SELECT c.relname AS name FROM pg_inherits i
+       JOIN pg_class c ON c.oid = i.inhrelid
+      WHERE i.inhparent = to_regclass($1)`,
+    [table(db.q, streamId, "message_log")],
+  );
+  const prefix = `message_log_${streamId}_`;
+  return r.rows
+    .map((x) => x.name)
+    .filter((n) => n.startsWith(prefix))
+    .map((n) => BigInt(n.slice(prefix.length)))
+    .sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+}

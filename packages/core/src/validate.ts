@@ -1,0 +1,135 @@
+// Input checks that run before any statement is sent (SPEC §2.4, §3.2, §3.4). Pure.
+import { createHash } from "node:crypto";
+import { SqlStreamsError } from "./errors.js";
+
+const NAME = /^[a-z0-9][a-z0-9._-]{0,199}$/;
+const SCHEMA = /^[a-z_][a-z0-9_]{0,62}$/;
+const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
+const IDEMPOTENCY_NAMESPACE = "a7b11702-1bce-48fd-bb62-d476e1c647ce";
+const RESERVED = "__system.";
+
+function shown(name: unknown): string {
+  const s = typeof name === "string" ? name : String(name);
+  return JSON.stringify(s.length > 60 ? s.slice(0, 57) + "..." : s);
+}
+
+export function validateStreamName(name: unknown): string {
+  if (typeof name === "string" && name.startsWith(RESERVED)) {
+    throw new SqlStreamsError("SQL0007", `stream name ${shown(name)} uses the reserved prefix ${RESERVED}`, { name });
+  }
+  if (typeof name !== "string" || !NAME.test(name)) {
+    throw new SqlStreamsError("SQL0006", `stream name ${shown(name)} does not match ${NAME.source}`, { name });
+  }
+  return name;
+}
+
+export function validateGroupName(name: unknown): string {
+  if (typeof name === "string" && name.startsWith(RESERVED)) {
+    throw new SqlStreamsError("SQL0007", `group name ${shown(name)} uses the reserved prefix ${RESERVED}`, { name });
+  }
+  if (typeof name !== "string" || !NAME.test(name)) {
+    throw new SqlStreamsError("SQL0008", `group name ${shown(name)} does not match ${NAME.source}`, { name });
+  }
+  return name;
+}
+
+export function validateSchemaName(name: unknown): string {
+  if (typeof name !== "string" || !SCHEMA.test(name)) {
+    throw new SqlStreamsError("SQL0001", `schema ${shown(name)} does not match ${SCHEMA.source}`, { schema: name });
+  }
+  return name;
+}
+
+/** A message key or idempotency key: 1..1024 UTF-8 bytes, no U+0000 (SQL0018). */
+export function validateKey(v: unknown, what: "key" | "idempotencyKey"): string {
+  if (typeof v !== "string" || v.length === 0) {
+    throw new SqlStreamsError("SQL0018", `${what} must be a non-empty string, got ${shown(v)}`, { field: what });
+  }
+  if (v.includes("\u0000")) throw new SqlStreamsError("SQL0018", `${what} contains U+0000`, { field: what });
+  const bytes = Buffer.byteLength(v, "utf8");
+  if (bytes > 1024) throw new SqlStreamsError("SQL0018", `${what} is ${bytes} UTF-8 bytes; the limit is 1024`, { field: what, bytes });
+  return v;
+}
+
+/**
+ * Encodes a payload as JSON text after checking it can be stored losslessly (SQL0016):
+ * no BigInt, cycle, function, symbol, non-finite number or U+0000, and not undefined.
+ */
+export function encodePayload(payload: unknown): string {
+  checkJson(payload, "payload", new Set());
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(payload);
+  } catch (e) {
+    throw new SqlStreamsError("SQL0016", `payload cannot be encoded as JSON: ${(e as Error).message}`, { path: "payload" }, e);
+  }
+  if (typeof text !== "string") throw new SqlStreamsError("SQL0016", "payload encodes to nothing (undefined)", { path: "payload" });
+  return text;
+}
+
+function bad(path: string, why: string): never {
+  throw new SqlStreamsError("SQL0016", `payload cannot be stored as JSON: ${why} at ${path}`, { path });
+}
+
+function checkJson(v: unknown, path: string, seen: Set<object>): void {
+  switch (typeof v) {
+    case "string":
+      if (v.includes("\u0000")) bad(path, "a string contains U+0000");
+      return;
+    case "number":
+      if (!Number.isFinite(v)) bad(path, `the number ${v} is not finite`);
+      return;
+    case "boolean":
+      return;
+    case "bigint":
+      bad(path, "a BigInt has no JSON form (convert it to a string)");
+    // falls through (bad never returns)
+    case "function":
+    case "symbol":
+      bad(path, `a ${typeof v} has no JSON form`);
+    // falls through
+    case "undefined":
+      if (path === "payload") bad(path, "the payload is undefined");
+      return;
+    case "object": {
+      if (v === null) return;
+      const withToJson = v as { toJSON?: () => unknown };
+      if (typeof withToJson.toJSON === "function") {
+        checkJson(withToJson.toJSON(), path, seen);
+        return;
+      }
+      if (seen.has(v)) bad(path, "the value contains a cycle");
+      seen.add(v);
+      if (Array.isArray(v)) {
+        for (let i = 0; i < v.length; i++) {
+          const item = v[i];
+          if (typeof item === "function" || typeof item === "symbol" || item === undefined) {
+            bad(`${path}[${i}]`, "an array item has no JSON form");
+          }
+          checkJson(item, `${path}[${i}]`, seen);
+        }
+      } else {
+        for (const k of Object.keys(v)) {
+          if (k.includes("\u0000")) bad(path, "an object key contains U+0000");
+          const item = (v as Record<string, unknown>)[k];
+          if (typeof item === "function" || typeof item === "symbol") bad(`${path}.${k}`, `a ${typeof item} has no JSON form`);
+          checkJson(item, `${path}.${k}`, seen);
+        }
+      }
+      seen.delete(v);
+      return;
+    }
+  }
+}
+
+/** The UUID stored for an idempotency key (SPEC §3.4): verbatim when it is one, else UUIDv5. */
+export function idempotencyUuid(key: string): string {
+  if (UUID.test(key)) return key.toLowerCase();
+  const ns = Buffer.from(IDEMPOTENCY_NAMESPACE.replace(/-/g, ""), "hex");
+  const hash = createHash("sha1").update(ns).update(Buffer.from(key, "utf8")).digest();
+  const b = hash.subarray(0, 16);
+  b[6] = (b[6] & 0x0f) | 0x50;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  const h = b.toString("hex");
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
