@@ -80,6 +80,31 @@ describe("child processes", () => {
     await expect(child.waitFor({ event: "never" })).rejects.toThrow(/SIGKILL/);
   });
 
+  it("talks to a child over stdin and waits for later messages with `from`", async () => {
+    const child = spawnNode({
+      name: "echo child",
+      source: `
+        import { createInterface } from "node:readline";
+        console.log(JSON.stringify({ event: "ready" }));
+        for await (const line of createInterface({ input: process.stdin })) {
+          const msg = JSON.parse(line);
+          if (msg.cmd === "exit") process.exit(0);
+          console.log(JSON.stringify({ event: "echo", n: msg.n }));
+        }
+      `,
+    });
+    await child.waitFor({ event: "ready" });
+    child.send({ n: 1 });
+    await child.waitFor({ event: "echo", n: 1 });
+    const mark = child.messages.length;
+    child.send({ n: 1 });
+    const second = await child.waitFor((m) => m.event === "echo", { from: mark });
+    expect(child.messages.indexOf(second)).toBe(mark);
+    await child.waitForLine(/"n":1/);
+    child.send({ cmd: "exit" });
+    expect(await child.waitForExit(10_000)).toEqual({ code: 0, signal: null });
+  });
+
   it("reports a child that exits before the awaited line, with its stderr", async () => {
     const child = spawnNode({ source: `console.error("boom here"); process.exit(3);` });
     await expect(child.waitFor({ event: "ready" }, { timeoutMs: 10_000 })).rejects.toThrow(/code 3[\s\S]*boom here/);
