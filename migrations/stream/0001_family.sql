@@ -222,12 +222,19 @@ $fn$;
 -- Record a range's outcomes and advance the cursor (SPEC §5.3.7, §5.5) in one transaction.
 -- p_keep_from NULL: the range is done, its lease is deleted. Otherwise the prefix up to
 -- p_keep_from is recorded and the rest released at once under p_new_token.
+-- p_keys lists the key leases ({k, t}) the range's chains took, released here in one go.
 -- Returns the committed cursor afterwards, or NULL when the lease was lost (nothing written).
 CREATE OR REPLACE FUNCTION {{schema}}.record_range_{{N}}(
-  p_group BIGINT, p_token UUID, p_keep_from BIGINT, p_new_token UUID, p_eq JSONB, p_dl JSONB)
+  p_group BIGINT, p_token UUID, p_keep_from BIGINT, p_new_token UUID, p_eq JSONB, p_dl JSONB, p_keys JSONB)
 RETURNS BIGINT
 LANGUAGE plpgsql VOLATILE AS $fn$
 BEGIN
+  -- Key leases the range's chains held are released whatever happens to the range lease.
+  IF p_keys IS NOT NULL AND jsonb_array_length(p_keys) > 0 THEN
+    DELETE FROM {{schema}}.message_key_lease_{{N}} k
+     USING jsonb_to_recordset(p_keys) AS r(k TEXT, t UUID)
+     WHERE k.consumer_group_id = p_group AND k.message_key = r.k AND k.token = r.t;
+  END IF;
   IF p_keep_from IS NULL THEN
     DELETE FROM {{schema}}.claim_lease_{{N}} WHERE consumer_group_id = p_group AND token = p_token;
   ELSE

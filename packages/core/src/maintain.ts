@@ -30,3 +30,7 @@ export async function maintainStreams(
   }
   return out;
 }
+
+export async function maintainStream(client: SqlStreams, stream: string, opts: MaintainOptions): Promise<MaintainReport> {
+  return (await maintainStreams(client, { ...opts, streams: [stream] }))[stream];
+}

@@ -52,7 +52,7 @@ function isOutcome(v: unknown): v is DelayOutcome | PermanentOutcome {
 /** Classifies what a handler returned (`threw` false) or threw (`threw` true). */
 export function classify(value: unknown, threw: boolean): Classified {
   if (isOutcome(value)) {
-    if (value instanceof DelayOutcome || value[OUTCOME] === "delay") {
+    if (value[OUTCOME] === "delay") {
       const ms = Math.max(0, Math.ceil((value as DelayOutcome).ms));
       return { kind: "delay", ms, error: `SQL0025 delayed: run again in ${ms} ms` };
     }

@@ -1,0 +1,284 @@
+import type { SqlStreams } from "./client.js";
+import {
+  type ConsumerConfig, type MessageOptions, type PollOptions, groupResolution, resolveMessage,
+  validateConsumerConfig, validatePollOptions,
+} from "./config.js";
+import { pollOnce } from "./cycle/poll.js";
+import { type CycleReport, type Handler, addReport, emptyReport } from "./cycle/types.js";
+import { query, queryRetry, transaction } from "./db.js";
+import { destroyGroup } from "./destroy.js";
+import { SqlStreamsError } from "./errors.js";
+import * as A from "./sql/admin.js";
+import { type Tables, insertDeliveryLog, tables } from "./sql/cycle.js";
+
+export type ExceptionStatus = "ready" | "deferred" | "inflight" | "dead" | "superseded";
+
+export interface Progress {
+  stream: string;
+  group: string;
+  paused: boolean;
+  head: string;
+  claimed: string;
+  committed: string;
+  /** head − committed, in ids. Lag 0 does not prove success: read exceptions.dead too. */
+  lag: string;
+  openLeases: number;
+  expiredLeases: number;
+  exceptions: Record<ExceptionStatus, number>;
+  oldestUnresolvedAgeMs: number | null;
+}
+
+export interface FailureRow<T = unknown> {
+  messageId: string;
+  key: string | null;
+  status: ExceptionStatus;
+  payload: T;
+  attempts: number;
+  delays: number;
+  lastError: string | null;
+  canRunAfter: Date;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+export type RedriveSelector =
+  | { ids: (string | number | bigint)[] }
+  | { errorContains?: string; deadSince?: Date | string | number; deadBefore?: Date | string | number; all?: boolean; limit?: number };
+
+export interface SeekTarget {
+  id?: string | number | bigint;
+  time?: Date | string | number;
+}
+
+const ID = /^-?[0-9]{1,19}$/;
+
+function asId(v: unknown, what: string, code: "SQL0015" | "SQL0030"): string {
+  const s = typeof v === "bigint" || typeof v === "number" ? String(v) : v;
+  if (typeof s !== "string" || !ID.test(s)) throw new SqlStreamsError(code, `${what} must be a message id (decimal string, integer or bigint), got ${String(v)}`);
+  return s;
+}
+
+function asTime(v: unknown, what: string, code: "SQL0015" | "SQL0030"): Date {
+  const d = v instanceof Date ? v : typeof v === "string" || typeof v === "number" ? new Date(v) : null;
+  if (!d || Number.isNaN(d.getTime())) throw new SqlStreamsError(code, `${what} must be a Date, an ISO string or epoch ms, got ${String(v)}`);
+  return d;
+}
+
+export class Consumer<T = unknown> {
+  constructor(
+    private readonly client: SqlStreams,
+    readonly stream: string,
+    readonly name: string,
+  ) {}
+
+  private async ctx(): Promise<{ id: string; t: Tables }> {
+    const info = await this.client.streamInfo(this.stream);
+    return { id: info.id, t: tables(this.client.db.q, info.id) };
+  }
+
+  private async groupId(): Promise<{ streamId: string; t: Tables; groupId: string; config: ConsumerConfig }> {
+    const { id, t } = await this.ctx();
+    const r = await query<{ id: string; config: ConsumerConfig }>(this.client.db, this.client.db.pool, A.groupId(this.client.db.q), [id, this.name]);
+    if (r.rowCount === 0) throw new SqlStreamsError("SQL0010", `consumer group ${JSON.stringify(this.name)} is not registered on stream ${this.stream}`, { stream: this.stream, group: this.name });
+    return { streamId: id, t, groupId: r.rows[0].id, config: r.rows[0].config };
+  }
+
+  /** Creates the group or replaces its config as a whole; the cursor is created once and never moved here. */
+  async register(config: ConsumerConfig = {}): Promise<void> {
+    const cfg = validateConsumerConfig(config);
+    const db = this.client.db;
+    const { id, t } = await this.ctx();
+    await transaction(db, async (c) => {
+      const g = await query<{ id: string }>(db, c, A.upsertGroup(db.q), [id, this.name, JSON.stringify(cfg)]);
+      await query(db, c, A.createCursor(t), [g.rows[0].id, cfg.start === "head"]);
+    });
+  }
+
+  /** One bounded claim cycle (SPEC §5). */
+  async poll(handler: Handler<T>, opts: PollOptions = {}): Promise<CycleReport> {
+    if (typeof handler !== "function") throw new SqlStreamsError("SQL0015", "handler must be a function (msg) => …");
+    const o = validatePollOptions(opts);
+    return pollOnce(this.client, this.stream, this.name, handler, o);
+  }
+
+  /** Repeats poll() until the group is idle or paused, the signal aborts, or the deadline is near. */
+  async drain(handler: Handler<T>, opts: PollOptions = {}): Promise<CycleReport> {
+    if (typeof handler !== "function") throw new SqlStreamsError("SQL0015", "handler must be a function (msg) => …");
+    const o = validatePollOptions(opts);
+    const started = Date.now();
+    const total = emptyReport(this.stream, this.name);
+    for (;;) {
+      if (o.signal?.aborted) break;
+      if (o.deadline !== undefined && o.deadline - Date.now() < 2 * o.recordMargin) break;
+      const r = await pollOnce(this.client, this.stream, this.name, handler, o);
+      addReport(total, r);
+      if (r.idle || r.paused) break;
+      // A poll that only deferred or lost what it reserved made no progress: stop instead of spinning.
+      const moved = r.rangesClaimed + r.rangesReclaimed + r.rangesResumed + r.rangesQuarantined + r.started + r.superseded + r.expired + r.killed;
+      if (moved === 0) break;
+    }
+    total.durationMs = Date.now() - started;
+    return total;
+  }
+
+  async progress(): Promise<Progress> {
+    const db = this.client.db;
+    const { id, t } = await this.ctx();
+    const r = await queryRetry<{
+      paused: boolean; claimed: string; committed: string; head: string; open_leases: number; expired_leases: number;
+      counts: Partial<Record<ExceptionStatus, number>>; oldest_ms: number | null;
+    }>(db, A.progress(db.q, t), [id, this.name]);
+    if (r.rowCount === 0) throw new SqlStreamsError("SQL0010", `consumer group ${JSON.stringify(this.name)} is not registered on stream ${this.stream}`, { stream: this.stream, group: this.name });
+    const x = r.rows[0];
+    const lag = BigInt(x.head) - BigInt(x.committed);
+    return {
+      stream: this.stream, group: this.name, paused: x.paused, head: x.head, claimed: x.claimed, committed: x.committed,
+      lag: (lag < 0n ? 0n : lag).toString(), openLeases: x.open_leases, expiredLeases: x.expired_leases,
+      exceptions: { ready: 0, deferred: 0, inflight: 0, dead: 0, superseded: 0, ...x.counts },
+      oldestUnresolvedAgeMs: x.oldest_ms === null ? null : Math.max(0, Math.round(x.oldest_ms)),
+    };
+  }
+
+  async failures(opts: { status?: "dead" | "ready" | "deferred" | "inflight"; limit?: number } = {}): Promise<FailureRow<T>[]> {
+    const status = opts.status ?? "dead";
+    if (!["dead", "ready", "deferred", "inflight"].includes(status)) throw new SqlStreamsError("SQL0015", `failures() status must be dead, ready, deferred or inflight, got ${String(status)}`);
+    const limit = opts.limit ?? 100;
+    if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new SqlStreamsError("SQL0015", `failures() limit must be an integer 1 … 1000, got ${String(limit)}`);
+    const { t, groupId } = await this.groupId();
+    const r = await queryRetry<{
+      message_id: string; message_key: string | null; status: ExceptionStatus; payload: T; attempts: number; delays: number;
+      last_error: string | null; can_run_after: Date; created_at: Date; updated_at: Date;
+    }>(this.client.db, A.failures(t), [groupId, status, limit]);
+    return r.rows.map((x) => ({
+      messageId: x.message_id, key: x.message_key, status: x.status, payload: x.payload, attempts: x.attempts, delays: x.delays,
+      lastError: x.last_error, canRunAfter: x.can_run_after, createdAt: x.created_at, updatedAt: x.updated_at,
+    }));
+  }
+
+  /** While paused, every poll returns at once with paused: true and writes nothing. */
+  async pause(): Promise<void> {
+    await this.setPaused(true);
+  }
+
+  async resume(): Promise<void> {
+    await this.setPaused(false);
+  }
+
+  private async setPaused(paused: boolean): Promise<void> {
+    const { id } = await this.ctx();
+    const r = await query(this.client.db, this.client.db.pool, A.setPaused(this.client.db.q), [id, this.name, paused]);
+    if (r.rowCount === 0) throw new SqlStreamsError("SQL0010", `consumer group ${JSON.stringify(this.name)} is not registered on stream ${this.stream}`, { stream: this.stream, group: this.name });
+  }
+
+  /**
+   * Moves the group's position (SPEC §11.5): the next delivered message is the first existing id
+   * ≥ `to.id`, or the first created at or after `to.time`. Refused while leases are open unless forced.
+   */
+  async seek(to: SeekTarget, opts: { force?: boolean } = {}): Promise<{ claimed: string; committed: string; previous: { claimed: string; committed: string }; deletedRows: number }> {
+    if (typeof to !== "object" || to === null || (to.id === undefined) === (to.time === undefined)) {
+      throw new SqlStreamsError("SQL0015", "seek() takes exactly one of { id } or { time }");
+    }
+    const byId = to.id !== undefined ? asId(to.id, "seek id", "SQL0015") : null;
+    const byTime = to.time !== undefined ? asTime(to.time, "seek time", "SQL0015") : null;
+    const db = this.client.db;
+    const { t, groupId } = await this.groupId();
+    const out = await transaction(db, async (c) => {
+      const cur = await query<{ claimed: string; committed: string }>(db, c, A.lockCursor(t), [groupId]);
+      const head = BigInt((await query<{ head: string }>(db, c, A.visibleHead(t))).rows[0].head);
+      let p: bigint;
+      if (byId !== null) {
+        const want = BigInt(byId);
+        if (want < 0n || want > head) throw new SqlStreamsError("SQL0029", `seek id ${want} is outside the log (0 … head ${head})`, { id: byId, head: head.toString() });
+        const f = (await query<{ id: string | null }>(db, c, A.firstIdAtOrAfter(t), [byId])).rows[0].id;
+        p = f === null ? head : BigInt(f) - 1n;
+      } else {
+        const f = (await query<{ id: string | null }>(db, c, A.firstIdAtOrAfterTime(t), [byTime])).rows[0].id;
+        p = f === null ? head : BigInt(f) - 1n;
+      }
+      if (p < 0n || p > head) throw new SqlStreamsError("SQL0029", `seek position ${p} is outside the log (0 … head ${head})`, { head: head.toString() });
+      const open = (await query<{ ranges: boolean; rows: boolean }>(db, c, A.openLeases(t), [groupId])).rows[0];
+      if ((open.ranges || open.rows) && !opts.force) {
+        throw new SqlStreamsError("SQL0028", `seek of ${this.stream}/${this.name} refused: the group has open leases; pause it and wait for them to end, or pass { force: true }`, { ranges: open.ranges, rows: open.rows });
+      }
+      if (opts.force) for (const s of A.forceRelease(t)) await query(db, c, s, [groupId]);
+      const del = await query(db, c, A.deleteRowsAbove(t), [groupId, p.toString()]);
+      const r = await query<{ claimed: string; committed: string }>(db, c, A.seekCursor(t), [groupId, p.toString()]);
+      return { ...r.rows[0], previous: cur.rows[0], deletedRows: del.rowCount ?? 0 };
+    });
+    db.events.emit({
+      level: "info", code: "SEEK", message: `seek moved ${this.stream}/${this.name} from claimed ${out.previous.claimed}/committed ${out.previous.committed} to claimed ${out.claimed}/committed ${out.committed}; ${out.deletedRows} exception row(s) deleted`,
+      stream: this.stream, group: this.name, ...out,
+    }, false);
+    return out;
+  }
+
+  /** Puts dead rows back to work with a fresh budget (SPEC §11.6). */
+  async redrive(selector: RedriveSelector, opts: { reason?: string } = {}): Promise<{ redriven: number; skipped: number }> {
+    const sel = validateSelector(selector);
+    const reason = opts.reason ?? "no reason given";
+    if (typeof reason !== "string") throw new SqlStreamsError("SQL0030", "redrive reason must be a string");
+    const db = this.client.db;
+    const { t, groupId, config, streamId } = await this.groupId();
+    const g = groupResolution(config ?? {});
+    const modeRow = await query<{ mode: string }>(db, db.pool, `SELECT delivery_log_mode AS mode FROM ${db.q}.stream_config WHERE id = $1`, [streamId]);
+    const mode = modeRow.rows[0].mode;
+    return transaction(db, async (c) => {
+      const rows = (sel.ids
+        ? await query<{ message_id: string; attempts: number; message_key: string | null; exists: boolean; options: MessageOptions | null; compacted: boolean | null }>(db, c, A.selectDead(t, true), [groupId, sel.ids])
+        : await query<{ message_id: string; attempts: number; message_key: string | null; exists: boolean; options: MessageOptions | null; compacted: boolean | null }>(db, c, A.selectDead(t, false), [groupId, sel.errorContains, sel.deadSince, sel.deadBefore, sel.limit])).rows;
+      const live = rows.filter((r) => r.exists);
+      if (live.length > 0) {
+        const upd = live.map((r) => ({
+          message_id: r.message_id,
+          concurrency: resolveMessage(g, r.options, r.message_key !== null, r.compacted === true).resolved.concurrency,
+        }));
+        await query(db, c, A.redriveRows(t), [groupId, JSON.stringify(upd)]);
+        if (mode !== "off") {
+          const logs = live.map((r) => ({ message_id: r.message_id, attempt: r.attempts, status: "redriven", error: `redriven: ${reason}` }));
+          await query(db, c, insertDeliveryLog(t), [groupId, JSON.stringify(logs)]);
+        }
+      }
+      const skipped = sel.ids ? sel.ids.length - live.length : rows.length - live.length;
+      return { redriven: live.length, skipped };
+    });
+  }
+
+  /** Deletes the group with its cursor and rows; refused while it has live work unless forced. */
+  async destroy(opts: { force?: boolean } = {}): Promise<void> {
+    await destroyGroup(this.client, this.stream, this.name, opts);
+  }
+}
+
+interface Selector {
+  ids: string[] | null;
+  errorContains: string | null;
+  deadSince: Date | null;
+  deadBefore: Date | null;
+  limit: number;
+}
+
+function validateSelector(s: unknown): Selector {
+  if (typeof s !== "object" || s === null || Array.isArray(s)) throw new SqlStreamsError("SQL0030", "redrive() takes { ids } or a filter { errorContains?, deadSince?, deadBefore?, all?, limit? }");
+  const o = s as Record<string, unknown>;
+  if ("ids" in o) {
+    if (Object.keys(o).length !== 1) throw new SqlStreamsError("SQL0030", "redrive({ ids }) takes no other criteria");
+    if (!Array.isArray(o.ids) || o.ids.length < 1 || o.ids.length > 10_000) throw new SqlStreamsError("SQL0030", "redrive ids must be an array of 1 … 10000 message ids");
+    const ids = [...new Set(o.ids.map((v) => asId(v, "redrive id", "SQL0030")))];
+    return { ids, errorContains: null, deadSince: null, deadBefore: null, limit: ids.length };
+  }
+  const allowed = ["errorContains", "deadSince", "deadBefore", "all", "limit"];
+  for (const k of Object.keys(o)) if (!allowed.includes(k)) throw new SqlStreamsError("SQL0030", `redrive filter: unknown key ${k}; allowed: ids or ${allowed.join(", ")}`);
+  if (o.all !== undefined && o.all !== true) throw new SqlStreamsError("SQL0030", "redrive filter: all must be true when given");
+  if (o.errorContains !== undefined && (typeof o.errorContains !== "string" || o.errorContains.length === 0)) throw new SqlStreamsError("SQL0030", "redrive filter: errorContains must be a non-empty string");
+  const hasCriterion = o.errorContains !== undefined || o.deadSince !== undefined || o.deadBefore !== undefined;
+  if (!hasCriterion && o.all !== true) throw new SqlStreamsError("SQL0030", "redrive filter needs errorContains, deadSince, deadBefore, or all: true");
+  const limit = o.limit ?? 1_000;
+  if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 1 || limit > 10_000) throw new SqlStreamsError("SQL0030", "redrive filter: limit must be an integer 1 … 10000");
+  return {
+    ids: null,
+    errorContains: (o.errorContains as string | undefined) ?? null,
+    deadSince: o.deadSince === undefined ? null : asTime(o.deadSince, "deadSince", "SQL0030"),
+    deadBefore: o.deadBefore === undefined ? null : asTime(o.deadBefore, "deadBefore", "SQL0030"),
+    limit,
+  };
+}

@@ -1,0 +1,514 @@
+// One bounded claim cycle (SPEC §5): load → range phase → exception phase → cursor advance.
+import { randomUUID } from "node:crypto";
+import type pg from "pg";
+import type { SqlStreams } from "../client.js";
+import {
+  type ConsumerConfig, type DeliveryLogMode, type GroupResolution, type MessageOptions, type ResolvedMessage,
+  type ResolvedPollOptions, groupResolution, resolveMessage, timeoutBounds,
+} from "../config.js";
+import { type Db, query, queryRetry, transactionRetry, isTransient } from "../db.js";
+import { SqlStreamsError, isSqlStreamsError } from "../errors.js";
+import * as S from "../sql/cycle.js";
+import { type Plan, type RunOutcome, plan, planExpired } from "./plan.js";
+import { runHandler } from "./run.js";
+import { type CycleReport, type Handler, emptyReport } from "./types.js";
+
+interface RawMessage {
+  id: string;
+  message_key: string | null;
+  compaction_rank: string | null;
+  payload: unknown;
+  options: MessageOptions | null;
+  created_at: Date;
+}
+interface RangeMessage extends RawMessage {
+  resolved: ResolvedMessage;
+}
+interface LoadRow {
+  group_id: string;
+  config: ConsumerConfig;
+  paused: boolean;
+  mode: DeliveryLogMode;
+  claimed: string;
+  committed: string;
+  settled_head: string;
+  pending_head: string;
+  head: string;
+  has_cursor: boolean;
+  reclaimable: boolean;
+  expirable: boolean;
+  reservable: boolean;
+  target: string;
+  obs: string;
+}
+
+interface Ctx<T> {
+  client: SqlStreams;
+  db: Db;
+  t: S.Tables;
+  stream: string;
+  group: string;
+  groupId: string;
+  g: GroupResolution;
+  mode: DeliveryLogMode;
+  handler: Handler<T>;
+  o: ResolvedPollOptions;
+  report: CycleReport;
+  /** Set once no further handler may start in this poll (abort, deadline, lost lease). */
+  stop: boolean;
+  deadlineLogged: boolean;
+  advance: boolean;
+}
+
+const big = (s: string) => BigInt(s);
+
+export async function pollOnce<T>(client: SqlStreams, stream: string, group: string, handler: Handler<T>, o: ResolvedPollOptions): Promise<CycleReport> {
+  const started = Date.now();
+  const report = emptyReport(stream, group);
+  report.polls = 1;
+  const db = client.db;
+  try {
+    const info = await client.streamInfo(stream);
+    const t = S.tables(db.q, info.id);
+    const loaded = await queryRetry<LoadRow>(db, S.load(db.q, t), [info.id, group]);
+    if (loaded.rowCount === 0) {
+      await client.streamInfo(stream, true); // throws SQL0009 when the stream is gone
+      throw new SqlStreamsError("SQL0010", `consumer group ${JSON.stringify(group)} is not registered on stream ${stream}`, { stream, group });
+    }
+    const L = loaded.rows[0];
+    if (!L.has_cursor) throw new SqlStreamsError("SQL0010", `consumer group ${group} has no cursor on stream ${stream}`, { stream, group });
+    report.committedBefore = report.committedAfter = L.committed;
+    if (L.paused) {
+      report.paused = true;
+      return finish(report, started);
+    }
+    if (o.deadline !== undefined && o.deadline - Date.now() < o.recordMargin) {
+      report.idle = true;
+      return finish(report, started);
+    }
+    const ctx: Ctx<T> = {
+      client, db, t, stream, group, groupId: L.group_id, g: groupResolution(L.config ?? {}), mode: L.mode,
+      handler, o, report, stop: false, deadlineLogged: false, advance: big(L.target) > big(L.committed),
+    };
+    let tookRange = false;
+    let tookRows = false;
+
+    // Range phase (§5.3): an expired range first, else a fresh one.
+    if (L.reclaimable) tookRange = await reclaimPhase(ctx);
+    if (!tookRange && L.obs !== "0") tookRange = await claimPhase(ctx, L);
+
+    // Exception phase (§5.4).
+    if (L.expirable) tookRows = (await expirePhase(ctx)) || tookRows;
+    if (L.reservable && !ctx.stop && !aborted(ctx)) tookRows = (await exceptionPhase(ctx)) || tookRows;
+
+    // Cursor advance (§5.5) when anything this poll did, or saw, can move it.
+    if (ctx.advance) {
+      const r = await queryRetry<{ committed: string }>(db, S.advance(t), [ctx.groupId]);
+      report.committedAfter = r.rows[0].committed;
+    }
+    report.idle = !tookRange && !tookRows;
+    return finish(report, started);
+  } catch (e) {
+    if (isSqlStreamsError(e)) throw e;
+    throw new SqlStreamsError("SQL0033", `poll of ${stream}/${group} failed: ${(e as Error).message}`, { stream, group }, e);
+  }
+}
+
+function finish(r: CycleReport, started: number): CycleReport {
+  r.durationMs = Date.now() - started;
+  return r;
+}
+
+function aborted<T>(ctx: Ctx<T>): boolean {
+  return ctx.o.signal?.aborted === true;
+}
+
+function leaseCap<T>(ctx: Ctx<T>): number | null {
+  return ctx.o.deadline === undefined ? null : Math.max(1, Math.floor(ctx.o.deadline - Date.now()) + ctx.o.recordMargin);
+}
+
+function resolve<T>(ctx: Ctx<T>, m: RawMessage, stored?: MessageOptions | null): ResolvedMessage {
+  const r = resolveMessage(ctx.g, stored === undefined ? m.options : stored, m.message_key !== null, m.compaction_rank !== null);
+  for (const f of r.clamped) {
+    ctx.db.events.emit({
+      level: "info", code: "SQL0039", message: `produced option ${f} of message ${m.id} was clamped to the group's bounds`,
+      stream: ctx.stream, group: ctx.group, field: f, messageId: m.id,
+    });
+  }
+  return r.resolved;
+}
+
+/** The abort and deadline checks before a start (§5.3.6 steps 1–2). False means: do not start. */
+function mayStart<T>(ctx: Ctx<T>, timeout: number): boolean {
+  if (ctx.stop) return false;
+  if (aborted(ctx)) {
+    ctx.stop = true;
+    return false;
+  }
+  if (ctx.o.deadline !== undefined && Date.now() + timeout + ctx.o.recordMargin > ctx.o.deadline) {
+    ctx.stop = true;
+    return false;
+  }
+  return true;
+}
+
+function logNotStarted<T>(ctx: Ctx<T>, n: number): void {
+  if (n <= 0) return;
+  ctx.report.notStarted += n;
+  ctx.db.events.emit({
+    level: "warn", code: "SQL0040", message: `${n} message(s) not started because of the deadline or an abort`,
+    stream: ctx.stream, group: ctx.group, count: n,
+  });
+}
+
+function lostLease<T>(ctx: Ctx<T>, what: string): void {
+  ctx.report.leaseLost++;
+  ctx.db.events.emit({ level: "warn", code: "SQL0034", message: `lease lost: ${what}; its outcomes were discarded`, stream: ctx.stream, group: ctx.group });
+}
+
+function logDead<T>(ctx: Ctx<T>, id: string, error: string | null): void {
+  ctx.db.events.emit({ level: "warn", code: "SQL0037", message: `message ${id} is dead: ${(error ?? "").split("\n")[0]}`, stream: ctx.stream, group: ctx.group, messageId: id }, false);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Range phase
+// ---------------------------------------------------------------------------------------------
+
+interface TakenRange {
+  token: string;
+  low: string;
+  high: string;
+  leaseMs: number;
+  msgs: RawMessage[];
+}
+
+async function claimPhase<T>(ctx: Ctx<T>, L: LoadRow): Promise<boolean> {
+  const tb = timeoutBounds(ctx.g);
+  const token = randomUUID();
+  const sentAt = Date.now();
+  const r = await queryRetry<RawMessage & { low: string; high: string; lease_ms: string | null }>(ctx.db, S.claim(ctx.t), [
+    ctx.groupId, ctx.o.batchLimit, L.head, L.obs, token, tb.def, tb.min, tb.max, ctx.o.concurrency, ctx.o.recordMargin, leaseCap(ctx),
+  ]);
+  if (r.rowCount === 0) return false;
+  ctx.report.rangesClaimed++;
+  const first = r.rows[0];
+  if (first.id === null) {
+    ctx.advance = true; // an empty range: no lease, the advance passes its ids
+    return true;
+  }
+  await runRange(ctx, { token, low: first.low, high: first.high, leaseMs: Number(first.lease_ms), msgs: r.rows }, sentAt);
+  return true;
+}
+
+async function reclaimPhase<T>(ctx: Ctx<T>): Promise<boolean> {
+  const { db, t, g } = ctx;
+  const sentAt = Date.now();
+  const taken = await transactionRetry(db, async (c): Promise<TakenRange | "none" | "done"> => {
+    const l = await query<{ token: string; low: string; high: string; reclaims: number; released: boolean }>(db, c, S.lockExpiredRange(t), [ctx.groupId]);
+    if (l.rowCount === 0) return "none";
+    const lease = l.rows[0];
+    const reclaims = lease.released ? lease.reclaims : lease.reclaims + 1;
+    const msgs = (await query<RawMessage>(db, c, S.readRange(t), [lease.low, lease.high])).rows;
+    if (lease.released) ctx.report.rangesResumed++;
+    else {
+      ctx.report.rangesReclaimed++;
+      db.events.emit({ level: "warn", code: "SQL0035", message: `expired range (${lease.low}, ${lease.high}] reclaimed (reclaim ${reclaims})`, stream: ctx.stream, group: ctx.group, low: lease.low, high: lease.high, reclaims });
+    }
+    if (reclaims >= g.maxRangeReclaims || msgs.length === 0) {
+      if (msgs.length > 0) await quarantine(ctx, c, msgs);
+      await query(db, c, S.deleteRange(t), [ctx.groupId, lease.token]);
+      ctx.advance = true;
+      return "done";
+    }
+    const token = randomUUID();
+    const leaseMs = rangeLeaseMs(ctx, msgs.map((m) => resolve(ctx, m).timeout));
+    await query(db, c, S.takeOverRange(t), [ctx.groupId, lease.token, token, reclaims, leaseMs]);
+    return { token, low: lease.low, high: lease.high, leaseMs, msgs };
+  });
+  if (taken === "none") return false;
+  if (taken !== "done") await runRange(ctx, taken, sentAt);
+  return true;
+}
+
+/** §5.3.5: Tmax × ceil(n / c) + recordMargin, capped at deadline + recordMargin. */
+function rangeLeaseMs<T>(ctx: Ctx<T>, timeouts: number[]): number {
+  const tmax = Math.max(...timeouts);
+  const lease = tmax * Math.ceil(timeouts.length / ctx.o.concurrency) + ctx.o.recordMargin;
+  const cap = leaseCap(ctx);
+  return Math.max(1, cap === null ? lease : Math.min(lease, cap));
+}
+
+const QUARANTINE_TEXT = "quarantined: range reclaimed too many times";
+
+async function quarantine<T>(ctx: Ctx<T>, c: pg.PoolClient, msgs: RawMessage[]): Promise<void> {
+  const rows = msgs.map((m) => ({ message_id: m.id, message_key: m.message_key, concurrency: resolve(ctx, m).concurrency }));
+  const ins = await query<{ message_id: string }>(ctx.db, c, S.quarantineRows(ctx.t), [ctx.groupId, JSON.stringify(rows), QUARANTINE_TEXT]);
+  if (ctx.mode !== "off" && ins.rows.length > 0) {
+    const dl = ins.rows.map((r) => ({ message_id: r.message_id, attempt: 0, status: "failure", error: QUARANTINE_TEXT }));
+    await query(ctx.db, c, S.insertDeliveryLog(ctx.t), [ctx.groupId, JSON.stringify(dl)]);
+  }
+  ctx.report.rangesQuarantined++;
+  ctx.db.events.emit({ level: "warn", code: "SQL0036", message: `range quarantined into ${ins.rows.length} exception row(s)`, stream: ctx.stream, group: ctx.group, ids: ins.rows.map((r) => r.message_id) });
+}
+
+/** Same-key exclusive/ordered messages form serial chains; everything else runs alone (§7.4). */
+function chains(msgs: RangeMessage[]): RangeMessage[][] {
+  const units: RangeMessage[][] = [];
+  const byKey = new Map<string, RangeMessage[]>();
+  for (const m of msgs) {
+    if (m.resolved.concurrency !== "parallel" && m.message_key !== null) {
+      const chain = byKey.get(m.message_key);
+      if (chain) {
+        chain.push(m);
+        continue;
+      }
+      const fresh = [m];
+      byKey.set(m.message_key, fresh);
+      units.push(fresh);
+    } else units.push([m]);
+  }
+  return units;
+}
+
+async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Promise<void> {
+  const { db, t, o } = ctx;
+  const msgs: RangeMessage[] = range.msgs.map((m) => ({ ...m, resolved: resolve(ctx, m) }));
+  const outcomes = new Map<string, RunOutcome>();
+  const keyLeases: { k: string; t: string }[] = [];
+  let leaseExpiry = sentAt + range.leaseMs;
+  let lost = false;
+  let extending: Promise<boolean> | null = null;
+
+  const fits = async (timeout: number): Promise<boolean> => {
+    while (Date.now() + timeout + o.recordMargin > leaseExpiry) {
+      if (!extending) {
+        const cap = leaseCap(ctx);
+        const ms = cap === null ? timeout + o.recordMargin : Math.min(timeout + o.recordMargin, cap);
+        const at = Date.now();
+        extending = queryRetry(db, S.extendRange(t), [ctx.groupId, range.token, ms]).then((r) => {
+          if (r.rowCount === 0) return false;
+          leaseExpiry = Math.max(leaseExpiry, at + ms);
+          return true;
+        });
+        const ok = await extending;
+        extending = null;
+        if (!ok) return false;
+        if (at + ms < Date.now() + timeout + o.recordMargin) return true; // capped by the deadline: nothing more to gain
+      } else if (!(await extending)) return false;
+    }
+    return true;
+  };
+
+  const runUnit = async (unit: RangeMessage[]) => {
+    const keyToken = randomUUID();
+    let blockedBy: string | null = null;
+    let holdsKey = false;
+    for (const m of unit) {
+      const ordered = m.resolved.concurrency === "ordered";
+      if (blockedBy !== null && ordered) {
+        outcomes.set(m.id, { kind: "deferred", reason: `deferred: earlier message ${blockedBy} of this key in the range did not complete` });
+        continue;
+      }
+      if (!mayStart(ctx, m.resolved.timeout)) return;
+      if (!(await fits(m.resolved.timeout))) {
+        lost = true;
+        ctx.stop = true;
+        return;
+      }
+      let outcome: RunOutcome | null = null;
+      if (m.resolved.concurrency !== "parallel" && m.message_key !== null) {
+        const cap = leaseCap(ctx);
+        const ms = cap === null ? m.resolved.timeout + o.recordMargin : Math.min(m.resolved.timeout + o.recordMargin, cap);
+        const r = await queryRetry<{ result: string | null }>(db, S.takeKey(t), [
+          ctx.groupId, m.message_key, keyToken, ms, m.id, ordered, range.low, range.high, m.compaction_rank !== null,
+        ]);
+        const res = r.rows[0].result;
+        if (res === null) {
+          if (!holdsKey) keyLeases.push({ k: m.message_key, t: keyToken });
+          holdsKey = true;
+        } else if (res === "busy") outcome = { kind: "deferred", reason: "deferred: key busy" };
+        else if (res.startsWith("pred:")) outcome = { kind: "deferred", reason: `deferred: ordered predecessor ${res.slice(5)} unresolved` };
+        else outcome = { kind: "superseded", head: res.slice("superseded:".length) };
+      }
+      if (outcome === null) {
+        ctx.report.started++;
+        outcome = await runHandler(ctx.handler, message(ctx, m, 0, 0), m.resolved.timeout);
+      }
+      outcomes.set(m.id, outcome);
+      if (outcome.kind !== "success" && outcome.kind !== "superseded") {
+        const p = plan(outcome, 0, 0, m.resolved, ctx.g.exceptionInitialBackoff, ctx.mode);
+        if (p.row.status !== "dead") blockedBy = blockedBy ?? m.id;
+      }
+    }
+  };
+
+  const units = chains(msgs);
+  let next = 0;
+  const worker = async () => {
+    while (!ctx.stop && next < units.length) await runUnit(units[next++]);
+  };
+  await Promise.all(Array.from({ length: Math.min(o.concurrency, units.length) }, worker));
+
+  if (lost) {
+    lostLease(ctx, `range (${range.low}, ${range.high}]`);
+    if (keyLeases.length) await queryRetry(db, S.recordRange(t), [ctx.groupId, randomUUID(), null, null, "[]", "[]", JSON.stringify(keyLeases)]);
+    return;
+  }
+  // The contiguous prefix of messages with an outcome is recorded; the rest is released (§5.3.7).
+  const firstOpen = msgs.find((m) => !outcomes.has(m.id));
+  const keepFrom = firstOpen ? (big(firstOpen.id) - 1n).toString() : null;
+  const recorded = firstOpen ? msgs.filter((m) => big(m.id) < big(firstOpen.id)) : msgs;
+  if (firstOpen) {
+    ctx.report.rangesPartial++;
+    logNotStarted(ctx, msgs.filter((m) => !outcomes.has(m.id)).length);
+  }
+  const eq: unknown[] = [];
+  const dl: unknown[] = [];
+  const plans: [RangeMessage, Plan][] = [];
+  for (const m of recorded) {
+    const out = outcomes.get(m.id) as RunOutcome;
+    const p = plan(out, 0, 0, m.resolved, ctx.g.exceptionInitialBackoff, ctx.mode);
+    plans.push([m, p]);
+    if (p.row.status !== "delete" && p.row.status !== "superseded") {
+      eq.push({
+        message_id: m.id, status: p.row.status, message_key: m.message_key, concurrency: m.resolved.concurrency,
+        attempts: p.row.attempts, delays: p.row.delays, run_after_ms: p.row.runAfterMs ?? 0, last_error: p.row.lastError,
+      });
+    }
+    if (p.log) dl.push({ message_id: m.id, attempt: p.log.attempt, status: p.log.status, error: p.log.error });
+  }
+  const r = await queryRetry<{ committed: string | null }>(db, S.recordRange(t), [
+    ctx.groupId, range.token, keepFrom, firstOpen ? randomUUID() : null,
+    eq.length ? JSON.stringify(eq) : null, dl.length ? JSON.stringify(dl) : null, keyLeases.length ? JSON.stringify(keyLeases) : null,
+  ]);
+  const committed = r.rows[0].committed;
+  if (committed === null) {
+    lostLease(ctx, `range (${range.low}, ${range.high}]`);
+    return;
+  }
+  ctx.report.committedAfter = committed;
+  for (const [m, p] of plans) {
+    ctx.report[p.counter]++;
+    if (p.row.status === "dead") logDead(ctx, m.id, p.row.lastError);
+  }
+}
+
+function message<T>(ctx: Ctx<T>, m: RawMessage, attempt: number, delays: number) {
+  return {
+    id: m.id, payload: m.payload as T, key: m.message_key, attempt, delays,
+    stream: ctx.stream, group: ctx.group, createdAt: m.created_at,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exception phase
+// ---------------------------------------------------------------------------------------------
+
+/** §5.4.1: charge or kill inflight rows whose run lease expired. */
+async function expirePhase<T>(ctx: Ctx<T>): Promise<boolean> {
+  const { db, t } = ctx;
+  const counts = await transactionRetry(db, async (c) => {
+    const rows = (await query<{ message_id: string; attempts: number; delays: number; last_error: string | null; message_key: string | null; options: MessageOptions | null; compacted: boolean | null }>(db, c, S.lockExpiredRuns(t), [ctx.groupId])).rows;
+    if (rows.length === 0) return { expired: 0, killed: 0, killedIds: [] as string[] };
+    const updates: unknown[] = [];
+    const logs: unknown[] = [];
+    let expired = 0;
+    const killedIds: string[] = [];
+    for (const r of rows) {
+      const resolved = resolveMessage(ctx.g, r.options, r.message_key !== null, r.compacted === true).resolved;
+      const e = planExpired(r.attempts, r.delays, r.last_error, resolved, ctx.g.exceptionInitialBackoff);
+      updates.push({ message_id: r.message_id, status: e.status, attempts: e.attempts, run_after_ms: e.runAfterMs, last_error: e.lastError });
+      if (ctx.mode !== "off") logs.push({ message_id: r.message_id, ...e.log });
+      if (e.status === "dead") killedIds.push(r.message_id);
+      else expired++;
+    }
+    await query(db, c, S.applyExpired(t), [ctx.groupId, JSON.stringify(updates)]);
+    if (logs.length) await query(db, c, S.insertDeliveryLog(t), [ctx.groupId, JSON.stringify(logs)]);
+    return { expired, killed: killedIds.length, killedIds };
+  });
+  ctx.report.expired += counts.expired;
+  ctx.report.killed += counts.killed;
+  ctx.report.dead += counts.killed;
+  for (const id of counts.killedIds) {
+    db.events.emit({ level: "warn", code: "SQL0038", message: `kill backstop: message ${id} crash-looped until its budget ran out; now dead`, stream: ctx.stream, group: ctx.group, messageId: id }, false);
+  }
+  if (counts.expired + counts.killed > 0) ctx.advance = true;
+  return counts.expired + counts.killed > 0;
+}
+
+interface ReservedRow extends RawMessage {
+  message_id: string;
+  status: string;
+  concurrency: string;
+  attempts: number;
+  delays: number;
+}
+
+/** §5.4.2–§5.4.5: reserve due rows, start each under its own lease, run, record, release the rest. */
+async function exceptionPhase<T>(ctx: Ctx<T>): Promise<boolean> {
+  const { db, t, o } = ctx;
+  const tb = timeoutBounds(ctx.g);
+  const token = randomUUID();
+  const res = await queryRetry<ReservedRow>(db, S.reserve(t), [
+    ctx.groupId, o.batchLimit, tb.def, tb.min, tb.max, o.concurrency, o.recordMargin, leaseCap(ctx), token,
+  ]);
+  const rows = res.rows
+    .map((r) => ({ ...r, id: r.message_id }))
+    .sort((a, b) => (big(a.id) < big(b.id) ? -1 : 1));
+  if (rows.length === 0) return false;
+  let unstarted = 0;
+  let next = 0;
+  const runRow = async (row: ReservedRow & { id: string }) => {
+    const resolved = resolve(ctx, row);
+    if (!mayStart(ctx, resolved.timeout)) {
+      unstarted++;
+      return;
+    }
+    const keyed = row.concurrency !== "parallel" && row.message_key !== null;
+    const keyToken = keyed ? randomUUID() : null;
+    const cap = leaseCap(ctx);
+    const runMs = cap === null ? resolved.timeout + o.recordMargin : Math.min(resolved.timeout + o.recordMargin, cap);
+    const s = (await queryRetry<{ result: string }>(db, S.startException(t), [ctx.groupId, row.id, token, keyToken, runMs, ctx.mode !== "off"])).rows[0].result;
+    if (s === "lost") {
+      lostLease(ctx, `exception row ${row.id}`);
+      return;
+    }
+    ctx.advance = true;
+    if (s.startsWith("superseded:")) {
+      ctx.report.superseded++;
+      return;
+    }
+    if (s.startsWith("deferred:")) {
+      ctx.report.deferred++;
+      return;
+    }
+    ctx.report.started++;
+    const outcome = await runHandler(ctx.handler, message(ctx, row, row.attempts, row.delays), resolved.timeout);
+    const p = plan(outcome, row.attempts, row.delays, resolved, ctx.g.exceptionInitialBackoff, ctx.mode);
+    const rec = (await queryRetry<{ result: number }>(db, S.recordException(t), [
+      ctx.groupId, row.id, token, row.message_key, keyToken, p.row.status === "delete" ? "deleted" : p.row.status,
+      p.row.attempts, p.row.delays, p.row.runAfterMs, p.row.lastError,
+      p.log?.status ?? null, p.log?.attempt ?? null, p.log?.error ?? null,
+    ])).rows[0].result;
+    if (rec === 0) {
+      lostLease(ctx, `exception row ${row.id}`);
+      return;
+    }
+    if (rec === 2) {
+      db.events.emit({ level: "warn", code: "SQL0034", message: `key lease of message ${row.id} expired during its run and was taken over`, stream: ctx.stream, group: ctx.group, messageId: row.id });
+    }
+    ctx.report[p.counter]++;
+    if (p.row.status === "dead") logDead(ctx, row.id, p.row.lastError);
+  };
+  const worker = async () => {
+    while (next < rows.length) await runRow(rows[next++]);
+  };
+  await Promise.all(Array.from({ length: Math.min(o.concurrency, rows.length) }, worker));
+  if (unstarted > 0) {
+    logNotStarted(ctx, unstarted);
+    await queryRetry(db, S.releaseReservations(t), [ctx.groupId, token]);
+  }
+  return true;
+}
+
+export { isTransient };

@@ -1,0 +1,71 @@
+import type { Outcome } from "../outcome.js";
+
+export interface Message<T = unknown> {
+  id: string;
+  payload: T;
+  key: string | null;
+  /** Zero-based attempt number of this run. */
+  attempt: number;
+  /** Delay() outcomes recorded so far. */
+  delays: number;
+  stream: string;
+  group: string;
+  createdAt: Date;
+  /** Aborted at the message timeout; pass it to blocking calls. */
+  signal: AbortSignal;
+}
+
+export type Handler<T = unknown> = (msg: Message<T>) => Promise<void | Outcome | unknown> | void | Outcome | unknown;
+
+export interface CycleReport {
+  stream: string;
+  group: string;
+  polls: number;
+  paused: boolean;
+  idle: boolean;
+  rangesClaimed: number;
+  rangesReclaimed: number;
+  rangesResumed: number;
+  rangesQuarantined: number;
+  rangesPartial: number;
+  started: number;
+  succeeded: number;
+  failed: number;
+  dead: number;
+  delayed: number;
+  deferred: number;
+  superseded: number;
+  notStarted: number;
+  expired: number;
+  killed: number;
+  leaseLost: number;
+  committedBefore: string;
+  committedAfter: string;
+  durationMs: number;
+}
+
+export const COUNTERS = [
+  "rangesClaimed", "rangesReclaimed", "rangesResumed", "rangesQuarantined", "rangesPartial", "started",
+  "succeeded", "failed", "dead", "delayed", "deferred", "superseded", "notStarted", "expired", "killed", "leaseLost",
+] as const;
+export type Counter = (typeof COUNTERS)[number];
+
+export function emptyReport(stream: string, group: string): CycleReport {
+  return {
+    stream, group, polls: 0, paused: false, idle: false,
+    rangesClaimed: 0, rangesReclaimed: 0, rangesResumed: 0, rangesQuarantined: 0, rangesPartial: 0,
+    started: 0, succeeded: 0, failed: 0, dead: 0, delayed: 0, deferred: 0, superseded: 0,
+    notStarted: 0, expired: 0, killed: 0, leaseLost: 0,
+    committedBefore: "0", committedAfter: "0", durationMs: 0,
+  };
+}
+
+/** Adds a poll's report into a drain total. */
+export function addReport(total: CycleReport, r: CycleReport): void {
+  if (total.polls === 0) total.committedBefore = r.committedBefore;
+  total.polls += r.polls;
+  for (const k of COUNTERS) total[k] += r[k];
+  total.committedAfter = r.committedAfter;
+  total.paused = r.paused;
+  total.idle = r.idle;
+}

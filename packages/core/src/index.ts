@@ -1,0 +1,15 @@
+// The public exports of @sqlstreams/core.
+export { SqlStreams, type SqlStreamsOptions } from "./client.js";
+export { Stream, type ProduceOptions, type ProduceResult, type BatchItem } from "./stream.js";
+export {
+  Consumer, type Progress, type FailureRow, type RedriveSelector, type SeekTarget, type ExceptionStatus,
+} from "./consumer.js";
+export type { Message, Handler, CycleReport } from "./cycle/types.js";
+export { Delay, Permanent, type Outcome } from "./outcome.js";
+export { SqlStreamsError, ERROR_CODES, type ErrorCode, isSqlStreamsError } from "./errors.js";
+export type {
+  RetryPolicy, MessageOptions, ConsumerConfig, StreamOptions, PollOptions, Concurrency, DeliveryLogMode,
+} from "./config.js";
+export type { Logger, LogEvent } from "./log.js";
+export type { MaintainOptions, MaintainReport } from "./maintain.js";
+export { LIBRARY_VERSION } from "./version.js";

@@ -1,0 +1,207 @@
+// Every statement of the poll cycle (SPEC §5), built from the quoted schema and the numeric
+// stream id only. The protocol functions they call live in migrations/stream/0001_family.sql.
+import { table } from "./names.js";
+
+export interface Tables {
+  ml: string;
+  eq: string;
+  dl: string;
+  cur: string;
+  cl: string;
+  kl: string;
+  ch: string;
+  fn: (name: string) => string;
+}
+
+export function tables(q: string, n: string): Tables {
+  return {
+    ml: table(q, n, "message_log"),
+    eq: table(q, n, "exception_queue"),
+    dl: table(q, n, "delivery_log"),
+    cur: table(q, n, "consumer_group_cursor"),
+    cl: table(q, n, "claim_lease"),
+    kl: table(q, n, "message_key_lease"),
+    ch: table(q, n, "compaction_head"),
+    fn: (name) => table(q, n, name),
+  };
+}
+
+/** The target of the committed cursor for group g (SPEC §5.5), as an expression. */
+function targetExpr(t: Tables, g: string, cur: string): string {
+  return `LEAST(${cur}.claimed,
+      (SELECT min(l.low) FROM ${t.cl} l WHERE l.consumer_group_id = ${g}),
+      (SELECT min(e.message_id) - 1 FROM ${t.eq} e
+        WHERE e.consumer_group_id = ${g} AND e.message_id > ${cur}.committed
+          AND e.status IN ('ready', 'inflight', 'deferred')))`;
+}
+
+/**
+ * Statement 1 of a poll (SPEC §5.2 + §5.3.1), autocommit and read-only: the group row and its
+ * config, the cursor, the head, what work exists, the cursor target, and the observation id
+ * (allocated only when the range phase is not idle and the group is not paused).
+ * $1 stream id, $2 group name.
+ */
+export function load(q: string, t: Tables): string {
+  return `SELECT g.id::text AS group_id, g.config, g.paused, s.delivery_log_mode AS mode,
+       c.claimed::text, c.committed::text, c.settled_head::text, c.pending_head::text,
+       h.head::text AS head,
+       c.consumer_group_id IS NOT NULL AS has_cursor,
+       EXISTS (SELECT 1 FROM ${t.cl} l WHERE l.consumer_group_id = g.id AND l.expires_at < now()) AS reclaimable,
+       EXISTS (SELECT 1 FROM ${t.eq} e WHERE e.consumer_group_id = g.id AND e.status = 'inflight'
+                  AND e.lease_expires_at < now()) AS expirable,
+       EXISTS (SELECT 1 FROM ${t.eq} e WHERE e.consumer_group_id = g.id
+                  AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
+                  AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now())) AS reservable,
+       ${targetExpr(t, "g.id", "c")}::text AS target,
+       (CASE WHEN g.paused OR c.consumer_group_id IS NULL
+                  OR (h.head <= c.settled_head AND c.pending_head <= c.settled_head AND c.claimed = c.settled_head)
+             THEN '0'::xid8 ELSE pg_current_xact_id() END)::text AS obs
+  FROM ${q}.stream_config s
+  JOIN ${q}.consumer_group_config g ON g.stream_id = s.id AND g.name = $2
+  LEFT JOIN ${t.cur} c ON c.consumer_group_id = g.id
+  CROSS JOIN LATERAL (SELECT COALESCE(max(m.id), 0) AS head FROM ${t.ml} m) h
+ WHERE s.id = $1`;
+}
+
+export function advance(t: Tables): string {
+  return `SELECT ${t.fn("advance")}($1)::text AS committed`;
+}
+
+export function claim(t: Tables): string {
+  return `SELECT r_low::text AS low, r_high::text AS high, r_lease_ms::text AS lease_ms, id::text AS id, message_key,
+                 compaction_rank::text AS compaction_rank, payload, options, created_at
+            FROM ${t.fn("claim")}($1, $2, $3, $4::xid8, $5, $6, $7, $8, $9, $10, $11)`;
+}
+
+export function recordRange(t: Tables): string {
+  return `SELECT ${t.fn("record_range")}($1, $2, $3, $4, $5::jsonb, $6::jsonb, $7::jsonb)::text AS committed`;
+}
+
+export function takeKey(t: Tables): string {
+  return `SELECT ${t.fn("take_key")}($1, $2, $3, $4, $5, $6, $7, $8, $9) AS result`;
+}
+
+export function extendRange(t: Tables): string {
+  return `UPDATE ${t.cl} SET expires_at = now() + $3 * interval '1 millisecond'
+           WHERE consumer_group_id = $1 AND token = $2 RETURNING 1`;
+}
+
+export function lockExpiredRange(t: Tables): string {
+  return `SELECT token::text, low::text, high::text, reclaims, released FROM ${t.cl}
+           WHERE consumer_group_id = $1 AND expires_at < now()
+           ORDER BY low LIMIT 1 FOR UPDATE SKIP LOCKED`;
+}
+
+/** The messages of (low, high] this group would deliver (the compaction read filter). */
+export function readRange(t: Tables): string {
+  return `SELECT m.id::text AS id, m.message_key, m.compaction_rank::text AS compaction_rank, m.payload, m.options, m.created_at
+            FROM ${t.ml} m
+           WHERE m.id > $1 AND m.id <= $2
+             AND (m.compaction_rank IS NULL OR EXISTS (
+                   SELECT 1 FROM ${t.ch} h WHERE h.compaction_key = m.message_key AND h.message_id = m.id))
+           ORDER BY m.id`;
+}
+
+export function takeOverRange(t: Tables): string {
+  return `UPDATE ${t.cl} SET token = $3, reclaims = $4, released = false,
+                 expires_at = now() + $5 * interval '1 millisecond'
+           WHERE consumer_group_id = $1 AND token = $2`;
+}
+
+export function deleteRange(t: Tables): string {
+  return `DELETE FROM ${t.cl} WHERE consumer_group_id = $1 AND token = $2`;
+}
+
+/** Quarantine rows: $2 is a JSON array of {message_id, message_key, concurrency}. */
+export function quarantineRows(t: Tables): string {
+  return `INSERT INTO ${t.eq} (consumer_group_id, message_id, status, message_key, concurrency, attempts, delays, can_run_after, last_error)
+          SELECT $1, r.message_id, 'ready', r.message_key, r.concurrency, 0, 0, now(), $3
+            FROM jsonb_to_recordset($2::jsonb) AS r(message_id BIGINT, message_key TEXT, concurrency TEXT)
+          ON CONFLICT DO NOTHING
+          RETURNING message_id::text`;
+}
+
+/** Delivery-log rows: $2 is a JSON array of {message_id, attempt, status, error}. */
+export function insertDeliveryLog(t: Tables): string {
+  return `INSERT INTO ${t.dl} (consumer_group_id, message_id, attempt, status, error)
+          SELECT $1, r.message_id, r.attempt, r.status, r.error
+            FROM jsonb_to_recordset($2::jsonb) AS r(message_id BIGINT, attempt INTEGER, status TEXT, error TEXT)`;
+}
+
+export function lockExpiredRuns(t: Tables): string {
+  return `SELECT e.message_id::text AS message_id, e.attempts, e.delays, e.last_error, e.message_key,
+                 m.options, m.compaction_rank IS NOT NULL AS compacted
+            FROM ${t.eq} e LEFT JOIN ${t.ml} m ON m.id = e.message_id
+           WHERE e.consumer_group_id = $1 AND e.status = 'inflight' AND e.lease_expires_at < now()
+           ORDER BY e.message_id LIMIT 1000
+           FOR UPDATE OF e SKIP LOCKED`;
+}
+
+/** Applies expiry outcomes: $2 is a JSON array of {message_id, status, attempts, run_after_ms, last_error}. */
+export function applyExpired(t: Tables): string {
+  return `UPDATE ${t.eq} e
+             SET status = r.status, attempts = r.attempts,
+                 can_run_after = CASE WHEN r.run_after_ms IS NULL THEN e.can_run_after
+                                      ELSE now() + r.run_after_ms * interval '1 millisecond' END,
+                 last_error = r.last_error, lease_token = NULL, lease_expires_at = NULL, updated_at = now()
+            FROM jsonb_to_recordset($2::jsonb) AS r(message_id BIGINT, status TEXT, attempts INTEGER, run_after_ms BIGINT, last_error TEXT)
+           WHERE e.consumer_group_id = $1 AND e.message_id = r.message_id AND e.status = 'inflight'`;
+}
+
+/**
+ * Reservation (SPEC §5.4.2). $1 group, $2 batchLimit, $3..$5 timeout default/min/max,
+ * $6 concurrency, $7 recordMargin, $8 cap ms (or NULL), $9 reservation token.
+ */
+export function reserve(t: Tables): string {
+  return `WITH cand AS (
+    SELECT e.message_id, e.message_key, e.concurrency
+      FROM ${t.eq} e
+     WHERE e.consumer_group_id = $1
+       AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
+       AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now())
+       AND EXISTS (SELECT 1 FROM ${t.ml} m WHERE m.id = e.message_id)
+       AND (e.concurrency = 'parallel' OR e.message_key IS NULL OR (
+             NOT EXISTS (SELECT 1 FROM ${t.kl} k WHERE k.consumer_group_id = $1 AND k.message_key = e.message_key
+                            AND k.expires_at >= now())
+             AND (e.concurrency <> 'ordered' OR (
+                   NOT EXISTS (SELECT 1 FROM ${t.eq} p WHERE p.consumer_group_id = $1 AND p.message_key = e.message_key
+                                  AND p.message_id < e.message_id AND p.status IN ('ready', 'inflight', 'deferred'))
+                   AND NOT EXISTS (SELECT 1 FROM ${t.ml} m2
+                                    WHERE m2.message_key = e.message_key AND m2.id < e.message_id
+                                      AND m2.id > (SELECT cur.committed FROM ${t.cur} cur WHERE cur.consumer_group_id = $1))))))
+     ORDER BY e.message_id
+     LIMIT $2
+     FOR UPDATE OF e SKIP LOCKED
+  ), pick AS (
+    SELECT x.message_id FROM (
+      SELECT cand.*, row_number() OVER (
+               PARTITION BY CASE WHEN cand.concurrency <> 'parallel' THEN cand.message_key END
+               ORDER BY cand.message_id) AS rn
+        FROM cand) x
+     WHERE x.rn = 1 OR x.concurrency = 'parallel' OR x.message_key IS NULL
+  ), len AS (
+    SELECT GREATEST(1, LEAST(
+             max(LEAST(GREATEST(COALESCE((m.options->>'timeout')::bigint, $3), $4), $5)) * ceil(count(*)::numeric / $6)::bigint + $7,
+             COALESCE($8, 9223372036854775807))) AS ms
+      FROM pick p JOIN ${t.ml} m ON m.id = p.message_id
+  )
+  UPDATE ${t.eq} e
+     SET lease_token = $9, lease_expires_at = now() + (SELECT ms FROM len) * interval '1 millisecond'
+    FROM pick p, ${t.ml} m
+   WHERE e.consumer_group_id = $1 AND e.message_id = p.message_id AND m.id = e.message_id
+  RETURNING e.message_id::text AS message_id, e.status, e.message_key, e.concurrency, e.attempts, e.delays,
+            m.payload, m.options, m.compaction_rank::text AS compaction_rank, m.created_at`;
+}
+
+export function startException(t: Tables): string {
+  return `SELECT ${t.fn("start_exception")}($1, $2, $3, $4, $5, $6) AS result`;
+}
+
+export function recordException(t: Tables): string {
+  return `SELECT ${t.fn("record_exception")}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) AS result`;
+}
+
+export function releaseReservations(t: Tables): string {
+  return `UPDATE ${t.eq} SET lease_token = NULL, lease_expires_at = NULL
+           WHERE consumer_group_id = $1 AND lease_token = $2 AND status IN ('ready', 'deferred')`;
+}

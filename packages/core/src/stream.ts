@@ -1,0 +1,363 @@
+import type pg from "pg";
+import type { SqlStreams, StreamInfo } from "./client.js";
+import { type MessageOptions, validateMessageOptions, validateStreamOptions, type StreamOptions } from "./config.js";
+import { Consumer } from "./consumer.js";
+import { RETRY_PAUSES, isTransient, query, sleep, transaction } from "./db.js";
+import { SqlStreamsError } from "./errors.js";
+import { type MaintainOptions, type MaintainReport, maintainStream } from "./maintain.js";
+import { destroyStream } from "./destroy.js";
+import { asPermissionError, lockMigrations, migrateStream } from "./sql/migrate.js";
+import { ensurePartition, nextSequenceValue } from "./sql/partitions.js";
+import * as P from "./sql/produce.js";
+import { encodePayload, idempotencyUuid, validateGroupName, validateKey } from "./validate.js";
+
+export interface ProduceOptions {
+  key?: string;
+  idempotencyKey?: string;
+  compaction?: { rank?: number };
+  message?: MessageOptions;
+}
+export interface BatchItem<T> {
+  payload: T;
+  key?: string;
+  compaction?: { rank?: number };
+  message?: MessageOptions;
+}
+export interface ProduceResult {
+  id: string;
+  duplicate: boolean;
+}
+
+interface Prepared {
+  payload: string;
+  bytes: number;
+  key: string | null;
+  rank: string | null;
+  options: string | null;
+  idempotency: string | null;
+}
+
+const PRODUCE_KEYS = ["key", "idempotencyKey", "compaction", "message"];
+const MAX_BATCH = 1_000;
+const NO_PARTITION = "23514";
+
+/** Validates one produce call (SPEC §3.2), before any statement. */
+function prepare(payload: unknown, opts: unknown, allowIdempotency: boolean, where = "options"): Prepared {
+  if (opts === undefined || opts === null) opts = {};
+  if (typeof opts !== "object" || Array.isArray(opts)) {
+    throw new SqlStreamsError("SQL0015", `${where} must be an object`);
+  }
+  const o = opts as Record<string, unknown>;
+  for (const k of Object.keys(o)) {
+    if (!PRODUCE_KEYS.includes(k) || (k === "idempotencyKey" && !allowIdempotency && o[k] !== undefined)) {
+      const why = k === "idempotencyKey" ? "batch items cannot carry an idempotencyKey; produce them one by one" : `unknown key; allowed: ${PRODUCE_KEYS.join(", ")}`;
+      throw new SqlStreamsError("SQL0015", `${where}.${k}: ${why}`, { path: `${where}.${k}` });
+    }
+  }
+  const text = encodePayload(payload);
+  const key = o.key === undefined ? null : validateKey(o.key, "key");
+  const idem = o.idempotencyKey === undefined ? null : idempotencyUuid(validateKey(o.idempotencyKey, "idempotencyKey"));
+  const message = validateMessageOptions(o.message, "message");
+  if ((message.concurrency === "exclusive" || message.concurrency === "ordered") && key === null) {
+    throw new SqlStreamsError("SQL0019", `message.concurrency '${message.concurrency}' needs a key`, { path: "message.concurrency" });
+  }
+  let rank: string | null = null;
+  if (o.compaction !== undefined) {
+    const c = o.compaction as Record<string, unknown> | null;
+    if (typeof c !== "object" || c === null || Array.isArray(c)) {
+      throw new SqlStreamsError("SQL0020", "compaction must be an object like { rank?: number }", { path: "compaction" });
+    }
+    if (key === null) throw new SqlStreamsError("SQL0020", "compaction needs a key (the compaction key)", { path: "compaction" });
+    const r = c.rank ?? 0;
+    if (typeof r !== "number" || !Number.isSafeInteger(r)) {
+      throw new SqlStreamsError("SQL0020", `compaction.rank must be a safe integer, got ${String(r)}`, { path: "compaction.rank" });
+    }
+    for (const k of Object.keys(c)) {
+      if (k !== "rank") throw new SqlStreamsError("SQL0020", `compaction.${k}: unknown key; allowed: rank`);
+    }
+    if (message.concurrency === "ordered") {
+      throw new SqlStreamsError("SQL0021", "message.concurrency 'ordered' cannot be combined with compaction", { path: "compaction" });
+    }
+    rank = String(r);
+  }
+  return {
+    payload: text,
+    bytes: Buffer.byteLength(text, "utf8"),
+    key,
+    rank,
+    options: Object.keys(message).length === 0 ? null : JSON.stringify(message),
+    idempotency: idem,
+  };
+}
+
+function checkSize(p: Prepared, info: StreamInfo): void {
+  if (p.bytes > info.maxPayloadBytes) {
+    throw new SqlStreamsError(
+      "SQL0017",
+      `payload is ${p.bytes} bytes of JSON; stream ${info.name} accepts at most ${info.maxPayloadBytes}`,
+      { bytes: p.bytes, limit: info.maxPayloadBytes },
+    );
+  }
+}
+
+function isNoPartition(e: unknown): boolean {
+  return (e as { code?: string })?.code === NO_PARTITION;
+}
+
+/** Errors that arrive without a server SQLSTATE after the statement was sent: outcome unknown. */
+function connectionLost(e: unknown): boolean {
+  const code = (e as { code?: string })?.code;
+  return !code || !/^[0-9A-Z]{5}$/.test(code) ? isTransient(e) : false;
+}
+
+export class Stream<T = unknown> {
+  /** Partitions this handle has seen or created (create-ahead is skipped for them). */
+  private readonly seenPartitions = new Set<bigint>();
+
+  constructor(
+    private readonly client: SqlStreams,
+    readonly name: string,
+  ) {}
+
+  /** Creates the stream_config row and the table family; on an existing stream replaces its settings. */
+  async register(opts: StreamOptions = {}): Promise<void> {
+    const o = validateStreamOptions(opts);
+    const db = this.client.db;
+    if ((await this.client.controlPlaneVersion()) === 0) await this.client.migrate();
+    else await this.client.ready();
+    try {
+      await transaction(db, async (c) => {
+        await lockMigrations(db, c);
+        const found = await query<{ id: string; partition_size: string }>(
+          db,
+          c,
+          `SELECT id::text, partition_size::text FROM ${db.q}.stream_config WHERE name = $1 FOR UPDATE`,
+          [this.name],
+        );
+        let id: string;
+        let size: string;
+        if (found.rowCount) {
+          id = found.rows[0].id;
+          size = found.rows[0].partition_size;
+          if (o.partitionSize !== undefined && String(o.partitionSize) !== size) {
+            throw new SqlStreamsError("SQL0011", `stream ${this.name} has partitionSize ${size}; it cannot change to ${o.partitionSize}`, {
+              stored: size,
+              given: o.partitionSize,
+            });
+          }
+          await query(
+            db,
+            c,
+            `UPDATE ${db.q}.stream_config SET retention_ms = $2, delivery_log_mode = $3, idempotency_key_ttl_ms = $4,
+                    max_payload_bytes = $5, updated_at = now() WHERE id = $1`,
+            [id, o.retentionMs, o.deliveryLog, o.idempotencyKeyTtlMs, o.maxPayloadBytes],
+          );
+        } else {
+          size = String(o.partitionSize ?? 1_000_000);
+          const ins = await query<{ id: string }>(
+            db,
+            c,
+            `INSERT INTO ${db.q}.stream_config (name, partition_size, retention_ms, delivery_log_mode, idempotency_key_ttl_ms, max_payload_bytes)
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id::text`,
+            [this.name, size, o.retentionMs, o.deliveryLog, o.idempotencyKeyTtlMs, o.maxPayloadBytes],
+          );
+          id = ins.rows[0].id;
+        }
+        await migrateStream(db, c, id, size);
+      });
+    } catch (e) {
+      throw asPermissionError(e);
+    }
+    this.client.streams.delete(this.name);
+  }
+
+  consumer(group: string): Consumer<T> {
+    return new Consumer<T>(this.client, this.name, validateGroupName(group));
+  }
+
+  /** Appends one message in its own transaction. */
+  async produce(payload: T, opts: ProduceOptions = {}): Promise<ProduceResult> {
+    const p = prepare(payload, opts, true);
+    const info = await this.client.streamInfo(this.name);
+    checkSize(p, info);
+    const db = this.client.db;
+    const text = p.idempotency ? P.produceIdempotent(db.q, info.id) : P.produceOne(db.q, info.id);
+    const values: unknown[] = [p.key, p.rank, p.payload, p.options];
+    if (p.idempotency) values.push(p.idempotency);
+    const rows = await this.runProduce<{ id: string; duplicate: boolean }>(info, text, values, 1);
+    let result: ProduceResult;
+    if (rows.length === 0) {
+      // The key's first produce committed after this statement's snapshot: read it now.
+      const again = await query<{ id: string }>(db, db.pool, P.idempotencyLookup(db.q, info.id), [p.idempotency]);
+      result = { id: again.rows[0].id, duplicate: true };
+    } else {
+      result = { id: rows[0].id, duplicate: rows[0].duplicate };
+    }
+    if (!result.duplicate) await this.createAhead(info, [result.id]);
+    return result;
+  }
+
+  /** Appends up to 1000 messages in one transaction, all or nothing; ids ascend in item order. */
+  async produceBatch(items: BatchItem<T>[]): Promise<ProduceResult[]> {
+    if (!Array.isArray(items)) throw new SqlStreamsError("SQL0015", "produceBatch takes an array of items");
+    if (items.length > MAX_BATCH) {
+      throw new SqlStreamsError("SQL0015", `produceBatch takes at most ${MAX_BATCH} items, got ${items.length}`, { count: items.length });
+    }
+    if (items.length === 0) return [];
+    const prepared = items.map((it, i) => {
+      if (typeof it !== "object" || it === null) throw new SqlStreamsError("SQL0015", `items[${i}] must be an object { payload, key?, ... }`);
+      const { payload, ...rest } = it;
+      if (!("payload" in it)) throw new SqlStreamsError("SQL0015", `items[${i}].payload is missing`);
+      return prepare(payload, rest, false, `items[${i}]`);
+    });
+    const info = await this.client.streamInfo(this.name);
+    for (const p of prepared) checkSize(p, info);
+    const parts: string[] = [];
+    for (const p of prepared) {
+      parts.push(
+        `{"p":${p.payload},"k":${p.key === null ? "null" : JSON.stringify(p.key)},"r":${p.rank ?? "null"},"o":${p.options ?? "null"}}`,
+      );
+    }
+    const doc = `[${parts.join(",")}]`;
+    const rows = await this.runProduce<{ id: string }>(info, P.produceBatch(this.client.db.q, info.id), [doc], items.length);
+    const ids = rows.map((r) => r.id);
+    await this.createAhead(info, ids);
+    return ids.map((id) => ({ id, duplicate: false }));
+  }
+
+  /**
+   * Appends one message inside the caller's open transaction (a pg.PoolClient after BEGIN). It
+   * becomes visible when the caller commits; a failed insert rolls back to a savepoint only.
+   */
+  async produceInTx(tx: pg.PoolClient, payload: T, opts: ProduceOptions = {}): Promise<ProduceResult> {
+    if (!tx || typeof (tx as { query?: unknown }).query !== "function") {
+      throw new SqlStreamsError("SQL0015", "produceInTx needs the pg client of an open transaction (after BEGIN)");
+    }
+    const p = prepare(payload, opts, true);
+    const info = await this.client.streamInfo(this.name);
+    checkSize(p, info);
+    const db = this.client.db;
+    try {
+      await query(db, tx, "SAVEPOINT sqlstreams_produce");
+    } catch (e) {
+      if ((e as { code?: string }).code === "25P01") {
+        throw new SqlStreamsError("SQL0015", "produceInTx needs a client inside an open transaction: call BEGIN first", {}, e);
+      }
+      throw e;
+    }
+    const text = p.idempotency ? P.produceIdempotent(db.q, info.id) : P.produceOne(db.q, info.id);
+    const values: unknown[] = [p.key, p.rank, p.payload, p.options];
+    if (p.idempotency) values.push(p.idempotency);
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const r = await query<{ id: string; duplicate: boolean }>(db, tx, text, values);
+        await query(db, tx, "RELEASE SAVEPOINT sqlstreams_produce");
+        if (r.rows.length === 0) {
+          const again = await query<{ id: string }>(db, tx, P.idempotencyLookup(db.q, info.id), [p.idempotency]);
+          return { id: again.rows[0].id, duplicate: true };
+        }
+        return { id: r.rows[0].id, duplicate: r.rows[0].duplicate };
+      } catch (e) {
+        await query(db, tx, "ROLLBACK TO SAVEPOINT sqlstreams_produce");
+        if (!isNoPartition(e) || attempt >= 3) {
+          if (isNoPartition(e)) throw new SqlStreamsError("SQL0023", "partition creation cannot keep up with the id sequence", {}, e);
+          throw e;
+        }
+        try {
+          await this.recoverPartitions(info, 1, 2_000);
+        } catch (err) {
+          throw new SqlStreamsError("SQL0022", `the partition for the next id of ${this.name} is missing and could not be created now`, {}, err);
+        }
+      }
+    }
+  }
+
+  /** Runs maintenance for this stream. */
+  async maintain(opts: MaintainOptions = {}): Promise<MaintainReport> {
+    await this.client.ready();
+    return maintainStream(this.client, this.name, opts);
+  }
+
+  /** Drops the stream and its whole table family; refused while it holds messages or groups unless forced. */
+  async destroy(opts: { force?: boolean } = {}): Promise<void> {
+    await destroyStream(this.client, this.name, opts);
+    this.client.streams.delete(this.name);
+  }
+
+  /** Sends a produce statement with transient retries and missing-partition recovery (SPEC §3.7, §3.8). */
+  private async runProduce<R extends pg.QueryResultRow>(info: StreamInfo, text: string, values: unknown[], n: number): Promise<R[]> {
+    const db = this.client.db;
+    let recoveries = 0;
+    let transient = 0;
+    for (;;) {
+      let c: pg.PoolClient;
+      try {
+        c = await db.pool.connect();
+      } catch (e) {
+        if (transient < RETRY_PAUSES.length && isTransient(e)) {
+          await sleep(RETRY_PAUSES[transient++]);
+          continue;
+        }
+        throw e;
+      }
+      try {
+        const r = await query<R>(db, c, text, values);
+        c.release();
+        return r.rows;
+      } catch (e) {
+        c.release(true);
+        if (isNoPartition(e)) {
+          if (recoveries >= 3) throw new SqlStreamsError("SQL0023", "partition creation cannot keep up with the id sequence after 3 retries", {}, e);
+          recoveries++;
+          await this.recoverPartitions(info, n);
+          continue;
+        }
+        if (connectionLost(e)) {
+          throw new SqlStreamsError(
+            "SQL0024",
+            "the connection was lost while the produce was committing: the message may or may not exist; an idempotencyKey makes a retry safe",
+            {},
+            e,
+          );
+        }
+        if (transient < RETRY_PAUSES.length && isTransient(e)) {
+          await sleep(RETRY_PAUSES[transient++]);
+          continue;
+        }
+        throw e;
+      }
+    }
+  }
+
+  /** Creates every partition covering the next n ids after an insert found none (SQL0041). */
+  private async recoverPartitions(info: StreamInfo, n: number, _timeoutMs?: number): Promise<void> {
+    const db = this.client.db;
+    const next = await nextSequenceValue(db, info.id);
+    const first = next / info.partitionSize;
+    const last = (next + BigInt(n)) / info.partitionSize;
+    for (let k = first; k <= last; k++) {
+      await ensurePartition(db, info.id, info.partitionSize, k);
+      this.seenPartitions.add(k);
+    }
+    db.events.emit({ level: "warn", code: "SQL0041", message: `missing partition of ${info.name} recovered`, stream: info.name, from: String(first), to: String(last) });
+  }
+
+  /** Ensures the next partition exists once a produce lands in the last tenth of one (SPEC §3.7). */
+  private async createAhead(info: StreamInfo, ids: string[]): Promise<void> {
+    const size = info.partitionSize;
+    const x = BigInt(ids[ids.length - 1]);
+    const k = x / size;
+    if ((x - k * size) * 10n < 9n * size || this.seenPartitions.has(k + 1n)) return;
+    try {
+      await ensurePartition(this.client.db, info.id, size, k + 1n);
+      this.seenPartitions.add(k + 1n);
+    } catch (e) {
+      this.client.db.events.emit({
+        level: "warn",
+        code: "SQL0041",
+        message: `create-ahead of partition ${k + 1n} of ${info.name} failed: ${(e as Error).message}`,
+        stream: info.name,
+      });
+    }
+  }
+}

@@ -1,0 +1,75 @@
+import { describe, expect, it } from "vitest";
+import { useFreshDatabase } from "./support/db.js";
+import { S, count, cursor, dlRows, groupIdOf, testClient } from "./support/streams.js";
+
+const url = useFreshDatabase();
+
+describe("happy path (SPEC C1, C2, C17)", () => {
+  it("C1: eight messages drained once each, ascending, no rows written, cursor at the head", async () => {
+    const t = testClient(url());
+    await t.client.migrate();
+    const s = t.client.stream<{ n: number }>("orders.placed");
+    await s.register();
+    const g = s.consumer("fraud-scoring");
+    await g.register();
+    for (let i = 1; i <= 8; i++) await s.produce({ n: i });
+    const seen: string[] = [];
+    const r = await g.drain((m) => {
+      seen.push(m.id);
+      expect(m.payload).toEqual({ n: Number(m.id) });
+      expect(m.attempt).toBe(0);
+      expect(m.stream).toBe("orders.placed");
+      expect(m.group).toBe("fraud-scoring");
+      expect(m.createdAt).toBeInstanceOf(Date);
+    });
+    expect(seen).toEqual(["1", "2", "3", "4", "5", "6", "7", "8"]);
+    expect(r.succeeded).toBe(8);
+    expect(r.committedAfter).toBe("8");
+    const gid = await groupIdOf(t, "fraud-scoring");
+    expect(await count(t, "exception_queue_1")).toBe(0);
+    expect(await count(t, "delivery_log_1")).toBe(0);
+    expect(await count(t, "claim_lease_1")).toBe(0);
+    const c = await cursor(t, 1, gid);
+    expect(c.claimed).toBe("8");
+    expect(c.committed).toBe("8");
+    const p = await g.progress();
+    expect(p.lag).toBe("0");
+    expect(p.head).toBe("8");
+  });
+
+  it("C2: mode all logs one success row per message", async () => {
+    const t = testClient(url());
+    const s = t.client.stream("audit.all");
+    await s.register({ deliveryLog: "all" });
+    const g = s.consumer("g");
+    await g.register();
+    await s.produceBatch([{ payload: 1 }, { payload: 2 }, { payload: 3 }]);
+    await g.drain(() => {});
+    const sid = (await t.sql<{ id: string }>(`SELECT id::text FROM ${S}.stream_config WHERE name = 'audit.all'`))[0].id;
+    const gid = await groupIdOf(t, "g");
+    const dl = await dlRows(t, sid, gid);
+    expect(dl.map((r) => [r.message_id, r.attempt, r.status, r.error])).toEqual([
+      ["1", 0, "success", ""], ["2", 0, "success", ""], ["3", 0, "success", ""],
+    ]);
+  });
+
+  it("C17: start head begins after the existing messages; re-registering never moves the cursor", async () => {
+    const t = testClient(url());
+    const s = t.client.stream("head.start");
+    await s.register();
+    const items = Array.from({ length: 100 }, (_, i) => ({ payload: { i } }));
+    await s.produceBatch(items);
+    const g = s.consumer("late");
+    await g.register({ start: "head" });
+    const sid = (await t.sql<{ id: string }>(`SELECT id::text FROM ${S}.stream_config WHERE name = 'head.start'`))[0].id;
+    const gid = await groupIdOf(t, "late");
+    expect(await cursor(t, sid, gid)).toEqual({ claimed: "100", committed: "100", settled_head: "100", pending_head: "0", pending_xid: null });
+    await s.produce({ i: 101 });
+    const seen: string[] = [];
+    const r = await g.poll((m) => void seen.push(m.id));
+    expect(seen).toEqual(["101"]);
+    expect(r.rangesClaimed).toBe(1);
+    await g.register({ start: "beginning" });
+    expect((await cursor(t, sid, gid)).claimed).toBe("101");
+  });
+});

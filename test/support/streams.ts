@@ -1,0 +1,98 @@
+// Shared helpers for scenario tests: a client whose events are captured, and table readers.
+import pg from "pg";
+import { afterAll } from "vitest";
+import { SqlStreams, type LogEvent } from "@sqlstreams/core";
+
+export interface TestClient {
+  client: SqlStreams;
+  events: LogEvent[];
+  statements: string[];
+  pool: pg.Pool;
+  sql<R extends pg.QueryResultRow = Record<string, unknown>>(text: string, values?: unknown[]): Promise<R[]>;
+}
+
+/** A client on its own pool, capturing log events and statement texts; closed after the file. */
+export function testClient(url: string, opts: { schema?: string } = {}): TestClient {
+  const events: LogEvent[] = [];
+  const statements: string[] = [];
+  const pool = new pg.Pool({ connectionString: url, max: 8 });
+  const client = new SqlStreams({
+    pool,
+    schema: opts.schema,
+    logger: (e) => events.push(e),
+    onQuery: (text) => statements.push(text),
+  });
+  const t: TestClient = {
+    client,
+    events,
+    statements,
+    pool,
+    async sql(text, values) {
+      return (await pool.query(text, values)).rows;
+    },
+  };
+  afterAll(async () => {
+    await client.close();
+    await pool.end();
+  });
+  return t;
+}
+
+export const S = "sqlstreams";
+
+/** Cursor row of a group, as strings. */
+export async function cursor(t: TestClient, n: number | string, groupId: number | string) {
+  const r = await t.sql<{ claimed: string; committed: string; settled_head: string; pending_head: string; pending_xid: string | null }>(
+    `SELECT claimed::text, committed::text, settled_head::text, pending_head::text, pending_xid::text FROM ${S}.consumer_group_cursor_${n} WHERE consumer_group_id = $1`,
+    [groupId],
+  );
+  return r[0];
+}
+
+export async function groupIdOf(t: TestClient, name: string): Promise<string> {
+  const r = await t.sql<{ id: string }>(`SELECT id::text FROM ${S}.consumer_group_config WHERE name = $1`, [name]);
+  return r[0].id;
+}
+
+export async function streamIdOf(t: TestClient, name: string): Promise<string> {
+  const r = await t.sql<{ id: string }>(`SELECT id::text FROM ${S}.stream_config WHERE name = $1`, [name]);
+  return r[0].id;
+}
+
+export async function count(t: TestClient, table: string, where = "TRUE", values: unknown[] = []): Promise<number> {
+  const r = await t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM ${S}.${table} WHERE ${where}`, values);
+  return r[0].n;
+}
+
+/** Exception rows of a group keyed by message id. */
+export async function eqRows(t: TestClient, n: number | string, groupId: string) {
+  return t.sql<{
+    message_id: string; status: string; message_key: string | null; concurrency: string; attempts: number; delays: number;
+    last_error: string | null; lease_token: string | null; gap_ms: number; can_run_after: Date; updated_at: Date;
+  }>(
+    `SELECT message_id::text, status, message_key, concurrency, attempts, delays, last_error, lease_token::text,
+            (EXTRACT(EPOCH FROM (can_run_after - updated_at)) * 1000)::float8 AS gap_ms, can_run_after, updated_at
+       FROM ${S}.exception_queue_${n} WHERE consumer_group_id = $1 ORDER BY message_id`,
+    [groupId],
+  );
+}
+
+export async function dlRows(t: TestClient, n: number | string, groupId: string, messageId?: string) {
+  return t.sql<{ message_id: string; attempt: number; status: string; error: string }>(
+    `SELECT message_id::text, attempt, status, error FROM ${S}.delivery_log_${n}
+      WHERE consumer_group_id = $1 AND ($2::bigint IS NULL OR message_id = $2::bigint) ORDER BY id`,
+    [groupId, messageId ?? null],
+  );
+}
+
+/** Makes every due-later exception row due now (instead of waiting for backoff). */
+export async function makeDue(t: TestClient, n: number | string): Promise<void> {
+  await t.sql(`UPDATE ${S}.exception_queue_${n} SET can_run_after = now() - interval '1 millisecond' WHERE status = 'ready'`);
+}
+
+/** Expires every lease of a stream (range, row and key leases). */
+export async function expireLeases(t: TestClient, n: number | string): Promise<void> {
+  await t.sql(`UPDATE ${S}.claim_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
+  await t.sql(`UPDATE ${S}.exception_queue_${n} SET lease_expires_at = now() - interval '1 millisecond' WHERE lease_token IS NOT NULL`);
+  await t.sql(`UPDATE ${S}.message_key_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
+}
