@@ -1,10 +1,269 @@
-// Placeholder until issue 7 lands (owned by the maintenance work).
+// Destroying a consumer group or a whole stream. Guarded: refused with SQL0042 while there is
+// live work (open range leases, live key leases, unresolved exception rows) or, for a stream,
+// while it still holds messages — unless { force: true }.
+import type pg from "pg";
 import type { SqlStreams } from "./client.js";
+import { type Db, RETRY_PAUSES, query, sleep, transaction } from "./db.js";
 import { SqlStreamsError } from "./errors.js";
+import { retentionLockKey } from "./sql/maintain.js";
+import { lockMigrations } from "./sql/migrate.js";
+import { table } from "./sql/names.js";
+import { validateGroupName, validateStreamName } from "./validate.js";
 
-export async function destroyGroup(_client: SqlStreams, stream: string, group: string, _opts: { force?: boolean }): Promise<void> {
-  throw new SqlStreamsError("SQL0042", `destroy of ${stream}/${group} is not available yet`);
+export interface DestroyOptions {
+  /** Destroy even with live leases, unresolved rows or (for a stream) retained messages. */
+  force?: boolean;
 }
-export async function destroyStream(_client: SqlStreams, stream: string, _opts: { force?: boolean }): Promise<void> {
-  throw new SqlStreamsError("SQL0042", `destroy of ${stream} is not available yet`);
+
+/** What a group holds that a destroy would throw away while it is still work. */
+export interface LiveWork {
+  /** Range leases of the group (open, expired or released: the ids inside are unresolved). */
+  rangeLeases: number;
+  /** Key leases that have not expired. */
+  keyLeases: number;
+  ready: number;
+  deferred: number;
+  inflight: number;
+}
+
+export interface DestroyGroupResult {
+  stream: string;
+  group: string;
+  forced: boolean;
+  /** The live work found (and, when forced, discarded). */
+  live: LiveWork;
+  deleted: { exceptionRows: number; deliveryLogRows: number; rangeLeases: number; keyLeases: number };
+}
+
+export interface DestroyStreamResult {
+  stream: string;
+  streamId: string;
+  forced: boolean;
+  /** Whether the stream still held messages. */
+  hadMessages: boolean;
+  /** Names of the groups destroyed with it. */
+  groups: string[];
+}
+
+/** Lock waits of a destroy; a busy stream fails with SQL0042 rather than queueing producers for long. */
+const DESTROY_LOCK_TIMEOUT = "5000ms";
+
+function opt(opts: unknown): boolean {
+  if (opts === undefined || opts === null) return false;
+  if (typeof opts !== "object" || Array.isArray(opts)) throw new SqlStreamsError("SQL0015", "destroy options must be an object like { force?: boolean }");
+  const f = (opts as DestroyOptions).force;
+  if (f !== undefined && typeof f !== "boolean") throw new SqlStreamsError("SQL0015", `destroy option force must be a boolean, got ${String(f)}`);
+  for (const k of Object.keys(opts)) {
+    if (k !== "force") throw new SqlStreamsError("SQL0015", `destroy option ${k}: unknown key; allowed: force`);
+  }
+  return f === true;
+}
+
+function liveWorkSql(db: Db, streamId: string, groupFilter: string): string {
+  const eq = table(db.q, streamId, "exception_queue");
+  const cl = table(db.q, streamId, "claim_lease");
+  const kl = table(db.q, streamId, "message_key_lease");
+  return `SELECT
+      (SELECT count(*) FROM ${cl} l WHERE l.consumer_group_id ${groupFilter})::int AS range_leases,
+      (SELECT count(*) FROM ${kl} k WHERE k.consumer_group_id ${groupFilter} AND k.expires_at > now())::int AS key_leases,
+      (SELECT count(*) FROM ${eq} e WHERE e.consumer_group_id ${groupFilter} AND e.status = 'ready')::int AS ready,
+      (SELECT count(*) FROM ${eq} e WHERE e.consumer_group_id ${groupFilter} AND e.status = 'deferred')::int AS deferred,
+      (SELECT count(*) FROM ${eq} e WHERE e.consumer_group_id ${groupFilter} AND e.status = 'inflight')::int AS inflight`;
+}
+
+async function liveWork(db: Db, c: pg.PoolClient, streamId: string, groupFilter: string, values: unknown[]): Promise<LiveWork> {
+  const r = await query<{ range_leases: number; key_leases: number; ready: number; deferred: number; inflight: number }>(
+    db,
+    c,
+    liveWorkSql(db, streamId, groupFilter),
+    values,
+  );
+  const x = r.rows[0];
+  return { rangeLeases: x.range_leases, keyLeases: x.key_leases, ready: x.ready, deferred: x.deferred, inflight: x.inflight };
+}
+
+function hasLiveWork(w: LiveWork): boolean {
+  return w.rangeLeases + w.keyLeases + w.ready + w.deferred + w.inflight > 0;
+}
+
+function describe(w: LiveWork): string {
+  const parts: string[] = [];
+  if (w.rangeLeases) parts.push(`${w.rangeLeases} range lease(s)`);
+  if (w.keyLeases) parts.push(`${w.keyLeases} live key lease(s)`);
+  const unresolved = w.ready + w.deferred + w.inflight;
+  if (unresolved) parts.push(`${unresolved} unresolved exception row(s) (ready ${w.ready}, deferred ${w.deferred}, inflight ${w.inflight})`);
+  return parts.join(", ");
+}
+
+function lockBusy(e: unknown, what: string): unknown {
+  if ((e as { code?: string })?.code === "55P03") {
+    return new SqlStreamsError("SQL0042", `${what} refused: its tables are in use (lock wait over ${DESTROY_LOCK_TIMEOUT}); retry when producers and pollers are idle`, {}, e);
+  }
+  return e;
+}
+
+/**
+ * One destroy transaction, repeated (100, 200, 400 ms) when Postgres picked it as a deadlock
+ * victim: destroys take table and row locks that a running poll may also want, and lose the race
+ * rather than make the poll fail. A lock wait over the timeout becomes SQL0042.
+ */
+async function destroyTx<T>(db: Db, what: string, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await transaction(db, async (c) => {
+        await query(db, c, `SET LOCAL lock_timeout = '${DESTROY_LOCK_TIMEOUT}'`);
+        return fn(c);
+      });
+    } catch (e) {
+      const code = (e as { code?: string })?.code;
+      if ((code === "40P01" || code === "40001") && attempt < RETRY_PAUSES.length) {
+        await sleep(RETRY_PAUSES[attempt]);
+        continue;
+      }
+      throw lockBusy(e, what);
+    }
+  }
+}
+
+async function streamIdOf(db: Db, c: pg.PoolClient, name: string): Promise<string> {
+  const s = await query<{ id: string }>(db, c, `SELECT id::text FROM ${db.q}.stream_config WHERE name = $1 FOR UPDATE`, [name]);
+  if (s.rowCount === 0) throw new SqlStreamsError("SQL0009", `stream ${JSON.stringify(name)} is not registered`, { stream: name });
+  return s.rows[0].id;
+}
+
+/**
+ * Deletes a consumer group: its config, cursor, exception rows, delivery-log rows and leases, in
+ * one transaction. Refused (SQL0042) while the group has range leases, live key leases or
+ * unresolved exception rows, unless forced. A poll of the group that is still running finds its
+ * leases gone and writes nothing. Removing a lagging group releases the retention it held.
+ */
+export async function destroyGroup(client: SqlStreams, stream: string, group: string, opts: DestroyOptions = {}): Promise<DestroyGroupResult> {
+  const streamName = validateStreamName(stream);
+  const groupName = validateGroupName(group);
+  const force = opt(opts);
+  await client.ready();
+  const db = client.db;
+  const result = await destroyTx(db, `destroy of group ${streamName}/${groupName}`, async (c) => {
+    // Share-lock the stream row so a concurrent destroyStream() cannot drop the tables under us.
+    const s = await query<{ id: string }>(db, c, `SELECT id::text FROM ${db.q}.stream_config WHERE name = $1 FOR SHARE`, [streamName]);
+    if (s.rowCount === 0) throw new SqlStreamsError("SQL0009", `stream ${JSON.stringify(streamName)} is not registered`, { stream: streamName });
+    const streamId = s.rows[0].id;
+    const t = (name: string) => table(db.q, streamId, name);
+    const g = await query<{ id: string }>(
+      db,
+      c,
+      `SELECT id::text FROM ${db.q}.consumer_group_config WHERE stream_id = $1 AND name = $2 FOR UPDATE`,
+      [streamId, groupName],
+    );
+    if (g.rowCount === 0) {
+      throw new SqlStreamsError("SQL0010", `consumer group ${JSON.stringify(groupName)} is not registered on stream ${streamName}`, { stream: streamName, group: groupName });
+    }
+    const groupId = g.rows[0].id;
+    // Locks in the order the poll takes them: range leases (recording locks its lease, then the
+    // cursor), then the cursor (a fresh claim locks it first, then waits for us and finds no group),
+    // then exception rows before key leases (starting and recording a row lock it, then its key).
+    await query(db, c, `SELECT 1 FROM ${t("claim_lease")} WHERE consumer_group_id = $1 ORDER BY token FOR UPDATE`, [groupId]);
+    await query(db, c, `SELECT 1 FROM ${t("consumer_group_cursor")} WHERE consumer_group_id = $1 FOR UPDATE`, [groupId]);
+    const live = await liveWork(db, c, streamId, "= $1", [groupId]);
+    if (hasLiveWork(live) && !force) {
+      throw new SqlStreamsError(
+        "SQL0042",
+        `destroy of group ${streamName}/${groupName} refused: it has ${describe(live)}; pause it and let the work finish (or expire), or pass { force: true }`,
+        { stream: streamName, group: groupName, ...live },
+      );
+    }
+    const del = async (name: string) => (await query(db, c, `DELETE FROM ${t(name)} WHERE consumer_group_id = $1`, [groupId])).rowCount ?? 0;
+    const exceptionRows = await del("exception_queue");
+    const deliveryLogRows = await del("delivery_log");
+    const rangeLeases = await del("claim_lease");
+    const keyLeases = await del("message_key_lease");
+    await del("consumer_group_cursor");
+    await query(db, c, `DELETE FROM ${db.q}.consumer_group_config WHERE id = $1`, [groupId]);
+    const out: DestroyGroupResult = {
+      stream: streamName,
+      group: groupName,
+      forced: force,
+      live,
+      deleted: { exceptionRows, deliveryLogRows, rangeLeases, keyLeases },
+    };
+    return out;
+  });
+  db.events.emit(
+    { level: "warn", code: "DESTROY", message: `group ${streamName}/${groupName} destroyed${force ? " (forced)" : ""}`, stream: streamName, group: groupName, deleted: result.deleted },
+    false,
+  );
+  return result;
+}
+
+/**
+ * Drops a stream: its whole table family (every partition, the sequence, the protocol functions),
+ * its groups and its control-plane rows, in one transaction that also holds the migration lock.
+ * Refused (SQL0042) while the stream still holds messages or any group has live work, unless
+ * forced. Producers and pollers that still know the stream's id fail afterwards; a stream
+ * registered again under the same name gets a new id and an empty family.
+ */
+export async function destroyStream(client: SqlStreams, stream: string, opts: DestroyOptions = {}): Promise<DestroyStreamResult> {
+  const streamName = validateStreamName(stream);
+  const force = opt(opts);
+  await client.ready();
+  const db = client.db;
+  const result = await destroyTx(db, `destroy of stream ${streamName}`, async (c) => {
+    await lockMigrations(db, c);
+    const streamId = await streamIdOf(db, c, streamName);
+    // Wait for a partition drop or sweep batch of a running maintain() to finish.
+    await query(db, c, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [retentionLockKey(db, streamId)]);
+    const ml = table(db.q, streamId, "message_log");
+    const present = await query<{ ok: boolean }>(db, c, "SELECT to_regclass($1) IS NOT NULL AS ok", [ml]);
+    let hadMessages = false;
+    if (present.rows[0].ok) {
+      // No message can arrive between the check below and the drop. (A poll that holds a family
+      // table and waits for the log can deadlock with us here; Postgres breaks it and destroyTx
+      // runs again.)
+      await query(db, c, `LOCK TABLE ${ml} IN ACCESS EXCLUSIVE MODE`);
+      hadMessages = (await query<{ any: boolean }>(db, c, `SELECT EXISTS (SELECT 1 FROM ${ml}) AS any`)).rows[0].any;
+    }
+    const groups = await query<{ name: string }>(
+      db,
+      c,
+      `SELECT name FROM ${db.q}.consumer_group_config WHERE stream_id = $1 ORDER BY id`,
+      [streamId],
+    );
+    if (!force) {
+      const familyPresent = present.rows[0].ok;
+      const live = familyPresent
+        ? await liveWork(db, c, streamId, `IN (SELECT id FROM ${db.q}.consumer_group_config WHERE stream_id = $1)`, [streamId])
+        : null;
+      if (hadMessages || (live && hasLiveWork(live))) {
+        const why = [hadMessages ? "it still holds messages" : "", live && hasLiveWork(live) ? `its groups have ${describe(live)}` : ""]
+          .filter(Boolean)
+          .join("; ");
+        throw new SqlStreamsError(
+          "SQL0042",
+          `destroy of stream ${streamName} refused: ${why}; let retention empty it and the groups finish, or pass { force: true }`,
+          { stream: streamName, hadMessages, groups: groups.rows.map((g) => g.name), ...(live ?? {}) },
+        );
+      }
+    }
+    const family = ["message_log", "exception_queue", "delivery_log", "consumer_group_cursor", "claim_lease", "message_key_lease", "compaction_head", "idempotency_key"];
+    await query(db, c, `DROP TABLE IF EXISTS ${family.map((t) => table(db.q, streamId, t)).join(", ")}`);
+    // The family's protocol functions are named <step>_<N>; drop every overload found.
+    const fns = await query<{ sig: string }>(
+      db,
+      c,
+      `SELECT p.oid::regprocedure::text AS sig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = $1 AND p.proname ~ $2`,
+      [db.schema, `^[a-z][a-z_]*_${streamId}$`],
+    );
+    for (const f of fns.rows) await query(db, c, `DROP FUNCTION IF EXISTS ${f.sig}`);
+    // consumer_group_config and migration_log rows go by ON DELETE CASCADE.
+    await query(db, c, `DELETE FROM ${db.q}.stream_config WHERE id = $1`, [streamId]);
+    const out: DestroyStreamResult = { stream: streamName, streamId, forced: force, hadMessages, groups: groups.rows.map((g) => g.name) };
+    return out;
+  });
+  client.streams.delete(streamName);
+  db.events.emit(
+    { level: "warn", code: "DESTROY", message: `stream ${streamName} (id ${result.streamId}) destroyed${force ? " (forced)" : ""}`, stream: streamName, groups: result.groups },
+    false,
+  );
+  return result;
 }

@@ -1,36 +1,293 @@
-// Maintenance (SPEC §10): partitions ahead, retention drops and sweeps, TTLs, expired leases,
-// empty compaction heads. Placeholder until issue 7 lands.
+// Maintenance (SPEC §10): partitions ahead of the producers, retention drops and sweeps, TTLs,
+// expired key leases, empty compaction heads. Driven from outside (the maintain Lambda, `sqlstreams
+// dev`, stream.maintain()); every step is bounded, independent and safe to run from several
+// invocations at once. The statements live in sql/maintain.ts.
 import type { SqlStreams } from "./client.js";
+import { transaction } from "./db.js";
+import { SqlStreamsError } from "./errors.js";
+import {
+  BATCH,
+  type Floor,
+  FloorMoved,
+  type MaintainedStream,
+  deleteDeliveryLogBatch,
+  deleteEmptyHeads,
+  deleteExpiredKeyLeases,
+  deleteIdempotencyKeys,
+  dropPartitionTx,
+  expiredAboveFloor,
+  floorOf,
+  loadStreams,
+  partitionExpired,
+  partitionState,
+  sweepBatchTx,
+  sweepWindow,
+} from "./sql/maintain.js";
+import { ensurePartition } from "./sql/partitions.js";
+import { validateStreamName } from "./validate.js";
 
 export interface MaintainOptions {
+  /** Epoch ms. No step or batch starts when less than 2 000 ms remain. */
   deadline?: number;
 }
+
 export interface MaintainReport {
   stream: string;
   partitionsCreated: number;
   partitionsDropped: number;
+  /** Expired partitions left for a later run because a lock could not be had within 2 s (SQL0041). */
+  partitionsSkipped: number;
+  /** Message rows deleted by the row sweep (step 3). */
   rowsSwept: number;
+  /** exception_queue_N rows removed with their messages (dropped partitions and sweeps). */
+  exceptionRowsDeleted: number;
+  /** delivery_log_N rows removed with their messages. */
+  deliveryLogRowsDeleted: number;
   idempotencyKeysDeleted: number;
   keyLeasesDeleted: number;
   emptyHeadsDeleted: number;
+  /** The retention floor (SPEC §10.3) when retention is on, else null. */
+  floor: string | null;
+  /**
+   * Set when expired messages are kept because a group has not resolved them: the group whose
+   * cursor (or oldest unresolved row) holds the floor. Monitoring should alert on it.
+   */
+  retentionHeldBy: { group: string; committed: string; unresolvedFrom: string | null; paused: boolean } | null;
+  /** True when the deadline stopped a step or a batch loop early. */
+  deadlineReached: boolean;
   errors: { step: string; code: string; message: string }[];
 }
 
+/** Room a step or batch needs before the deadline (SPEC §10.1). */
+const DEADLINE_MARGIN_MS = 2_000;
+
+function emptyReport(stream: string): MaintainReport {
+  return {
+    stream,
+    partitionsCreated: 0,
+    partitionsDropped: 0,
+    partitionsSkipped: 0,
+    rowsSwept: 0,
+    exceptionRowsDeleted: 0,
+    deliveryLogRowsDeleted: 0,
+    idempotencyKeysDeleted: 0,
+    keyLeasesDeleted: 0,
+    emptyHeadsDeleted: 0,
+    floor: null,
+    retentionHeldBy: null,
+    deadlineReached: false,
+    errors: [],
+  };
+}
+
+function errorCode(e: unknown): { code: string; message: string } {
+  if (e instanceof SqlStreamsError) return { code: e.code, message: e.message };
+  const err = e as { code?: string; message?: string };
+  if (err?.code === "42501") return { code: "SQL0005", message: `the role lacks a privilege: ${err.message}` };
+  return { code: "SQL0033", message: `${err?.code ? `[${err.code}] ` : ""}${err?.message ?? String(e)}` };
+}
+
+const LOCK_FAILURES = new Set(["55P03", "40P01"]);
+
+/** Runs maintenance for every registered stream, or the named ones (all must exist: SQL0009). */
 export async function maintainStreams(
   client: SqlStreams,
   opts: MaintainOptions & { streams?: string[] },
 ): Promise<Record<string, MaintainReport>> {
-  const names = opts.streams ?? (await client.streamNames());
-  const out: Record<string, MaintainReport> = {};
-  for (const name of names) {
-    out[name] = {
-      stream: name, partitionsCreated: 0, partitionsDropped: 0, rowsSwept: 0,
-      idempotencyKeysDeleted: 0, keyLeasesDeleted: 0, emptyHeadsDeleted: 0, errors: [],
-    };
+  const db = client.db;
+  let names: string[] | undefined;
+  if (opts.streams !== undefined) {
+    if (!Array.isArray(opts.streams)) throw new SqlStreamsError("SQL0015", "maintain({ streams }) takes an array of stream names");
+    names = opts.streams.map((n) => validateStreamName(n));
   }
+  checkDeadline(opts.deadline);
+  const streams = await loadStreams(db, names);
+  if (names !== undefined) {
+    const found = new Set(streams.map((s) => s.name));
+    const missing = names.filter((n) => !found.has(n));
+    if (missing.length > 0) {
+      throw new SqlStreamsError("SQL0009", `stream ${JSON.stringify(missing[0])} is not registered`, { stream: missing[0], missing });
+    }
+  }
+  const out: Record<string, MaintainReport> = {};
+  for (const s of streams) out[s.name] = await maintainOne(client, s, opts.deadline);
   return out;
 }
 
-export async function maintainStream(client: SqlStreams, stream: string, opts: MaintainOptions): Promise<MaintainReport> {
-  return (await maintainStreams(client, { ...opts, streams: [stream] }))[stream];
+/** Runs maintenance for one stream (what `stream.maintain()` calls). */
+export async function maintainStream(client: SqlStreams, streamName: string, opts: MaintainOptions = {}): Promise<MaintainReport> {
+  const name = validateStreamName(streamName);
+  checkDeadline(opts.deadline);
+  await client.ready();
+  const [s] = await loadStreams(client.db, [name]);
+  if (!s) throw new SqlStreamsError("SQL0009", `stream ${JSON.stringify(name)} is not registered`, { stream: name });
+  return maintainOne(client, s, opts.deadline);
+}
+
+function checkDeadline(deadline: unknown): void {
+  if (deadline !== undefined && (typeof deadline !== "number" || !Number.isFinite(deadline))) {
+    throw new SqlStreamsError("SQL0015", "maintain({ deadline }) must be epoch milliseconds (a finite number)", { deadline });
+  }
+}
+
+async function maintainOne(client: SqlStreams, s: MaintainedStream, deadline: number | undefined): Promise<MaintainReport> {
+  const db = client.db;
+  const report = emptyReport(s.name);
+  const late = (): boolean => {
+    if (deadline !== undefined && deadline - Date.now() < DEADLINE_MARGIN_MS) {
+      report.deadlineReached = true;
+      return true;
+    }
+    return false;
+  };
+  const step = async (name: string, fn: () => Promise<void>): Promise<void> => {
+    if (late()) return;
+    try {
+      await fn();
+    } catch (e) {
+      const { code, message } = errorCode(e);
+      report.errors.push({ step: name, code, message });
+      db.events.emit({ level: "error", code, message: `maintain ${name} failed: ${message}`, stream: s.name, step: name });
+    }
+  };
+
+  // Shared by the steps below; read once (step 1) so that an idle run stays a handful of statements.
+  let next = 0n;
+  let partitions: bigint[] = [];
+  let stateKnown = false;
+
+  // 1. Partition create-ahead: K and K+1 of the id the sequence hands out next.
+  await step("partitions", async () => {
+    const st = await partitionState(db, s.id);
+    next = st.next;
+    partitions = st.partitions;
+    stateKnown = true;
+    const k = next / s.partitionSize;
+    for (const want of [k, k + 1n]) {
+      if (partitions.includes(want)) continue;
+      if (await ensurePartition(db, s.id, s.partitionSize, want)) report.partitionsCreated++;
+      partitions.push(want);
+    }
+  });
+
+  if (s.retentionMs > 0n && stateKnown) {
+    // The partition the producers last wrote into (holding id next − 1) is never dropped or swept,
+    // so the visible head survives retention.
+    const active = next > 0n ? (next - 1n) / s.partitionSize : 0n;
+    const activeLow = active * s.partitionSize;
+    let f: Floor | null = null;
+
+    // 2. Drop expired partitions that lie wholly at or below the floor.
+    await step("drop", async () => {
+      f = await floorOf(db, s.id);
+      report.floor = String(f.floor);
+      const candidates = partitions.filter((j) => j < active).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+      for (const j of candidates) {
+        if ((j + 1n) * s.partitionSize - 1n > f.floor) break; // above the floor: so are the later ones
+        if (late()) return;
+        if (!(await partitionExpired(db, s.id, j, s.retentionMs))) break; // later partitions are newer
+        const r = await dropPartition(client, s, j, late, report);
+        if (r === "dropped") report.partitionsDropped++;
+        else if (r === "skipped") report.partitionsSkipped++;
+        else if (r === "stop") return;
+      }
+    });
+
+    // 3. Sweep expired rows at or below the floor, lowest id first, one batch per transaction.
+    await step("sweep", async () => {
+      f ??= await floorOf(db, s.id);
+      report.floor = String(f.floor);
+      const limit = f.floor < activeLow - 1n ? f.floor : activeLow - 1n;
+      let after = 0n;
+      while (after < limit) {
+        if (late()) return;
+        const w = await sweepWindow(db, s.id, after, limit, s.retentionMs);
+        if (w.last === null || w.expired.length === 0) return;
+        const r = await transaction(db, (c) => sweepBatchTx(db, c, s.id, w.expired));
+        if (r === null || r.messages === 0) return; // another maintain() is sweeping, or nothing left to take
+        report.rowsSwept += r.messages;
+        report.exceptionRowsDeleted += r.exceptionRows;
+        report.deliveryLogRowsDeleted += r.deliveryLogRows;
+        after = w.last;
+      }
+    });
+
+    // Retention held back by a group: the lowest message above the floor is already expired.
+    // (Maintenance never moves a cursor, so the floor read in step 2 still holds.)
+    await step("floor", async () => {
+      const held = f?.heldBy;
+      if (!f || !held) return;
+      if (await expiredAboveFloor(db, s.id, f.floor, activeLow, s.retentionMs)) {
+        report.retentionHeldBy = {
+          group: held.group,
+          committed: String(held.committed),
+          unresolvedFrom: held.unresolvedFrom === null ? null : String(held.unresolvedFrom),
+          paused: held.paused,
+        };
+      }
+    });
+  }
+
+  // 4.–6. TTL and lease sweeps, in batches until a batch comes back short.
+  const drain = async (name: string, fn: () => Promise<number>, add: (n: number) => void): Promise<void> => {
+    await step(name, async () => {
+      for (;;) {
+        const n = await fn();
+        add(n);
+        if (n < BATCH || late()) return;
+      }
+    });
+  };
+  await drain("idempotencyKeys", () => deleteIdempotencyKeys(db, s.id, s.idempotencyKeyTtlMs), (n) => (report.idempotencyKeysDeleted += n));
+  await drain("keyLeases", () => deleteExpiredKeyLeases(db, s.id), (n) => (report.keyLeasesDeleted += n));
+  await drain("emptyHeads", () => deleteEmptyHeads(db, s.id), (n) => (report.emptyHeadsDeleted += n));
+  return report;
+}
+
+/**
+ * Drops partition j: first the partition's delivery-log rows in batches (audit rows of messages
+ * that are expired and resolved by every group), so that the drop transaction, which blocks
+ * producers for its duration, only deletes the few rows left; then the drop transaction.
+ */
+async function dropPartition(
+  client: SqlStreams,
+  s: MaintainedStream,
+  j: bigint,
+  late: () => boolean,
+  report: MaintainReport,
+): Promise<"dropped" | "skipped" | "gone" | "stop"> {
+  const db = client.db;
+  const lo = j * s.partitionSize;
+  const hi = lo + s.partitionSize;
+  for (;;) {
+    if (late()) return "stop";
+    const n = await deleteDeliveryLogBatch(db, s.id, lo, hi);
+    report.deliveryLogRowsDeleted += n;
+    if (n < BATCH) break;
+  }
+  if (late()) return "stop";
+  try {
+    const r = await transaction(db, (c) => dropPartitionTx(db, c, s.id, s.partitionSize, j));
+    if (r.outcome === "dropped") {
+      report.exceptionRowsDeleted += r.exceptionRows;
+      report.deliveryLogRowsDeleted += r.deliveryLogRows;
+      return "dropped";
+    }
+    if (r.outcome === "gone") return "gone";
+    return "stop"; // another maintain() holds the stream's retention lock
+  } catch (e) {
+    if (e instanceof FloorMoved) return "stop";
+    const code = (e as { code?: string }).code ?? "";
+    if (LOCK_FAILURES.has(code)) {
+      db.events.emit({
+        level: "warn",
+        code: "SQL0041",
+        message: `drop of partition ${j} of ${s.name} skipped: ${(e as Error).message}; retried on the next maintain()`,
+        stream: s.name,
+        partition: String(j),
+      });
+      return "skipped";
+    }
+    throw e;
+  }
 }
