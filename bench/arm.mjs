@@ -1,0 +1,42 @@
+// Runs ONE arm in a fresh process (spawned by bench/run.mjs) against the database it was given,
+// and prints its result as one line `BENCH_RESULT {...}` on stdout. A fresh process per arm keeps
+// one arm's timers, pools, JIT state and garbage out of the next arm's figures.
+import { floorInsert, floorRead, floorReadSetup } from "./arms/floors.mjs";
+import { graphileWorker, pgBoss } from "./arms/peers.mjs";
+
+const ours = () => import("./arms/ours.mjs");
+
+export const ARMS = {
+  "floor-insert": { run: floorInsert },
+  "floor-read": { setup: floorReadSetup, run: floorRead },
+  produce: { run: async (ctx) => (await ours()).produce(ctx) },
+  consume: { run: async (ctx) => (await ours()).consume(ctx) },
+  "consume-2groups": { run: async (ctx) => (await ours()).consumeTwoGroups(ctx) },
+  "produce-consume": { run: async (ctx) => (await ours()).produceConsume(ctx) },
+  ordered: { run: async (ctx) => (await ours()).ordered(ctx) },
+  failing: { run: async (ctx) => (await ours()).failing(ctx) },
+  latency: { run: async (ctx) => (await ours()).latency(ctx) },
+  pgboss: { run: pgBoss },
+  graphile: { run: graphileWorker },
+};
+
+async function main() {
+  const ctx = JSON.parse(process.env.BENCH_ARM_CTX ?? "{}");
+  ctx.errors = [];
+  const arm = ARMS[ctx.arm];
+  if (!arm) throw new Error(`unknown arm ${ctx.arm}`);
+  if (arm.setup) await arm.setup(ctx);
+  const result = await arm.run(ctx);
+  result.errors = [...(result.errors ?? []), ...ctx.errors].slice(0, 20);
+  process.stdout.write(`BENCH_RESULT ${JSON.stringify(result)}\n`);
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  main().then(
+    () => process.exit(0),
+    (e) => {
+      process.stdout.write(`BENCH_RESULT ${JSON.stringify({ failed: String(e?.stack ?? e), check: { ok: false }, metrics: {} })}\n`);
+      process.exit(1);
+    },
+  );
+}

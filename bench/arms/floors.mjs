@@ -1,0 +1,141 @@
+// The raw Postgres floors: what plain SQL through the same driver does with the same rows.
+// Our arms are judged as a ratio of these.
+import pg from "pg";
+import { CpuMeter, QueryStats, Tally, WriteMeter, instrumentedPool, makePayload, parallel, rate } from "../lib/common.mjs";
+
+export const INSERT_CONNECTIONS = 4;
+export const INSERT_ROWS_PER_TX = 500;
+export const READ_RANGE = 1000;
+
+const TABLE = `CREATE TABLE plain_log (
+  id bigserial PRIMARY KEY,
+  payload jsonb NOT NULL,
+  created_at timestamptz NOT NULL DEFAULT now()
+)`;
+
+function valuesSql(rows) {
+  const parts = new Array(rows);
+  for (let i = 0; i < rows; i++) parts[i] = `($${i + 1})`;
+  return `INSERT INTO plain_log (payload) VALUES ${parts.join(",")}`;
+}
+
+/** Inserts payloads 0..n-1 in transactions of `perTx` rows over `conns` connections. */
+async function insertAll(pool, n, conns, perTx) {
+  const batches = Math.ceil(n / perTx);
+  const full = valuesSql(perTx);
+  await parallel(batches, conns, async (b) => {
+    const from = b * perTx;
+    const to = Math.min(n, from + perTx);
+    const values = new Array(to - from);
+    for (let s = from; s < to; s++) values[s - from] = JSON.stringify(makePayload(s));
+    // One statement is its own transaction (autocommit): one round trip per 500 rows.
+    await pool.query(to - from === perTx ? full : valuesSql(to - from), values);
+  });
+}
+
+async function verifyRows(pool, n) {
+  const { rows } = await pool.query(
+    "SELECT count(*)::int AS rows, count(DISTINCT (payload->>'seq')::int)::int AS distinct_seq, min((payload->>'seq')::int) AS lo, max((payload->>'seq')::int) AS hi FROM plain_log",
+  );
+  const r = rows[0];
+  const ok = r.rows === n && r.distinct_seq === n && r.lo === 0 && r.hi === n - 1;
+  return { expected: n, handled: r.rows, missing: n - r.distinct_seq, duplicates: r.rows - r.distinct_seq, ok };
+}
+
+export async function floorInsert(ctx) {
+  const n = ctx.n;
+  const stats = new QueryStats();
+  await withPool(ctx.url, (p) => p.query(TABLE));
+  const meter = await new WriteMeter(ctx).start();
+  const pool = instrumentedPool(ctx.url, INSERT_CONNECTIONS, stats);
+  let where;
+  try {
+    // Open the connections before the clock starts, as a long-lived producer would have them.
+    await Promise.all(Array.from({ length: INSERT_CONNECTIONS }, () => pool.query("SELECT 1")));
+    stats.reset();
+    const cpu = new CpuMeter().start();
+    await insertAll(pool, n, INSERT_CONNECTIONS, INSERT_ROWS_PER_TX);
+    where = cpu.stop();
+  } finally {
+    await pool.end();
+  }
+  const writes = await meter.stop(n);
+  const check = await withPool(ctx.url, (p) => verifyRows(p, n));
+  return {
+    metrics: { produce: rate(n, where.wallMs) },
+    check,
+    where: { ...where, roundTrips: stats.count, roundTripsPerMsg: stats.count / n, stmtMs: Math.round(stats.ms), ...writes },
+    settings: { connections: INSERT_CONNECTIONS, rowsPerTx: INSERT_ROWS_PER_TX },
+  };
+}
+
+async function withPool(url, fn) {
+  const pool = new pg.Pool({ connectionString: url, max: 1 });
+  try {
+    return await fn(pool);
+  } finally {
+    await pool.end();
+  }
+}
+
+/** Setup for the read floor: fills the plain table, untimed. */
+export async function floorReadSetup(ctx) {
+  const pool = new pg.Pool({ connectionString: ctx.url, max: INSERT_CONNECTIONS });
+  try {
+    await pool.query(TABLE);
+    await pool.query("CREATE TABLE plain_cursor (id int PRIMARY KEY, pos bigint NOT NULL)");
+    await pool.query("INSERT INTO plain_cursor VALUES (1, 0)");
+    await insertAll(pool, ctx.n, INSERT_CONNECTIONS, INSERT_ROWS_PER_TX);
+    await pool.query("VACUUM ANALYZE plain_log");
+  } finally {
+    await pool.end();
+  }
+}
+
+/**
+ * The read floor: one poller reads ranges `WHERE id > $1 AND id <= $2`, hands each JSON-parsed
+ * payload to a no-op handler and moves a cursor row once per range.
+ */
+export async function floorRead(ctx) {
+  const n = ctx.n;
+  const range = ctx.batchLimit ?? READ_RANGE;
+  const stats = new QueryStats();
+  const pool = instrumentedPool(ctx.url, 1, stats);
+  const tally = new Tally(n);
+  const handler = (msg) => {
+    tally.see(msg.payload.seq);
+  };
+  const meter = await new WriteMeter(ctx).start();
+  let where;
+  let ranges = 0;
+  try {
+    await pool.query("SELECT 1");
+    stats.reset();
+    const cpu = new CpuMeter().start();
+    let pos = Number((await pool.query("SELECT pos FROM plain_cursor WHERE id = 1")).rows[0].pos);
+    for (;;) {
+      const hi = pos + range;
+      // pg parses jsonb with JSON.parse: the payload arrives as an object, as it does for us.
+      const { rows } = await pool.query(
+        "SELECT id, payload, created_at FROM plain_log WHERE id > $1 AND id <= $2 ORDER BY id",
+        [pos, hi],
+      );
+      if (rows.length === 0) break;
+      for (const row of rows) handler({ id: row.id, payload: row.payload, createdAt: row.created_at });
+      await pool.query("UPDATE plain_cursor SET pos = $1 WHERE id = 1", [hi]);
+      pos = hi;
+      ranges++;
+    }
+    where = cpu.stop();
+  } finally {
+    await pool.end();
+  }
+  const writes = await meter.stop(n);
+  const roundTrips = stats.count;
+  return {
+    metrics: { consume: rate(n, where.wallMs) },
+    check: tally.result(),
+    where: { ...where, roundTrips, roundTripsPerMsg: roundTrips / n, ranges, statementsPerRange: roundTrips / Math.max(1, ranges), stmtMs: Math.round(stats.ms), ...writes, statements: stats.top(5) },
+    settings: { range },
+  };
+}

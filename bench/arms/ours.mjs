@@ -1,0 +1,357 @@
+// Our arms, against the public API of @sqlstreams/core. Each takes a fresh database (ctx.url),
+// sets up untimed, then measures one thing and checks that every message was handled.
+import pg from "pg";
+import { Worker } from "node:worker_threads";
+import { CpuMeter, QueryStats, Tally, WriteMeter, instrumentedPool, makePayload, parallel, percentile, rate, sleep } from "../lib/common.mjs";
+
+export const STREAM = "bench.orders";
+export const PRODUCE_CONNECTIONS = 4;
+export const PRODUCE_BATCH = 500;
+// Tuned for a no-op handler on 2 cores (see bench/README.md): the largest range, and enough
+// handlers in flight that dispatch never waits on one message.
+export const CONSUME = { batchLimit: 1000, concurrency: 32, poolMax: 2 };
+
+let core;
+export async function loadCore() {
+  core ??= await import("@sqlstreams/core");
+  return core;
+}
+
+export function quietLogger(errors) {
+  return (event) => {
+    if (event.level === "error" || (event.level === "warn" && errors.length < 50)) errors.push(`${event.code}: ${event.message}`);
+  };
+}
+
+/** A client over an instrumented pool: every statement counted and timed. */
+export async function openClient(url, max, stats, errors) {
+  const { SqlStreams } = await loadCore();
+  const pool = instrumentedPool(url, max, stats ?? new QueryStats());
+  const client = new SqlStreams({ pool, logger: quietLogger(errors ?? []) });
+  return { client, pool, async close() { await client.close().catch(() => {}); await pool.end().catch(() => {}); } };
+}
+
+function itemsFor(from, to, keyed) {
+  const items = new Array(to - from);
+  for (let s = from; s < to; s++) items[s - from] = keyed ? { payload: makePayload(s), key: `k${s % keyed}` } : { payload: makePayload(s) };
+  return items;
+}
+
+/** Produces seq from..to-1 with produceBatch(500) × 4 at once. */
+export async function produceRange(stream, from, to, opts = {}) {
+  const per = opts.batch ?? PRODUCE_BATCH;
+  const batches = Math.ceil((to - from) / per);
+  await parallel(batches, opts.connections ?? PRODUCE_CONNECTIONS, async (b) => {
+    const lo = from + b * per;
+    const hi = Math.min(to, lo + per);
+    if (opts.gate) await opts.gate(lo);
+    await stream.produceBatch(itemsFor(lo, hi, opts.keyed));
+    if (opts.onProduced) opts.onProduced(hi - lo);
+  });
+}
+
+/** Setup, untimed: schema, stream, groups, and optionally the first n messages. */
+async function setup(ctx, { groups = [], produce = 0, keyed = 0 } = {}) {
+  const { client, close } = await openClient(ctx.url, PRODUCE_CONNECTIONS, null, ctx.errors);
+  try {
+    await client.migrate();
+    const stream = client.stream(STREAM);
+    await stream.register({});
+    for (const g of groups) await stream.consumer(g.name).register({ start: "beginning", ...(g.config ?? {}) });
+    if (produce > 0) await produceRange(stream, 0, produce, { keyed });
+  } finally {
+    await close();
+  }
+  const c = new pg.Client({ connectionString: ctx.url });
+  await c.connect();
+  try {
+    const { rows } = await c.query("SELECT id::text AS id FROM sqlstreams.stream_config WHERE name = $1", [STREAM]);
+    if (produce > 0) await c.query(`VACUUM ANALYZE sqlstreams.message_log_${rows[0].id}`);
+    return rows[0].id;
+  } finally {
+    await c.end();
+  }
+}
+
+async function verifyLog(ctx, streamId, n) {
+  const c = new pg.Client({ connectionString: ctx.url });
+  await c.connect();
+  try {
+    const { rows } = await c.query(
+      `SELECT count(*)::int AS rows, count(DISTINCT (payload->>'seq')::int)::int AS distinct_seq FROM sqlstreams.message_log_${streamId}`,
+    );
+    const r = rows[0];
+    return { expected: n, handled: r.rows, missing: n - r.distinct_seq, duplicates: r.rows - r.distinct_seq, ok: r.rows === n && r.distinct_seq === n };
+  } finally {
+    await c.end();
+  }
+}
+
+function whereFrom(cpu, stats, n, extra = {}) {
+  return {
+    ...cpu,
+    roundTrips: stats.count,
+    roundTripsPerMsg: +(stats.count / n).toFixed(4),
+    stmtMs: Math.round(stats.ms),
+    ...extra,
+    statements: stats.top(10),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// produce: produceBatch(500) × 4 concurrent
+
+export async function produce(ctx) {
+  const n = ctx.n;
+  const streamId = await setup(ctx);
+  const meter = await new WriteMeter(ctx).start();
+  const stats = new QueryStats();
+  const { client, pool, close } = await openClient(ctx.url, PRODUCE_CONNECTIONS, stats, ctx.errors);
+  let cpu;
+  try {
+    const stream = client.stream(STREAM);
+    // Open the connections before the clock starts, as a long-lived producer would have them.
+    await Promise.all(Array.from({ length: PRODUCE_CONNECTIONS }, () => pool.query("SELECT 1")));
+    stats.reset();
+    const c = new CpuMeter().start();
+    await produceRange(stream, 0, n);
+    cpu = c.stop();
+  } finally {
+    await close();
+  }
+  const writes = await meter.stop(n);
+  const check = await verifyLog(ctx, streamId, n);
+  return {
+    metrics: { produce: rate(n, cpu.wallMs) },
+    check,
+    where: whereFrom(cpu, stats, n, writes),
+    settings: { connections: PRODUCE_CONNECTIONS, batch: PRODUCE_BATCH },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// consume: drain one group over a prefilled stream
+
+/** Drains `group` until every seq in 0..n-1 was handled; returns timings and the summed report. */
+export async function drainAll({ url, group, n, batchLimit, concurrency, poolMax, errors, timeoutMs, handler, tally, idleSleepMs = 5, stats, isDone, startSignal }) {
+  const { client, pool, close } = await openClient(url, poolMax, stats, errors);
+  const consumer = client.stream(STREAM).consumer(group);
+  const totals = { polls: 0, rangesClaimed: 0, started: 0, succeeded: 0, failed: 0, deferred: 0, dead: 0, leaseLost: 0, idlePolls: 0 };
+  try {
+    await Promise.all(Array.from({ length: poolMax }, () => pool.query("SELECT 1")));
+    if (startSignal) await startSignal();
+    stats?.reset();
+    const cpu = new CpuMeter().start();
+    const end = Date.now() + timeoutMs;
+    const done = isDone ?? (() => tally.distinct >= n);
+    while (!done()) {
+      if (Date.now() > end) throw new Error(`timed out: ${tally.distinct}/${n} handled`);
+      const r = await consumer.drain(handler, { batchLimit, concurrency, deadline: Date.now() + 15 * 60_000 });
+      for (const k of Object.keys(totals)) if (typeof r[k] === "number") totals[k] += r[k];
+      if (r.started === 0 && r.rangesClaimed === 0) {
+        totals.idlePolls++;
+        if (!done()) await sleep(idleSleepMs);
+      }
+    }
+    return { cpu: cpu.stop(), totals };
+  } finally {
+    await close();
+  }
+}
+
+export async function consume(ctx) {
+  const n = ctx.n;
+  const settings = { ...CONSUME, ...(ctx.batchLimit ? { batchLimit: ctx.batchLimit } : {}), ...(ctx.concurrency ? { concurrency: ctx.concurrency } : {}) };
+  await setup(ctx, { groups: [{ name: "g1" }], produce: n });
+  const meter = await new WriteMeter(ctx).start();
+  const stats = new QueryStats();
+  const tally = new Tally(n);
+  const { cpu, totals } = await drainAll({
+    url: ctx.url, group: "g1", n, ...settings, errors: ctx.errors, timeoutMs: ctx.timeoutMs, stats, tally,
+    handler: (msg) => {
+      tally.see(msg.payload.seq);
+    },
+  });
+  const writes = await meter.stop(n);
+  const ranges = totals.rangesClaimed;
+  return {
+    metrics: { consume: rate(n, cpu.wallMs) },
+    check: tally.result(),
+    where: whereFrom(cpu, stats, n, { ranges, polls: totals.polls, statementsPerRange: +(stats.count / Math.max(1, ranges)).toFixed(2), ...writes }),
+    report: totals,
+    settings,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worker threads: a second group, a concurrent producer, a paced producer. Each role runs in its
+// own thread (its own event loop), as it would in its own Lambda.
+
+function runWorker(role, data) {
+  return new Promise((resolve, reject) => {
+    const w = new Worker(new URL("../lib/worker.mjs", import.meta.url), { workerData: { role, ...data } });
+    let result;
+    w.on("message", (m) => {
+      if (m?.type === "result") result = m.result;
+    });
+    w.on("error", reject);
+    w.on("exit", (code) => (result ? resolve(result) : reject(new Error(`worker ${role} exited ${code} without a result`))));
+  });
+}
+
+function summarizeRoles(results, n) {
+  const roundTrips = results.reduce((a, r) => a + (r.roundTrips ?? 0), 0);
+  return { roundTrips, roundTripsPerMsg: +(roundTrips / n).toFixed(4) };
+}
+
+export async function consumeTwoGroups(ctx) {
+  const n = ctx.n;
+  await setup(ctx, { groups: [{ name: "g1" }, { name: "g2" }], produce: n });
+  const meter = await new WriteMeter(ctx).start();
+  const shared = new SharedArrayBuffer(16);
+  const cpu = new CpuMeter().start();
+  const base = { url: ctx.url, n, ...CONSUME, timeoutMs: ctx.timeoutMs, shared };
+  const [a, b] = await Promise.all([runWorker("drain", { ...base, group: "g1", parties: 2 }), runWorker("drain", { ...base, group: "g2", parties: 2 })]);
+  const all = cpu.stop();
+  const writes = await meter.stop(n * 2);
+  const ok = a.check.ok && b.check.ok;
+  return {
+    metrics: { group1: rate(n, a.cpu.wallMs), group2: rate(n, b.cpu.wallMs), slowerGroup: Math.min(rate(n, a.cpu.wallMs), rate(n, b.cpu.wallMs)), total: rate(2 * n, all.wallMs) },
+    check: { ok, group1: a.check, group2: b.check, expected: 2 * n, missing: a.check.missing + b.check.missing, duplicates: a.check.duplicates + b.check.duplicates },
+    where: { ...all, ...summarizeRoles([a, b], 2 * n), ...writes, note: "per message of either group" },
+    errors: [...a.errors, ...b.errors],
+    settings: CONSUME,
+  };
+}
+
+export async function produceConsume(ctx) {
+  const n = ctx.n;
+  await setup(ctx, { groups: [{ name: "g1" }] });
+  const meter = await new WriteMeter(ctx).start();
+  // [0] produced, [1] handled (distinct), [2] start flag
+  const shared = new SharedArrayBuffer(16);
+  const backlog = ctx.backlog ?? Math.max(5_000, Math.min(50_000, Math.floor(n / 4)));
+  const cpu = new CpuMeter().start();
+  const [p, c] = await Promise.all([
+    runWorker("produce", { url: ctx.url, n, shared, parties: 2, backlog, timeoutMs: ctx.timeoutMs }),
+    runWorker("drain", { url: ctx.url, n, group: "g1", ...CONSUME, shared, parties: 2, timeoutMs: ctx.timeoutMs, idleSleepMs: 2 }),
+  ]);
+  const all = cpu.stop();
+  const writes = await meter.stop(n);
+  return {
+    metrics: { produce: rate(n, p.cpu.wallMs), consume: rate(n, c.cpu.wallMs) },
+    check: { ...c.check, ok: c.check.ok && p.ok },
+    where: { ...all, ...summarizeRoles([p, c], n), consumerRoundTrips: c.roundTrips, producerRoundTrips: p.roundTrips, ...writes, maxBacklog: c.maxBacklog, statements: c.statements },
+    errors: [...p.errors, ...c.errors],
+    settings: { ...CONSUME, backlog, produceConnections: PRODUCE_CONNECTIONS, produceBatch: PRODUCE_BATCH },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// ordered: 1,000 keys, the group overrides every message to `ordered`
+
+export async function ordered(ctx) {
+  const n = ctx.n;
+  const keys = 1000;
+  await setup(ctx, { groups: [{ name: "g1", config: { concurrencyOverride: "ordered" } }], produce: n, keyed: keys });
+  const meter = await new WriteMeter(ctx).start();
+  const stats = new QueryStats();
+  const tally = new Tally(n);
+  const lastSeq = new Int32Array(keys).fill(-1);
+  let orderViolations = 0;
+  let keyMismatch = 0;
+  const { cpu, totals } = await drainAll({
+    url: ctx.url, group: "g1", n, ...CONSUME, errors: ctx.errors, timeoutMs: ctx.timeoutMs, stats, tally,
+    handler: (msg) => {
+      const seq = msg.payload.seq;
+      const k = seq % keys;
+      if (msg.key !== `k${k}`) keyMismatch++;
+      const first = tally.see(seq) === 1;
+      if (first) {
+        if (seq < lastSeq[k]) orderViolations++;
+        lastSeq[k] = seq;
+      }
+    },
+  });
+  const writes = await meter.stop(n);
+  const check = tally.result();
+  check.orderViolations = orderViolations;
+  check.keyMismatch = keyMismatch;
+  check.ok = check.ok && orderViolations === 0 && keyMismatch === 0;
+  return {
+    metrics: { consume: rate(n, cpu.wallMs) },
+    check,
+    where: whereFrom(cpu, stats, n, { ranges: totals.rangesClaimed, deferred: totals.deferred, ...writes }),
+    report: totals,
+    settings: { ...CONSUME, keys },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// failing: 2% of handlers throw on their first attempt; retried through the exception queue
+
+export async function failing(ctx) {
+  const n = ctx.n;
+  const everyNth = 50;
+  const group = { name: "g1", config: { exceptionInitialBackoff: 0, message: { retry: { maxRetries: 3, baseDelay: 1, maxDelay: 10 } } } };
+  await setup(ctx, { groups: [group], produce: n });
+  const meter = await new WriteMeter(ctx).start();
+  const stats = new QueryStats();
+  const tally = new Tally(n);
+  let thrown = 0;
+  const { cpu, totals } = await drainAll({
+    url: ctx.url, group: "g1", n, ...CONSUME, errors: ctx.errors, timeoutMs: ctx.timeoutMs, stats, tally, idleSleepMs: 2,
+    handler: (msg) => {
+      const seq = msg.payload.seq;
+      if (seq % everyNth === 0 && msg.attempt === 0) {
+        thrown++;
+        throw new Error(`bench: first attempt of ${seq} fails`);
+      }
+      tally.see(seq);
+    },
+  });
+  const writes = await meter.stop(n);
+  const check = tally.result();
+  const expectedFailures = Math.ceil(n / everyNth);
+  check.thrown = thrown;
+  check.expectedFailures = expectedFailures;
+  check.ok = check.ok && thrown >= expectedFailures;
+  return {
+    metrics: { consume: rate(n, cpu.wallMs) },
+    check,
+    where: whereFrom(cpu, stats, n, { ranges: totals.rangesClaimed, failed: totals.failed, ...writes }),
+    report: totals,
+    settings: { ...CONSUME, failingShare: 1 / everyNth },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// latency: a producer paced at 500 msg/s (single produce() calls), a consumer in continuous
+// mode (drain, then a short idle sleep); latency = handler start − the message's created_at.
+
+export async function latency(ctx) {
+  const perSecond = ctx.paceRate ?? 500;
+  const seconds = ctx.seconds ?? (ctx.quick ? 2 : 10);
+  const n = ctx.nLatency ?? perSecond * seconds;
+  await setup(ctx, { groups: [{ name: "g1" }] });
+  const shared = new SharedArrayBuffer(16);
+  const idleSleepMs = ctx.idleSleepMs ?? 20;
+  const [p, c] = await Promise.all([
+    runWorker("paced", { url: ctx.url, n, shared, parties: 2, perSecond, timeoutMs: ctx.timeoutMs }),
+    runWorker("drain", { url: ctx.url, n, group: "g1", ...CONSUME, shared, parties: 2, timeoutMs: ctx.timeoutMs, idleSleepMs, latency: true }),
+  ]);
+  const lat = c.latencies; // sorted ms
+  return {
+    metrics: {
+      p50: percentile(lat, 50),
+      p90: percentile(lat, 90),
+      p99: percentile(lat, 99),
+      max: lat.length ? lat[lat.length - 1] : null,
+      achievedRate: rate(n, p.cpu.wallMs),
+    },
+    check: { ...c.check, ok: c.check.ok && p.ok },
+    where: { consumerRoundTrips: c.roundTrips, consumerRoundTripsPerMsg: +(c.roundTrips / n).toFixed(4), polls: c.totals.polls, idlePolls: c.totals.idlePolls, producerRoundTrips: p.roundTrips },
+    errors: [...p.errors, ...c.errors],
+    settings: { perSecond, seconds, idleSleepMs, batchLimit: CONSUME.batchLimit, concurrency: CONSUME.concurrency },
+  };
+}

@@ -1,0 +1,306 @@
+// Shared pieces of the bench: payloads, an instrumented pg pool, CPU and row counters,
+// correctness tallies and small statistics. Plain ESM, no build step.
+import fs from "node:fs";
+import pg from "pg";
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+export const nowMs = () => performance.now();
+
+// ---------------------------------------------------------------------------------------------
+// Payloads: 1 KB JSON objects that carry their sequence number, so every arm can check that each
+// message was handled at least once and count duplicates.
+
+const FILLER_WORDS = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor".split(" ");
+function filler(len, salt) {
+  let s = "";
+  let i = salt;
+  while (s.length < len) s += FILLER_WORDS[i++ % FILLER_WORDS.length] + " ";
+  return s.slice(0, len);
+}
+
+/** A ~1 KB JSON object (its JSON text is 1,000–1,030 bytes) tagged with `seq`. */
+export function makePayload(seq) {
+  const obj = {
+    seq,
+    type: "order.placed",
+    orderId: `ord-${seq.toString(36).padStart(8, "0")}`,
+    customer: { id: `cus-${(seq * 7919) % 100000}`, tier: seq % 3 === 0 ? "gold" : "standard", country: "NZ" },
+    items: [
+      { sku: `sku-${seq % 997}`, qty: 1 + (seq % 4), price: 1999 },
+      { sku: `sku-${(seq + 13) % 997}`, qty: 2, price: 450 },
+      { sku: `sku-${(seq + 29) % 997}`, qty: 1, price: 12500 },
+    ],
+    total: 16949 + (seq % 100),
+    placedAt: "2025-01-01T00:00:00.000Z",
+    note: "",
+  };
+  const base = JSON.stringify(obj).length;
+  obj.note = filler(Math.max(0, 1024 - base), seq);
+  return obj;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Correctness: a count per sequence number. Every arm runs one of these.
+
+export class Tally {
+  constructor(n) {
+    this.n = n;
+    this.counts = new Uint16Array(n);
+    this.handled = 0; // handler invocations that succeeded (duplicates included)
+    this.unknown = 0; // seq outside 0..n-1
+    this.distinct = 0; // sequence numbers seen at least once
+  }
+  see(seq) {
+    if (!Number.isInteger(seq) || seq < 0 || seq >= this.n) {
+      this.unknown++;
+      return 0;
+    }
+    this.handled++;
+    const c = this.counts[seq];
+    if (c === 0) this.distinct++;
+    if (c < 65535) this.counts[seq] = c + 1;
+    return c + 1;
+  }
+  result() {
+    let missing = 0;
+    let duplicates = 0;
+    let firstMissing = null;
+    for (let i = 0; i < this.n; i++) {
+      const c = this.counts[i];
+      if (c === 0) {
+        missing++;
+        if (firstMissing === null) firstMissing = i;
+      } else duplicates += c - 1;
+    }
+    return { expected: this.n, handled: this.handled, missing, duplicates, unknown: this.unknown, firstMissing, ok: missing === 0 && this.unknown === 0 };
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// An instrumented pool: counts every statement sent on any of its connections (round trips,
+// BEGIN/COMMIT included) and, per statement shape, the time from send to reply.
+
+function shapeOf(text) {
+  const t = String(text).replace(/\s+/g, " ").trim();
+  return t.length > 110 ? t.slice(0, 110) + "…" : t;
+}
+
+export class QueryStats {
+  constructor() {
+    this.reset();
+  }
+  reset() {
+    this.count = 0;
+    this.ms = 0;
+    this.byShape = new Map();
+  }
+  record(text, ms) {
+    this.count++;
+    this.ms += ms;
+    const k = shapeOf(text);
+    let e = this.byShape.get(k);
+    if (!e) this.byShape.set(k, (e = { count: 0, ms: 0 }));
+    e.count++;
+    e.ms += ms;
+  }
+  top(limit = 12) {
+    return [...this.byShape.entries()]
+      .map(([shape, e]) => ({ shape, count: e.count, ms: Math.round(e.ms), meanMs: +(e.ms / e.count).toFixed(3) }))
+      .sort((a, b) => b.ms - a.ms)
+      .slice(0, limit);
+  }
+}
+
+export function instrumentedPool(connectionString, max, stats) {
+  const pool = new pg.Pool({ connectionString, max });
+  pool.on("error", () => {});
+  pool.on("connect", (client) => {
+    const orig = client.query.bind(client);
+    client.query = function (...args) {
+      const first = args[0];
+      // Submittables (cursors, streams) are passed through uncounted: nobody here uses them.
+      if (first && typeof first === "object" && typeof first.submit === "function") return orig(...args);
+      const text = typeof first === "string" ? first : first?.text;
+      const t0 = performance.now();
+      const last = args[args.length - 1];
+      if (typeof last === "function") {
+        args[args.length - 1] = (err, res) => {
+          stats.record(text, performance.now() - t0);
+          last(err, res);
+        };
+        return orig(...args);
+      }
+      const p = orig(...args);
+      if (p && typeof p.then === "function") {
+        p.then(
+          () => stats.record(text, performance.now() - t0),
+          () => stats.record(text, performance.now() - t0),
+        );
+      }
+      return p;
+    };
+  });
+  return pool;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Where the time goes: CPU of this Node process and of every local postgres process.
+
+let CLK_TCK = 100;
+export function pgCpuMs() {
+  let ticks = 0;
+  let found = false;
+  let entries;
+  try {
+    entries = fs.readdirSync("/proc");
+  } catch {
+    return null;
+  }
+  for (const e of entries) {
+    if (e.charCodeAt(0) < 48 || e.charCodeAt(0) > 57) continue;
+    let s;
+    try {
+      s = fs.readFileSync(`/proc/${e}/stat`, "latin1");
+    } catch {
+      continue;
+    }
+    const open = s.indexOf("(");
+    const close = s.lastIndexOf(")");
+    if (s.slice(open + 1, close) !== "postgres") continue;
+    found = true;
+    const f = s.slice(close + 2).split(" ");
+    // fields after ")": state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14)
+    ticks += +f[11] + +f[12] + +f[13] + +f[14];
+  }
+  return found ? (ticks * 1000) / CLK_TCK : null;
+}
+
+export function nodeCpuMs() {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1000;
+}
+
+export class CpuMeter {
+  start() {
+    this.t0 = nowMs();
+    this.node0 = nodeCpuMs();
+    this.pg0 = pgCpuMs();
+    return this;
+  }
+  stop() {
+    const wall = nowMs() - this.t0;
+    const node = nodeCpuMs() - this.node0;
+    const pgNow = pgCpuMs();
+    const pgMs = pgNow === null || this.pg0 === null ? null : pgNow - this.pg0;
+    return { wallMs: Math.round(wall), nodeCpuMs: Math.round(node), pgCpuMs: pgMs === null ? null : Math.round(pgMs) };
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rows written and transactions, from pg_stat_database of the arm's own (fresh) database. The
+// statistics are flushed when backends exit, so read them after the measured pool was ended.
+
+export async function dbWriteStats(adminUrl, dbName) {
+  const c = new pg.Client({ connectionString: adminUrl });
+  await c.connect();
+  try {
+    // Give exiting backends a moment to flush their pending counters.
+    let last = null;
+    for (let i = 0; i < 20; i++) {
+      await c.query("SELECT pg_stat_clear_snapshot()");
+      const { rows } = await c.query(
+        `SELECT tup_inserted::float8 AS ins, tup_updated::float8 AS upd, tup_deleted::float8 AS del,
+                xact_commit::float8 AS commits, xact_rollback::float8 AS rollbacks,
+                (SELECT count(*)::int FROM pg_stat_activity WHERE datname = $1) AS backends
+         FROM pg_stat_database WHERE datname = $1`,
+        [dbName],
+      );
+      const r = rows[0] ?? null;
+      if (r && r.backends === 0 && last && last.ins === r.ins && last.upd === r.upd && last.del === r.del && last.commits === r.commits) return r;
+      last = r;
+      await sleep(100);
+    }
+    return last;
+  } finally {
+    await c.end();
+  }
+}
+
+/** Rows written, transactions and WAL for the measured window of this arm's database. */
+export class WriteMeter {
+  constructor(ctx) {
+    this.ctx = ctx;
+  }
+  async start() {
+    this.s0 = await dbWriteStats(this.ctx.adminUrl, this.ctx.dbName);
+    this.w0 = await walBytes(this.ctx.adminUrl);
+    return this;
+  }
+  async stop(n) {
+    const s1 = await dbWriteStats(this.ctx.adminUrl, this.ctx.dbName);
+    const w1 = await walBytes(this.ctx.adminUrl);
+    if (!this.s0 || !s1) return {};
+    const rows = s1.ins - this.s0.ins + (s1.upd - this.s0.upd) + (s1.del - this.s0.del);
+    return {
+      rowsWrittenPerMsg: +(rows / n).toFixed(4),
+      rowsInserted: s1.ins - this.s0.ins,
+      rowsUpdated: s1.upd - this.s0.upd,
+      rowsDeleted: s1.del - this.s0.del,
+      commitsPerMsg: +((s1.commits - this.s0.commits) / n).toFixed(4),
+      walBytesPerMsg: Math.round((w1 - this.w0) / n),
+    };
+  }
+}
+
+export async function walBytes(adminUrl) {
+  const c = new pg.Client({ connectionString: adminUrl });
+  await c.connect();
+  try {
+    const { rows } = await c.query("SELECT pg_current_wal_lsn() AS lsn");
+    return lsnToNumber(rows[0].lsn);
+  } finally {
+    await c.end();
+  }
+}
+function lsnToNumber(lsn) {
+  const [hi, lo] = lsn.split("/");
+  return parseInt(hi, 16) * 2 ** 32 + parseInt(lo, 16);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statistics
+
+export function median(xs) {
+  const s = xs.filter((x) => typeof x === "number" && Number.isFinite(x)).sort((a, b) => a - b);
+  if (s.length === 0) return null;
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+}
+
+export function percentile(sorted, p) {
+  if (sorted.length === 0) return null;
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[i];
+}
+
+/** Runs `fn(i)` for i in 0..count-1 with at most `width` running at once. */
+export async function parallel(count, width, fn) {
+  let next = 0;
+  const lanes = [];
+  for (let w = 0; w < Math.min(width, count); w++) {
+    lanes.push(
+      (async () => {
+        for (;;) {
+          const i = next++;
+          if (i >= count) return;
+          await fn(i);
+        }
+      })(),
+    );
+  }
+  await Promise.all(lanes);
+}
+
+export function rate(n, ms) {
+  return ms > 0 ? (n * 1000) / ms : null;
+}

