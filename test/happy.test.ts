@@ -46,7 +46,7 @@ describe("happy path (SPEC C1, C2, C17)", () => {
     await s.produceBatch([{ payload: 1 }, { payload: 2 }, { payload: 3 }]);
     await g.drain(() => {});
     const sid = (await t.sql<{ id: string }>(`SELECT id::text FROM ${S}.stream_config WHERE name = 'audit.all'`))[0].id;
-    const gid = await groupIdOf(t, "g");
+    const gid = await groupIdOf(t, "g", "audit.all");
     const dl = await dlRows(t, sid, gid);
     expect(dl.map((r) => [r.message_id, r.attempt, r.status, r.error])).toEqual([
       ["1", 0, "success", ""], ["2", 0, "success", ""], ["3", 0, "success", ""],

@@ -4,7 +4,8 @@
 // by sleeping.
 import { describe, expect, it } from "vitest";
 import { Permanent, type SqlStreams } from "@sqlstreams/core";
-import { floorOf } from "../packages/core/src/sql/maintain.js";
+// Internal (not exported by the package): the retention floor, read from the built library.
+import { floorOf } from "../packages/core/dist/sql/maintain.js";
 import { useFreshDatabase } from "./support/db.js";
 import { S, type TestClient, count, cursor, groupIdOf, streamIdOf, testClient } from "./support/streams.js";
 

@@ -49,8 +49,14 @@ export async function cursor(t: TestClient, n: number | string, groupId: number 
   return r[0];
 }
 
-export async function groupIdOf(t: TestClient, name: string): Promise<string> {
-  const r = await t.sql<{ id: string }>(`SELECT id::text FROM ${S}.consumer_group_config WHERE name = $1`, [name]);
+/** A group's id; pass the stream name when several streams have a group of that name. */
+export async function groupIdOf(t: TestClient, name: string, stream?: string): Promise<string> {
+  const r = await t.sql<{ id: string }>(
+    `SELECT g.id::text FROM ${S}.consumer_group_config g JOIN ${S}.stream_config s ON s.id = g.stream_id
+      WHERE g.name = $1 AND ($2::text IS NULL OR s.name = $2) ORDER BY g.id`,
+    [name, stream ?? null],
+  );
+  if (r.length !== 1) throw new Error(`groupIdOf(${name}${stream ? `, ${stream}` : ""}) matched ${r.length} groups: pass the stream name`);
   return r[0].id;
 }
 

@@ -5,7 +5,7 @@ import {
 } from "./config.js";
 import { pollOnce } from "./cycle/poll.js";
 import { type CycleReport, type Handler, addReport, emptyReport } from "./cycle/types.js";
-import { query, queryRetry, transaction } from "./db.js";
+import { query, queryRetry, sleep, transaction } from "./db.js";
 import { destroyGroup } from "./destroy.js";
 import { SqlStreamsError } from "./errors.js";
 import * as A from "./sql/admin.js";
@@ -51,6 +51,8 @@ export interface SeekTarget {
 }
 
 const ID = /^-?[0-9]{1,19}$/;
+/** How long a drain keeps asking while the snapshot fence waits for an open write transaction. */
+const FENCE_PATIENCE_MS = 2_000;
 
 function asId(v: unknown, what: string, code: "SQL0015" | "SQL0030"): string {
   const s = typeof v === "bigint" || typeof v === "number" ? String(v) : v;
@@ -107,12 +109,26 @@ export class Consumer<T = unknown> {
     const o = validatePollOptions(opts);
     const started = Date.now();
     const total = emptyReport(this.stream, this.name);
+    const state = { fenceBlocked: false };
+    let blockedSince: number | null = null;
     for (;;) {
       if (o.signal?.aborted) break;
       if (o.deadline !== undefined && o.deadline - Date.now() < 2 * o.recordMargin) break;
-      const r = await pollOnce(this.client, this.stream, this.name, handler, o);
+      const r = await pollOnce(this.client, this.stream, this.name, handler, o, state);
       addReport(total, r);
-      if (r.idle || r.paused) break;
+      if (r.paused) break;
+      if (r.idle && state.fenceBlocked) {
+        // Messages are visible but not yet provably complete: an older write transaction is still
+        // open. Keep asking for a while (it usually ends within milliseconds) instead of leaving
+        // them to the next invocation; a long transaction ends the drain after FENCE_PATIENCE_MS.
+        blockedSince ??= Date.now();
+        if (Date.now() - blockedSince < FENCE_PATIENCE_MS) {
+          await sleep(50);
+          continue;
+        }
+      }
+      if (r.idle) break;
+      blockedSince = null;
       // A poll that only deferred or lost what it reserved made no progress: stop instead of spinning.
       const moved = r.rangesClaimed + r.rangesReclaimed + r.rangesResumed + r.rangesQuarantined + r.started + r.superseded + r.expired + r.killed;
       if (moved === 0) break;

@@ -176,6 +176,11 @@ async function maintainOne(client: SqlStreams, s: MaintainedStream, deadline: nu
     const active = next > 0n ? (next - 1n) / s.partitionSize : 0n;
     const activeLow = active * s.partitionSize;
     let f: Floor | null = null;
+    // Set when droppable partitions were left for the next run (lock timeout, another maintain()
+    // dropping, deadline): the sweep then waits too rather than delete those partitions row by
+    // row. A drop that fails with an error (no DDL right, say) does not stop the sweep, which
+    // keeps storage bounded without DROP.
+    let dropsPending = false;
 
     // 2. Drop expired partitions that lie wholly at or below the floor.
     await step("drop", async () => {
@@ -184,17 +189,25 @@ async function maintainOne(client: SqlStreams, s: MaintainedStream, deadline: nu
       const candidates = partitions.filter((j) => j < active).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
       for (const j of candidates) {
         if ((j + 1n) * s.partitionSize - 1n > f.floor) break; // above the floor: so are the later ones
-        if (late()) return;
+        if (late()) {
+          dropsPending = true;
+          return;
+        }
         if (!(await partitionExpired(db, s.id, j, s.retentionMs))) break; // later partitions are newer
         const r = await dropPartition(client, s, j, late, report);
         if (r === "dropped") report.partitionsDropped++;
-        else if (r === "skipped") report.partitionsSkipped++;
-        else if (r === "stop") return;
+        else if (r === "skipped" || r === "stop") {
+          // Whoever holds the log will likely hold it for the next partition too: next run.
+          if (r === "skipped") report.partitionsSkipped++;
+          dropsPending = true;
+          return;
+        }
       }
     });
 
     // 3. Sweep expired rows at or below the floor, lowest id first, one batch per transaction.
     await step("sweep", async () => {
+      if (dropsPending) return;
       f ??= await floorOf(db, s.id);
       report.floor = String(f.floor);
       const limit = f.floor < activeLow - 1n ? f.floor : activeLow - 1n;

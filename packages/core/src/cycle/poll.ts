@@ -6,7 +6,7 @@ import {
   type ConsumerConfig, type DeliveryLogMode, type GroupResolution, type MessageOptions, type ResolvedMessage,
   type ResolvedPollOptions, groupResolution, resolveMessage, timeoutBounds,
 } from "../config.js";
-import { type Db, query, queryRetry, transactionRetry, isTransient } from "../db.js";
+import { type Db, query, queryRetry, sleep, transactionRetry } from "../db.js";
 import { SqlStreamsError, isSqlStreamsError } from "../errors.js";
 import * as S from "../sql/cycle.js";
 import { type Plan, type RunOutcome, plan, planExpired } from "./plan.js";
@@ -58,11 +58,20 @@ interface Ctx<T> {
   stop: boolean;
   deadlineLogged: boolean;
   advance: boolean;
+  /** The fence could not prove visible ids yet (an older write transaction is still open). */
+  fenceBlocked: boolean;
 }
 
 const big = (s: string) => BigInt(s);
 
-export async function pollOnce<T>(client: SqlStreams, stream: string, group: string, handler: Handler<T>, o: ResolvedPollOptions): Promise<CycleReport> {
+/** Poll facts a drain needs beyond the report. */
+export interface PollState {
+  fenceBlocked: boolean;
+}
+
+export async function pollOnce<T>(
+  client: SqlStreams, stream: string, group: string, handler: Handler<T>, o: ResolvedPollOptions, state?: PollState,
+): Promise<CycleReport> {
   const started = Date.now();
   const report = emptyReport(stream, group);
   report.polls = 1;
@@ -88,7 +97,7 @@ export async function pollOnce<T>(client: SqlStreams, stream: string, group: str
     }
     const ctx: Ctx<T> = {
       client, db, t, stream, group, groupId: L.group_id, g: groupResolution(L.config ?? {}), mode: L.mode,
-      handler, o, report, stop: false, deadlineLogged: false, advance: big(L.target) > big(L.committed),
+      handler, o, report, stop: false, deadlineLogged: false, advance: big(L.target) > big(L.committed), fenceBlocked: false,
     };
     let tookRange = false;
     let tookRows = false;
@@ -107,6 +116,7 @@ export async function pollOnce<T>(client: SqlStreams, stream: string, group: str
       report.committedAfter = r.rows[0].committed;
     }
     report.idle = !tookRange && !tookRows;
+    if (state) state.fenceBlocked = ctx.fenceBlocked;
     return finish(report, started);
   } catch (e) {
     if (isSqlStreamsError(e)) throw e;
@@ -182,14 +192,30 @@ interface TakenRange {
   msgs: RawMessage[];
 }
 
+/** Pauses before asking the fence again while older write transactions are still open. */
+const FENCE_WAITS_MS = [5, 10, 20, 40, 80];
+
 async function claimPhase<T>(ctx: Ctx<T>, L: LoadRow): Promise<boolean> {
   const tb = timeoutBounds(ctx.g);
   const token = randomUUID();
-  const sentAt = Date.now();
-  const r = await queryRetry<RawMessage & { low: string; high: string; lease_ms: string | null }>(ctx.db, S.claim(ctx.t), [
-    ctx.groupId, ctx.o.batchLimit, L.head, L.obs, token, tb.def, tb.min, tb.max, ctx.o.concurrency, ctx.o.recordMargin, leaseCap(ctx),
-  ]);
-  if (r.rowCount === 0) return false;
+  let sentAt = Date.now();
+  let r: pg.QueryResult<RawMessage & { low: string; high: string; lease_ms: string | null }>;
+  for (let wait = 0; ; wait++) {
+    sentAt = Date.now();
+    r = await queryRetry<RawMessage & { low: string; high: string; lease_ms: string | null }>(ctx.db, S.claim(ctx.t), [
+      ctx.groupId, ctx.o.batchLimit, L.head, L.obs, token, tb.def, tb.min, tb.max, ctx.o.concurrency, ctx.o.recordMargin, leaseCap(ctx),
+    ]);
+    // No row with a non-idle observation means the fence could not prove the head yet: a write
+    // transaction older than the observation is still open somewhere in the cluster. They are
+    // usually milliseconds from committing, so ask again a few times before giving up.
+    if (r.rowCount !== 0 || wait >= FENCE_WAITS_MS.length || ctx.stop || aborted(ctx)) break;
+    if (ctx.o.deadline !== undefined && ctx.o.deadline - Date.now() < ctx.o.recordMargin + FENCE_WAITS_MS[wait]) break;
+    await sleep(FENCE_WAITS_MS[wait]);
+  }
+  if (r.rowCount === 0) {
+    ctx.fenceBlocked = true;
+    return false;
+  }
   ctx.report.rangesClaimed++;
   const first = r.rows[0];
   if (first.id === null) {
@@ -510,5 +536,3 @@ async function exceptionPhase<T>(ctx: Ctx<T>): Promise<boolean> {
   }
   return true;
 }
-
-export { isTransient };

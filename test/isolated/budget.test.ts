@@ -1,0 +1,48 @@
+// Structural budgets of ARCHITECTURE.md, counted (never timed): a range costs one round trip to
+// claim and one to record and advance; a caught-up poll is one read-only statement; the happy
+// path writes no per-message row.
+import { describe, expect, it } from "vitest";
+import { useFreshDatabase } from "../support/db.js";
+import { count, cursor, groupIdOf, streamIdOf, testClient } from "../support/streams.js";
+
+const url = useFreshDatabase();
+
+describe("round-trip budgets", () => {
+  it("happy range = load + claim + record; caught-up poll = one read; batch produce = one statement", async () => {
+    const t = testClient(url());
+    await t.client.migrate();
+    const s = t.client.stream("budget");
+    await s.register();
+    const g = s.consumer("g");
+    await g.register();
+    const n = await streamIdOf(t, "budget");
+    const gid = await groupIdOf(t, "g");
+    await s.produce({ warm: true });
+    await g.drain(() => {}); // warms the client's stream cache
+
+    t.statements.length = 0;
+    await s.produceBatch(Array.from({ length: 100 }, (_, i) => ({ payload: { i, pad: "x".repeat(1000) } })));
+    expect(t.statements).toHaveLength(1);
+
+    t.statements.length = 0;
+    const r = await g.poll(() => {}, { batchLimit: 100 });
+    expect(r.succeeded).toBe(100);
+    expect(r.rangesClaimed).toBe(1);
+    expect(t.statements).toHaveLength(3);
+    expect(t.statements[1]).toContain(`claim_${n}(`);
+    expect(t.statements[2]).toContain(`record_range_${n}(`);
+    expect(await count(t, `exception_queue_${n}`)).toBe(0);
+    expect(await count(t, `delivery_log_${n}`)).toBe(0);
+    expect(await count(t, `claim_lease_${n}`)).toBe(0);
+
+    const before = await cursor(t, n, gid);
+    const stamp = await t.sql(`SELECT updated_at FROM sqlstreams.consumer_group_cursor_${n}`);
+    t.statements.length = 0;
+    const idle = await g.poll(() => {});
+    expect(idle.idle).toBe(true);
+    expect(t.statements).toHaveLength(1);
+    expect(t.statements[0].trim().startsWith("SELECT")).toBe(true);
+    expect(await cursor(t, n, gid)).toEqual(before);
+    expect(await t.sql(`SELECT updated_at FROM sqlstreams.consumer_group_cursor_${n}`)).toEqual(stamp);
+  });
+});

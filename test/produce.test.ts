@@ -1,0 +1,202 @@
+import { describe, expect, it } from "vitest";
+import { SqlStreamsError } from "@sqlstreams/core";
+import { useFreshDatabase } from "./support/db.js";
+import { S, count, groupIdOf, streamIdOf, testClient } from "./support/streams.js";
+
+const url = useFreshDatabase();
+
+async function codeOf(p: Promise<unknown> | (() => unknown)): Promise<string> {
+  try {
+    await (typeof p === "function" ? p() : p);
+  } catch (e) {
+    expect(e).toBeInstanceOf(SqlStreamsError);
+    return (e as SqlStreamsError).code;
+  }
+  throw new Error("expected a SqlStreamsError");
+}
+
+describe("producing (SPEC §3, C22–C24, C28)", () => {
+  it("C22: idempotency keys dedupe while retained, as v5 UUIDs or verbatim UUIDs", async () => {
+    const t = testClient(url());
+    await t.client.migrate();
+    const s = t.client.stream("payments");
+    await s.register({ idempotencyKeyTtl: 1000 });
+    const n = await streamIdOf(t, "payments");
+    const a = await s.produce({ amount: 1 }, { idempotencyKey: "payment:1" });
+    const b = await s.produce({ amount: 999 }, { idempotencyKey: "payment:1" });
+    expect(a.duplicate).toBe(false);
+    expect(b).toEqual({ id: a.id, duplicate: true });
+    expect(await count(t, `message_log_${n}`)).toBe(1);
+    expect(await t.sql(`SELECT idempotency_key::text AS k, message_id::text AS id FROM ${S}.idempotency_key_${n}`)).toEqual([
+      { k: "dce973c4-9674-5b83-89bc-5687eb07cb04", id: a.id },
+    ]);
+    await s.produce({}, { idempotencyKey: "3F2504E0-4F89-11D3-9A0C-0305E82C3301" });
+    const keys = await t.sql<{ k: string }>(`SELECT idempotency_key::text AS k FROM ${S}.idempotency_key_${n} ORDER BY created_at`);
+    expect(keys.map((k) => k.k)).toContain("3f2504e0-4f89-11d3-9a0c-0305e82c3301");
+    // Concurrent produces of one key insert one message.
+    const many = await Promise.all(Array.from({ length: 8 }, () => s.produce({ x: 1 }, { idempotencyKey: "order-42" })));
+    expect(new Set(many.map((m) => m.id)).size).toBe(1);
+    expect(many.filter((m) => !m.duplicate)).toHaveLength(1);
+  });
+
+  it("C23: produces without an idempotency key write no key row", async () => {
+    const t = testClient(url());
+    const s = t.client.stream("no.keys");
+    await s.register();
+    const n = await streamIdOf(t, "no.keys");
+    for (let i = 0; i < 100; i++) await s.produce({ i });
+    expect(await count(t, `message_log_${n}`)).toBe(100);
+    expect(await count(t, `idempotency_key_${n}`)).toBe(0);
+  });
+
+  it("C24: produceInTx commits and rolls back with the caller; without BEGIN it is SQL0015", async () => {
+    const t = testClient(url());
+    const s = t.client.stream("in.tx");
+    await s.register();
+    const n = await streamIdOf(t, "in.tx");
+    await t.sql("CREATE TABLE app_orders (id int primary key)");
+    const c = await t.pool.connect();
+    try {
+      await c.query("BEGIN");
+      await c.query("INSERT INTO app_orders VALUES (1)");
+      await s.produceInTx(c, { order: 1 }, { idempotencyKey: "tx-1" });
+      await c.query("ROLLBACK");
+      expect(await count(t, `message_log_${n}`)).toBe(0);
+      expect(await count(t, `idempotency_key_${n}`)).toBe(0);
+
+      await c.query("BEGIN");
+      await c.query("INSERT INTO app_orders VALUES (2)");
+      const r = await s.produceInTx(c, { order: 2 });
+      expect(await count(t, `message_log_${n}`)).toBe(0); // not visible before COMMIT
+      await c.query("COMMIT");
+      expect(r.id).toBe("2"); // id 1 was drawn by the rolled-back transaction: a gap
+      expect(await t.sql(`SELECT id::text, payload FROM ${S}.message_log_${n}`)).toEqual([{ id: "2", payload: { order: 2 } }]);
+      expect(await t.sql("SELECT id FROM app_orders")).toEqual([{ id: 2 }]);
+
+      expect(await codeOf(s.produceInTx(c, { order: 3 }))).toBe("SQL0015");
+      expect(await count(t, `message_log_${n}`)).toBe(1);
+    } finally {
+      c.release();
+    }
+    // The cursor passes the gap.
+    const g = s.consumer("g");
+    await g.register();
+    const seen: string[] = [];
+    await g.drain((m) => void seen.push(m.id));
+    expect(seen).toEqual(["2"]);
+    expect((await g.progress()).committed).toBe("2");
+  });
+
+  it("produceBatch: one transaction, ids ascending in item order, all or nothing", async () => {
+    const t = testClient(url());
+    const s = t.client.stream("batches");
+    await s.register();
+    const n = await streamIdOf(t, "batches");
+    expect(await s.produceBatch([])).toEqual([]);
+    const r = await s.produceBatch(Array.from({ length: 1000 }, (_, i) => ({ payload: { i }, key: `k${i % 7}` })));
+    expect(r.map((x) => Number(x.id))).toEqual(Array.from({ length: 1000 }, (_, i) => i + 1));
+    const rows = await t.sql<{ id: string; payload: { i: number }; message_key: string }>(
+      `SELECT m.id::text AS id, payload, message_key FROM ${S}.message_log_${n} m ORDER BY m.id LIMIT 3`,
+    );
+    expect(rows).toEqual([
+      { id: "1", payload: { i: 0 }, message_key: "k0" },
+      { id: "2", payload: { i: 1 }, message_key: "k1" },
+      { id: "3", payload: { i: 2 }, message_key: "k2" },
+    ]);
+    expect(await codeOf(s.produceBatch(Array.from({ length: 1001 }, () => ({ payload: 1 }))))).toBe("SQL0015");
+    expect(await codeOf(s.produceBatch([{ payload: 1 }, { payload: 1n as unknown as number }]))).toBe("SQL0016");
+    expect(await codeOf(s.produceBatch([{ payload: 1, idempotencyKey: "x" } as never]))).toBe("SQL0015");
+    expect(await count(t, `message_log_${n}`)).toBe(1000);
+  });
+
+  it("stores keys, sparse options and compaction ranks as the SPEC says", async () => {
+    const t = testClient(url());
+    const s = t.client.stream("stored.rows");
+    await s.register();
+    const n = await streamIdOf(t, "stored.rows");
+    await s.produce({ a: 1 }, { key: "k", message: { timeout: 20000, concurrency: "exclusive", retry: { maxRetries: 5 } } });
+    await s.produce({ a: 2 }, { key: "c", compaction: {} });
+    await s.produce({ a: 3 });
+    const rows = await t.sql(`SELECT message_key, compaction_rank::text AS rank, routing_key, schema_version, options FROM ${S}.message_log_${n} ORDER BY id`);
+    expect(rows).toEqual([
+      { message_key: "k", rank: null, routing_key: null, schema_version: 1, options: { timeout: 20000, concurrency: "exclusive", retry: { maxRetries: 5 } } },
+      { message_key: "c", rank: "0", routing_key: null, schema_version: 1, options: null },
+      { message_key: null, rank: null, routing_key: null, schema_version: 1, options: null },
+    ]);
+  });
+
+  it("C28: partitions are created ahead, and a missing partition is recovered with SQL0041", async () => {
+    const t = testClient(url());
+    const s = t.client.stream("small.parts");
+    await s.register({ partitionSize: 10 });
+    const n = await streamIdOf(t, "small.parts");
+    const parts = async () =>
+      (await t.sql<{ name: string }>(
+        `SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = '${S}.message_log_${n}'::regclass ORDER BY 1`,
+      )).map((r) => r.name);
+    for (let i = 1; i <= 8; i++) await s.produce({ i });
+    expect(await parts()).toEqual([`message_log_${n}_0`]);
+    await s.produce({ i: 9 }); // 9 is in the last tenth of partition 0
+    expect(await parts()).toEqual([`message_log_${n}_0`, `message_log_${n}_1`]);
+    for (let i = 10; i <= 19; i++) await s.produce({ i });
+    expect(await parts()).toContain(`message_log_${n}_2`);
+    // An operator drops partition 2 before id 20: the producer recovers.
+    await t.sql(`DROP TABLE ${S}.message_log_${n}_2`);
+    const fresh = testClient(url()); // a client that never saw partition 2
+    const r = await fresh.client.stream("small.parts").produce({ i: 20 });
+    // The failed first insert consumed id 20 (a gap the cursor passes); the retry gets the next.
+    expect(Number(r.id)).toBeGreaterThanOrEqual(20);
+    expect(fresh.events.some((e) => e.code === "SQL0041")).toBe(true);
+    // A batch that spans several partitions recovers all of them.
+    await t.sql(`DROP TABLE IF EXISTS ${S}.message_log_${n}_3`);
+    const b = await fresh.client.stream("small.parts").produceBatch(Array.from({ length: 25 }, (_, i) => ({ payload: { i } })));
+    expect(b.map((x) => Number(x.id) - Number(b[0].id))).toEqual(Array.from({ length: 25 }, (_, i) => i));
+    expect(await count(t, `message_log_${n}`)).toBe(20 + 25);
+  });
+
+  it("stream registration: whole replacement of settings, immutable partitionSize (SQL0011)", async () => {
+    const t = testClient(url());
+    const s = t.client.stream("settings");
+    await s.register({ partitionSize: 100, retention: 60_000, deliveryLog: "all" });
+    await s.register({ partitionSize: 100 });
+    expect(await t.sql(`SELECT partition_size::text AS p, retention_ms::text AS r, delivery_log_mode AS m FROM ${S}.stream_config WHERE name = 'settings'`)).toEqual([
+      { p: "100", r: "0", m: "failures" },
+    ]);
+    expect(await codeOf(s.register({ partitionSize: 200 }))).toBe("SQL0011");
+    await s.register(); // omitted partitionSize matches
+    expect(await codeOf(s.register({ retention: 5 }))).toBe("SQL0012");
+    expect(await codeOf(s.register({ deliveryLog: "some" as never }))).toBe("SQL0012");
+    expect(await codeOf(s.register({ bogus: 1 } as never))).toBe("SQL0012");
+  });
+
+  it("migrate() is idempotent and safe to race", async () => {
+    const t = testClient(url(), { schema: "raced" });
+    const others = [testClient(url(), { schema: "raced" }), testClient(url(), { schema: "raced" })];
+    await Promise.all([t.client.migrate(), ...others.map((o) => o.client.migrate())]);
+    await t.client.migrate();
+    expect(await t.sql(`SELECT scope, version, status FROM raced.migration_log ORDER BY id`)).toEqual([{ scope: "system", version: 1, status: "success" }]);
+    await t.client.stream("x").register();
+    await Promise.all([t.client.migrate(), others[0].client.migrate()]);
+    expect(await count(t, "stream_config")).toBeGreaterThanOrEqual(0);
+    const logs = await t.sql(`SELECT scope, version FROM raced.migration_log ORDER BY id`);
+    expect(logs).toEqual([{ scope: "system", version: 1 }, { scope: "stream", version: 1 }]);
+  });
+
+  it("a client on a schema without the control plane says SQL0003 and writes nothing", async () => {
+    const t = testClient(url(), { schema: "empty_schema" });
+    expect(await codeOf(t.client.stream("x").produce({}))).toBe("SQL0003");
+    expect(await codeOf(t.client.stream("x").consumer("g").progress())).toBe("SQL0003");
+    expect(await t.sql(`SELECT 1 FROM pg_namespace WHERE nspname = 'empty_schema'`)).toEqual([]);
+  });
+
+  it("unknown streams and groups are coded errors", async () => {
+    const t = testClient(url());
+    expect(await codeOf(t.client.stream("nope").produce({}))).toBe("SQL0009");
+    expect(await codeOf(t.client.stream("nope").consumer("g").register())).toBe("SQL0009");
+    const s = t.client.stream("known");
+    await s.register();
+    expect(await codeOf(s.consumer("missing").poll(() => {}))).toBe("SQL0010");
+    expect(await codeOf(s.consumer("missing").progress())).toBe("SQL0010");
+    await groupIdOf(t, "missing").catch(() => undefined);
+  });
+});

@@ -1,0 +1,196 @@
+// Helpers for the ordering, exclusivity and compaction scenarios (SPEC §7, §8, §13 C18–C21):
+// ids by (stream, group) name, a latch, a ledger of handler runs, and the §13.3 invariants that
+// these scenarios check after every step.
+import { expect } from "vitest";
+import { S, type TestClient } from "./streams.js";
+
+/** The group's id, looked up by stream and group name (group names repeat across streams). */
+export async function groupOf(t: TestClient, stream: string, group: string): Promise<string> {
+  const r = await t.sql<{ id: string }>(
+    `SELECT g.id::text FROM ${S}.consumer_group_config g JOIN ${S}.stream_config s ON s.id = g.stream_id
+      WHERE s.name = $1 AND g.name = $2`,
+    [stream, group],
+  );
+  if (r.length !== 1) throw new Error(`no group ${stream}/${group}`);
+  return r[0].id;
+}
+
+export interface Latch {
+  promise: Promise<void>;
+  open(): void;
+}
+
+export function latch(): Latch {
+  let open!: () => void;
+  const promise = new Promise<void>((r) => (open = r));
+  return { promise, open };
+}
+
+/** Resolves once `cond()` is true; polls every 5 ms (no fixed sleeps in scenarios). */
+export async function until(cond: () => boolean | Promise<boolean>, what: string, ms = 10_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await cond())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+export async function keyLeases(t: TestClient, n: string, gid: string) {
+  return t.sql<{ message_key: string; token: string; ttl_ms: number }>(
+    `SELECT message_key, token::text, (EXTRACT(EPOCH FROM (expires_at - now())) * 1000)::float8 AS ttl_ms
+       FROM ${S}.message_key_lease_${n} WHERE consumer_group_id = $1 ORDER BY message_key`,
+    [gid],
+  );
+}
+
+export async function claimLeases(t: TestClient, n: string, gid: string) {
+  return t.sql<{ token: string; low: string; high: string; reclaims: number; released: boolean; len_ms: number }>(
+    `SELECT token::text, low::text, high::text, reclaims, released,
+            (EXTRACT(EPOCH FROM (expires_at - created_at)) * 1000)::float8 AS len_ms
+       FROM ${S}.claim_lease_${n} WHERE consumer_group_id = $1 ORDER BY low`,
+    [gid],
+  );
+}
+
+/** A full image of a group's rows in every per-stream table that a poll writes. */
+export async function snapshot(t: TestClient, n: string, gid: string): Promise<unknown> {
+  const q = async (table: string, order: string) =>
+    t.sql(`SELECT to_jsonb(x) - 'consumer_group_id' AS r FROM ${S}.${table}_${n} x WHERE consumer_group_id = $1 ORDER BY ${order}`, [gid]);
+  return {
+    eq: await q("exception_queue", "message_id"),
+    dl: await q("delivery_log", "id"),
+    cur: await q("consumer_group_cursor", "consumer_group_id"),
+    cl: await q("claim_lease", "low"),
+    kl: await q("message_key_lease", "message_key"),
+  };
+}
+
+/** SPEC §13.3 I1–I5 (the parts that can be read from the tables) for one group. */
+export async function checkInvariants(t: TestClient, n: string, gid: string): Promise<void> {
+  const [c] = await t.sql<{ claimed: string; committed: string; settled_head: string }>(
+    `SELECT claimed::text, committed::text, settled_head::text FROM ${S}.consumer_group_cursor_${n} WHERE consumer_group_id = $1`,
+    [gid],
+  );
+  const committed = BigInt(c.committed);
+  const claimed = BigInt(c.claimed);
+  // I1
+  expect(committed >= 0n && committed <= claimed && claimed <= BigInt(c.settled_head), `I1 ${JSON.stringify(c)}`).toBe(true);
+  // I2
+  const leases = await t.sql<{ low: string; high: string }>(
+    `SELECT low::text, high::text FROM ${S}.claim_lease_${n} WHERE consumer_group_id = $1 ORDER BY low`,
+    [gid],
+  );
+  let prevHigh = -1n;
+  for (const l of leases) {
+    const low = BigInt(l.low);
+    const high = BigInt(l.high);
+    expect(committed <= low && low < high && high <= claimed && low >= prevHigh, `I2 ${JSON.stringify(leases)} cur ${JSON.stringify(c)}`).toBe(true);
+    prevHigh = high;
+  }
+  // I3 (no redrive in these scenarios)
+  const below = await t.sql(
+    `SELECT message_id FROM ${S}.exception_queue_${n} WHERE consumer_group_id = $1 AND message_id <= $2
+        AND status IN ('ready', 'inflight', 'deferred')`,
+    [gid, c.committed],
+  );
+  expect(below, "I3 unresolved rows at or below committed").toEqual([]);
+  // I4
+  const bad = await t.sql(
+    `SELECT message_id, status FROM ${S}.exception_queue_${n} WHERE consumer_group_id = $1 AND (
+        (status = 'inflight' AND lease_token IS NULL) OR (status IN ('dead', 'superseded') AND lease_token IS NOT NULL)
+        OR attempts < delays OR delays < 0)`,
+    [gid],
+  );
+  expect(bad, "I4").toEqual([]);
+  // I5: one live key lease per (group, key) is the primary key; nothing to read beyond it.
+}
+
+/** In-process record of handler starts and ends, with the checks of I5 and I8. */
+export class Ledger {
+  seq = 0;
+  readonly events: { seq: number; at: number; kind: "start" | "end"; id: bigint; key: string | null; ok: boolean; attempt: number; poller: string }[] = [];
+  private readonly running = new Map<string, number>();
+  private readonly succeeded = new Set<bigint>();
+  runningAll = 0;
+  maxRunningAll = 0;
+  /** Starts while another handler of the same key was running (I5). */
+  overlaps: string[] = [];
+  /** Starts of an ordered key's message while an earlier id of that key had not succeeded (G6). */
+  orderViolations: string[] = [];
+
+  /** Optionally give the ids of every message per key so that G6 can be checked at start time. */
+  constructor(private readonly idsByKey: Map<string, bigint[]> = new Map()) {}
+
+  start(id: string, key: string | null, attempt: number, poller = ""): void {
+    const n = BigInt(id);
+    this.events.push({ seq: this.seq++, at: performance.now(), kind: "start", id: n, key, ok: false, attempt, poller });
+    this.runningAll++;
+    this.maxRunningAll = Math.max(this.maxRunningAll, this.runningAll);
+    if (key === null) return;
+    const r = this.running.get(key) ?? 0;
+    if (r > 0) this.overlaps.push(`${key}: ${id} started while ${r} other handler(s) of the key ran`);
+    this.running.set(key, r + 1);
+    for (const p of this.idsByKey.get(key) ?? []) {
+      if (p >= n) break;
+      if (!this.succeeded.has(p)) {
+        this.orderViolations.push(`${key}: ${id} started before ${p} succeeded`);
+        break;
+      }
+    }
+  }
+
+  end(id: string, key: string | null, ok: boolean, attempt: number, poller = ""): void {
+    const n = BigInt(id);
+    this.events.push({ seq: this.seq++, at: performance.now(), kind: "end", id: n, key, ok, attempt, poller });
+    this.runningAll--;
+    if (ok) this.succeeded.add(n);
+    if (key !== null) this.running.set(key, (this.running.get(key) ?? 1) - 1);
+  }
+
+  isSucceeded(id: bigint): boolean {
+    return this.succeeded.has(id);
+  }
+
+  get succeededCount(): number {
+    return this.succeeded.size;
+  }
+
+  /** Per key, the ids in the order of their first start (I8 wants them ascending). */
+  firstStartOrder(): Map<string, bigint[]> {
+    const seen = new Set<bigint>();
+    const out = new Map<string, bigint[]>();
+    for (const e of this.events) {
+      if (e.kind !== "start" || e.key === null || seen.has(e.id)) continue;
+      seen.add(e.id);
+      out.set(e.key, [...(out.get(e.key) ?? []), e.id]);
+    }
+    return out;
+  }
+
+  /** Per key, the ids in the order of their successful ends. */
+  successOrder(): Map<string, bigint[]> {
+    const out = new Map<string, bigint[]>();
+    for (const e of this.events) {
+      if (e.kind !== "end" || !e.ok || e.key === null) continue;
+      out.set(e.key, [...(out.get(e.key) ?? []), e.id]);
+    }
+    return out;
+  }
+
+  /** True when handlers of two different keys ran at overlapping times. */
+  differentKeysOverlapped(): boolean {
+    const live = new Map<bigint, string | null>();
+    for (const e of this.events) {
+      if (e.kind === "start") {
+        for (const k of live.values()) if (k !== e.key) return true;
+        live.set(e.id, e.key);
+      } else live.delete(e.id);
+    }
+    return false;
+  }
+}
+
+export function ascending(ids: bigint[]): boolean {
+  for (let i = 1; i < ids.length; i++) if (ids[i - 1] >= ids[i]) return false;
+  return true;
+}
