@@ -95,19 +95,19 @@ export function seekCursor(t: Tables): string {
        RETURNING claimed::text, committed::text`;
 }
 
-/** Dead rows of the group selected by ids ($2) or a filter ($3 text, $4 since, $5 before, $6 limit). */
+/** Dead rows of the group selected by ids ($2) or a filter ($2 text, $3 since, $4 before, $5 limit). */
 export function selectDead(t: Tables, byIds: boolean): string {
   const where = byIds
     ? "e.message_id = ANY($2::bigint[])"
-    : `($3::text IS NULL OR strpos(lower(COALESCE(e.last_error, '')), lower($3::text)) > 0)
-       AND ($4::timestamptz IS NULL OR e.updated_at >= $4::timestamptz)
-       AND ($5::timestamptz IS NULL OR e.updated_at < $5::timestamptz)`;
+    : `($2::text IS NULL OR strpos(lower(COALESCE(e.last_error, '')), lower($2::text)) > 0)
+       AND ($3::timestamptz IS NULL OR e.updated_at >= $3::timestamptz)
+       AND ($4::timestamptz IS NULL OR e.updated_at < $4::timestamptz)`;
   return `SELECT e.message_id::text AS message_id, e.attempts, e.message_key, m.id IS NOT NULL AS exists,
                  m.options, m.compaction_rank IS NOT NULL AS compacted
             FROM ${t.eq} e LEFT JOIN ${t.ml} m ON m.id = e.message_id
            WHERE e.consumer_group_id = $1 AND e.status = 'dead' AND ${where}
            ORDER BY e.message_id
-           ${byIds ? "" : "LIMIT $6"}
+           ${byIds ? "" : "LIMIT $5"}
            FOR UPDATE OF e`;
 }
 
