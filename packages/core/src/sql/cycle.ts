@@ -13,7 +13,20 @@ export interface Tables {
   fn: (name: string) => string;
 }
 
+const cache = new Map<string, Tables>();
+
+/** The table names of one stream, built once per (schema, stream id). */
 export function tables(q: string, n: string): Tables {
+  const k = `${q}.${n}`;
+  let t = cache.get(k);
+  if (!t) {
+    t = build(q, n);
+    cache.set(k, t);
+  }
+  return t;
+}
+
+function build(q: string, n: string): Tables {
   return {
     ml: table(q, n, "message_log"),
     eq: table(q, n, "exception_queue"),
@@ -163,6 +176,11 @@ export function reserve(t: Tables): string {
        AND (e.concurrency = 'parallel' OR e.message_key IS NULL OR (
              NOT EXISTS (SELECT 1 FROM ${t.kl} k WHERE k.consumer_group_id = $1 AND k.message_key = e.message_key
                             AND k.expires_at >= now())
+             -- Only the lowest waiting row per key (§5.4.2), decided before LIMIT: otherwise one key's
+             -- backlog fills the batch and the per-key pick below leaves a single row to run.
+             AND NOT EXISTS (SELECT 1 FROM ${t.eq} w WHERE w.consumer_group_id = $1 AND w.message_key = e.message_key
+                                AND w.message_id < e.message_id AND w.concurrency <> 'parallel'
+                                AND ((w.status = 'ready' AND w.can_run_after <= now()) OR w.status = 'deferred'))
              AND (e.concurrency <> 'ordered' OR (
                    NOT EXISTS (SELECT 1 FROM ${t.eq} p WHERE p.consumer_group_id = $1 AND p.message_key = e.message_key
                                   AND p.message_id < e.message_id AND p.status IN ('ready', 'inflight', 'deferred'))
