@@ -193,7 +193,15 @@ async function maintainOne(client: SqlStreams, s: MaintainedStream, deadline: nu
           dropsPending = true;
           return;
         }
-        if (!(await partitionExpired(db, s.id, j, s.retentionMs))) break; // later partitions are newer
+        let expired: boolean;
+        try {
+          expired = await partitionExpired(db, s.id, j, s.retentionMs);
+        } catch (e) {
+          // Another maintain() dropped it since step 1 listed it.
+          if ((e as { code?: string }).code === "42P01") continue;
+          throw e;
+        }
+        if (!expired) break; // later partitions are newer
         const r = await dropPartition(client, s, j, late, report);
         if (r === "dropped") report.partitionsDropped++;
         else if (r === "skipped" || r === "stop") {

@@ -10,7 +10,7 @@ import { type Db, query, queryRetry, sleep, transactionRetry } from "../db.js";
 import { SqlStreamsError, isSqlStreamsError } from "../errors.js";
 import * as S from "../sql/cycle.js";
 import { type Plan, type RunOutcome, plan, planExpired } from "./plan.js";
-import { runHandler } from "./run.js";
+import { RunMessage, runHandler } from "./run.js";
 import { type CycleReport, type Handler, emptyReport } from "./types.js";
 
 interface RawMessage {
@@ -60,6 +60,8 @@ interface Ctx<T> {
   advance: boolean;
   /** The fence could not prove visible ids yet (an older write transaction is still open). */
   fenceBlocked: boolean;
+  /** Resolutions of messages produced without options, by (has key, compacted). */
+  plain: Map<number, ResolvedMessage>;
 }
 
 const big = (s: string) => BigInt(s);
@@ -97,7 +99,7 @@ export async function pollOnce<T>(
     }
     const ctx: Ctx<T> = {
       client, db, t, stream, group, groupId: L.group_id, g: groupResolution(L.config ?? {}), mode: L.mode,
-      handler, o, report, stop: false, deadlineLogged: false, advance: big(L.target) > big(L.committed), fenceBlocked: false,
+      handler, o, report, stop: false, deadlineLogged: false, advance: big(L.target) > big(L.committed), fenceBlocked: false, plain: new Map(),
     };
     let tookRange = false;
     let tookRows = false;
@@ -124,6 +126,18 @@ export async function pollOnce<T>(
   }
 }
 
+/** Orders rows by id (they usually arrive in order from the index scan: then this is one pass). */
+function byId<R extends { id: string }>(rows: R[]): R[] {
+  for (let i = 1; i < rows.length; i++) {
+    const a = rows[i - 1].id;
+    const b = rows[i].id;
+    if (a.length > b.length || (a.length === b.length && a > b)) {
+      return rows.sort((x, y) => (x.id.length !== y.id.length ? x.id.length - y.id.length : x.id < y.id ? -1 : x.id > y.id ? 1 : 0));
+    }
+  }
+  return rows;
+}
+
 function finish(r: CycleReport, started: number): CycleReport {
   r.durationMs = Date.now() - started;
   return r;
@@ -138,6 +152,16 @@ function leaseCap<T>(ctx: Ctx<T>): number | null {
 }
 
 function resolve<T>(ctx: Ctx<T>, m: RawMessage, stored?: MessageOptions | null): ResolvedMessage {
+  const opts = stored === undefined ? m.options : stored;
+  if (opts === null) {
+    const k = (m.message_key !== null ? 1 : 0) + (m.compaction_rank !== null ? 2 : 0);
+    let hit = ctx.plain.get(k);
+    if (!hit) {
+      hit = resolveMessage(ctx.g, null, m.message_key !== null, m.compaction_rank !== null).resolved;
+      ctx.plain.set(k, hit);
+    }
+    return hit;
+  }
   const r = resolveMessage(ctx.g, stored === undefined ? m.options : stored, m.message_key !== null, m.compaction_rank !== null);
   for (const f of r.clamped) {
     ctx.db.events.emit({
@@ -222,7 +246,7 @@ async function claimPhase<T>(ctx: Ctx<T>, L: LoadRow): Promise<boolean> {
     ctx.advance = true; // an empty range: no lease, the advance passes its ids
     return true;
   }
-  await runRange(ctx, { token, low: first.low, high: first.high, leaseMs: Number(first.lease_ms), msgs: r.rows }, sentAt);
+  await runRange(ctx, { token, low: first.low, high: first.high, leaseMs: Number(first.lease_ms), msgs: byId(r.rows) }, sentAt);
   return true;
 }
 
@@ -298,7 +322,8 @@ function chains(msgs: RangeMessage[]): RangeMessage[][] {
 
 async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Promise<void> {
   const { db, t, o } = ctx;
-  const msgs: RangeMessage[] = range.msgs.map((m) => ({ ...m, resolved: resolve(ctx, m) }));
+  const msgs = range.msgs as RangeMessage[];
+  for (const m of msgs) m.resolved = resolve(ctx, m);
   const outcomes = new Map<string, RunOutcome>();
   const keyLeases: { k: string; t: string }[] = [];
   let leaseExpiry = sentAt + range.leaseMs;
@@ -326,7 +351,7 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
   };
 
   const runUnit = async (unit: RangeMessage[]) => {
-    const keyToken = randomUUID();
+    const keyToken = unit[0].resolved.concurrency !== "parallel" && unit[0].message_key !== null ? randomUUID() : "";
     let blockedBy: string | null = null;
     let holdsKey = false;
     for (const m of unit) {
@@ -336,7 +361,7 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
         continue;
       }
       if (!mayStart(ctx, m.resolved.timeout)) return;
-      if (!(await fits(m.resolved.timeout))) {
+      if (Date.now() + m.resolved.timeout + o.recordMargin > leaseExpiry && !(await fits(m.resolved.timeout))) {
         lost = true;
         ctx.stop = true;
         return;
@@ -359,9 +384,13 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
       if (outcome === null) {
         ctx.report.started++;
         outcome = await runHandler(ctx.handler, message(ctx, m, 0, 0), m.resolved.timeout);
+        if (outcome.kind === "success") {
+          outcomes.set(m.id, outcome);
+          continue;
+        }
       }
       outcomes.set(m.id, outcome);
-      if (outcome.kind !== "success" && outcome.kind !== "superseded") {
+      if (outcome.kind !== "superseded") {
         const p = plan(outcome, 0, 0, m.resolved, ctx.g.exceptionInitialBackoff, ctx.mode);
         if (p.row.status !== "dead") blockedBy = blockedBy ?? m.id;
       }
@@ -391,8 +420,13 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
   const eq: unknown[] = [];
   const dl: unknown[] = [];
   const plans: [RangeMessage, Plan][] = [];
+  let plainSuccesses = 0;
   for (const m of recorded) {
     const out = outcomes.get(m.id) as RunOutcome;
+    if (out.kind === "success" && ctx.mode !== "all") {
+      plainSuccesses++;
+      continue;
+    }
     const p = plan(out, 0, 0, m.resolved, ctx.g.exceptionInitialBackoff, ctx.mode);
     plans.push([m, p]);
     if (p.row.status !== "delete" && p.row.status !== "superseded") {
@@ -413,17 +447,15 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
     return;
   }
   ctx.report.committedAfter = committed;
+  ctx.report.succeeded += plainSuccesses;
   for (const [m, p] of plans) {
     ctx.report[p.counter]++;
     if (p.row.status === "dead") logDead(ctx, m.id, p.row.lastError);
   }
 }
 
-function message<T>(ctx: Ctx<T>, m: RawMessage, attempt: number, delays: number) {
-  return {
-    id: m.id, payload: m.payload as T, key: m.message_key, attempt, delays,
-    stream: ctx.stream, group: ctx.group, createdAt: m.created_at,
-  };
+function message<T>(ctx: Ctx<T>, m: RawMessage, attempt: number, delays: number): RunMessage<T> {
+  return new RunMessage<T>(m.id, m.payload as T, m.message_key, attempt, delays, ctx.stream, ctx.group, m.created_at);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,42 +1,85 @@
-// Running one handler: a fresh AbortSignal, the timeout, classification (SPEC §5.7).
+// Running one handler: a lazily created AbortSignal, the timeout, classification (SPEC §5.7).
 import { type Classified, classify } from "../outcome.js";
 import type { Handler, Message } from "./types.js";
 
 /**
+ * The message handed to a handler. Its AbortSignal is created on first access: most handlers
+ * never read it, and an AbortController per message is a measurable share of the hot path.
+ */
+export class RunMessage<T> implements Message<T> {
+  private ac: AbortController | undefined;
+  private abortedWith: Error | undefined;
+
+  constructor(
+    readonly id: string,
+    readonly payload: T,
+    readonly key: string | null,
+    readonly attempt: number,
+    readonly delays: number,
+    readonly stream: string,
+    readonly group: string,
+    readonly createdAt: Date,
+  ) {}
+
+  get signal(): AbortSignal {
+    if (!this.ac) {
+      this.ac = new AbortController();
+      if (this.abortedWith) this.ac.abort(this.abortedWith);
+    }
+    return this.ac.signal;
+  }
+
+  /** @internal */
+  abort(reason: Error): void {
+    this.abortedWith = reason;
+    this.ac?.abort(reason);
+  }
+
+  toJSON(): Omit<Message<T>, "signal"> {
+    const { id, payload, key, attempt, delays, stream, group, createdAt } = this;
+    return { id, payload, key, attempt, delays, stream, group, createdAt };
+  }
+}
+
+function isThenable(v: unknown): v is PromiseLike<unknown> {
+  return v !== null && (typeof v === "object" || typeof v === "function") && typeof (v as PromiseLike<unknown>).then === "function";
+}
+
+/**
  * Runs the handler and settles at its outcome or at the timeout, whichever comes first. At the
  * timeout the signal is aborted and a retryable failure is returned; the handler is not awaited
- * and its late settlement changes nothing.
+ * and its late settlement changes nothing. A handler that returns synchronously needs no timer.
  */
-export function runHandler<T>(handler: Handler<T>, msg: Omit<Message<T>, "signal">, timeoutMs: number): Promise<Classified> {
-  const ac = new AbortController();
+export function runHandler<T>(handler: Handler<T>, msg: RunMessage<T>, timeoutMs: number): Classified | Promise<Classified> {
+  let result: unknown;
+  try {
+    result = handler(msg);
+  } catch (e) {
+    return classify(e, true);
+  }
+  if (!isThenable(result)) return classify(result, false);
+  const pending = result;
   return new Promise<Classified>((resolve) => {
     let settled = false;
     const timer = setTimeout(() => {
       if (settled) return;
       settled = true;
-      ac.abort(new Error(`SQL0027 timeout after ${timeoutMs} ms`));
+      msg.abort(new Error(`SQL0027 timeout after ${timeoutMs} ms`));
       resolve({ kind: "failure", error: `SQL0027 timeout: handler did not finish within ${timeoutMs} ms` });
     }, timeoutMs);
-    const done = (c: Classified) => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      resolve(c);
-    };
-    let result: unknown;
-    try {
-      result = handler({ ...msg, signal: ac.signal } as Message<T>);
-    } catch (e) {
-      done(classify(e, true));
-      return;
-    }
-    if (result !== null && typeof result === "object" && typeof (result as PromiseLike<unknown>).then === "function") {
-      (result as PromiseLike<unknown>).then(
-        (v) => done(classify(v, false)),
-        (e) => done(classify(e, true)),
-      );
-    } else {
-      done(classify(result, false));
-    }
+    pending.then(
+      (v) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        resolve(classify(v, false));
+      },
+      (e) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        resolve(classify(e, true));
+      },
+    );
   });
 }

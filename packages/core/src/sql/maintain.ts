@@ -232,9 +232,11 @@ export async function dropPartitionTx(
   const hi = (k + 1n) * partitionSize;
   await query(db, c, `SET LOCAL lock_timeout = '${LOCK_TIMEOUT}'`);
   if (!(await tryXactLock(db, c, retentionLockKey(db, streamId)))) return { outcome: "busy", ...none };
+  await query(db, c, `LOCK TABLE ONLY ${ml} IN ACCESS EXCLUSIVE MODE`);
+  // Checked only now: taking a table lock makes this backend read the catalog changes other
+  // sessions committed (a partition another maintain() dropped a moment ago).
   const exists = await query<{ ok: boolean }>(db, c, "SELECT to_regclass($1) IS NOT NULL AS ok", [p]);
   if (!exists.rows[0].ok) return { outcome: "gone", ...none };
-  await query(db, c, `LOCK TABLE ONLY ${ml} IN ACCESS EXCLUSIVE MODE`);
   const groups = await query<{ ids: string[] | null }>(
     db,
     c,
