@@ -101,6 +101,7 @@ export async function maintainStreams(
     names = opts.streams.map((n) => validateStreamName(n));
   }
   checkDeadline(opts.deadline);
+  await client.ready();
   const streams = await loadStreams(db, names);
   if (names !== undefined) {
     const found = new Set(streams.map((s) => s.name));

@@ -212,15 +212,27 @@ export class Stream<T = unknown> {
     });
     const info = await this.client.streamInfo(this.name);
     for (const p of prepared) checkSize(p, info);
-    const parts: string[] = [];
-    for (const p of prepared) {
-      parts.push(
-        `{"p":${p.payload},"k":${p.key === null ? "null" : JSON.stringify(p.key)},"r":${p.rank ?? "null"},"o":${p.options ?? "null"}}`,
-      );
+    let rows: { id: string }[];
+    if (prepared.some((p) => p.rank !== null)) {
+      // Compaction needs the batch's winners per key: one JSON document, reduced in SQL.
+      const parts: string[] = [];
+      for (const p of prepared) {
+        parts.push(
+          `{"p":${p.payload},"k":${p.key === null ? "null" : JSON.stringify(p.key)},"r":${p.rank ?? "null"},"o":${p.options ?? "null"}}`,
+        );
+      }
+      rows = await this.runProduce<{ id: string }>(info, P.produceBatch(this.client.db.q, info.id), [`[${parts.join(",")}]`], items.length);
+    } else {
+      const meta = prepared.some((p) => p.key !== null || p.options !== null);
+      const values: unknown[] = [];
+      for (const p of prepared) {
+        if (meta) values.push(p.key, p.payload, p.options);
+        else values.push(p.payload);
+      }
+      rows = await this.runProduce<{ id: string }>(info, P.produceBatchValues(this.client.db.q, info.id, prepared.length, meta), values, items.length);
     }
-    const doc = `[${parts.join(",")}]`;
-    const rows = await this.runProduce<{ id: string }>(info, P.produceBatch(this.client.db.q, info.id), [doc], items.length);
-    const ids = rows.map((r) => r.id);
+    // Ids were drawn in item order; RETURNING order is not promised, so order them.
+    const ids = rows.map((r) => r.id).sort((a, b) => (a.length !== b.length ? a.length - b.length : a < b ? -1 : a > b ? 1 : 0));
     await this.createAhead(info, ids);
     return ids.map((id) => ({ id, duplicate: false }));
   }

@@ -227,7 +227,7 @@ async function claimPhase<T>(ctx: Ctx<T>, L: LoadRow): Promise<boolean> {
   for (let wait = 0; ; wait++) {
     sentAt = Date.now();
     r = await queryRetry<RawMessage & { low: string; high: string; lease_ms: string | null }>(ctx.db, S.claim(ctx.t), [
-      ctx.groupId, ctx.o.batchLimit, L.head, L.obs, token, tb.def, tb.min, tb.max, ctx.o.concurrency, ctx.o.recordMargin, leaseCap(ctx),
+      ctx.groupId, ctx.o.batchLimit, L.head, L.obs, token, tb.max, ctx.o.concurrency, ctx.o.recordMargin, leaseCap(ctx),
     ]);
     // No row with a non-idle observation means the fence could not prove the head yet: a write
     // transaction older than the observation is still open somewhere in the cluster. They are

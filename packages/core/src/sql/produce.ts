@@ -80,3 +80,33 @@ export function produceBatch(q: string, n: string): string {
   )}
   SELECT id::text AS id FROM items ORDER BY ord`;
 }
+
+const valuesCache = new Map<string, string>();
+
+/**
+ * A batch without compaction as one multi-row VALUES insert (the shape of a plain INSERT, which
+ * is what the produce budget is measured against). With `meta`, each row carries key, payload
+ * and options ($3i+1 .. $3i+3); without, only the payload ($i+1). Ids are drawn in row order.
+ */
+export function produceBatchValues(q: string, n: string, count: number, meta: boolean): string {
+  const k = `${q}.${n}.${count}.${meta}`;
+  let text = valuesCache.get(k);
+  if (text) return text;
+  const ml = table(q, n, "message_log");
+  const rows: string[] = [];
+  for (let i = 0; i < count; i++) {
+    rows.push(meta ? `($${3 * i + 1}::text,$${3 * i + 2}::jsonb,$${3 * i + 3}::jsonb)` : `($${i + 1}::jsonb)`);
+  }
+  const cols = meta ? "v(k, p, o)" : "v(p)";
+  const sel = meta ? "nextval('" + ml + "_id_seq'), v.k, v.p, v.o" : "nextval('" + ml + "_id_seq'), NULL, v.p, NULL";
+  text = `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid),
+  ins AS (
+    INSERT INTO ${ml} (id, message_key, payload, options)
+    SELECT ${sel} FROM x, (VALUES ${rows.join(",")}) AS ${cols}
+    RETURNING id
+  )
+  SELECT id::text AS id FROM ins`;
+  if (valuesCache.size > 256) valuesCache.clear();
+  valuesCache.set(k, text);
+  return text;
+}
