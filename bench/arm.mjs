@@ -3,6 +3,7 @@
 // one arm's timers, pools, JIT state and garbage out of the next arm's figures.
 import { floorInsert, floorRead, floorReadSetup } from "./arms/floors.mjs";
 import { graphileWorker, pgBoss } from "./arms/peers.mjs";
+import { enableProfiling, setBenchDatabase } from "./lib/common.mjs";
 
 const ours = () => import("./arms/ours.mjs");
 
@@ -23,6 +24,8 @@ export const ARMS = {
 async function main() {
   const ctx = JSON.parse(process.env.BENCH_ARM_CTX ?? "{}");
   ctx.errors = [];
+  if (ctx.profile) enableProfiling(ctx.arm);
+  setBenchDatabase(ctx.dbName);
   const arm = ARMS[ctx.arm];
   if (!arm) throw new Error(`unknown arm ${ctx.arm}`);
   if (arm.setup) await arm.setup(ctx);

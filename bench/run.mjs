@@ -300,7 +300,8 @@ const pad = (s, w, right = false) => (right ? String(s).padStart(w) : String(s).
 
 export function renderTable(results, ratioRows, meta) {
   const out = [];
-  out.push(`SQLStreams bench — ${meta.server}, Postgres ${meta.pgVersion}, ${meta.cpus} CPUs, node ${process.version}, ${meta.reps} repetition(s), rotated order`);
+  out.push(`SQLStreams bench — ${meta.server}, Postgres ${meta.pgVersion} (fsync ${meta.fsync}, synchronous_commit ${meta.synchronousCommit}), ${meta.cpus} CPUs, node ${process.version}, ${meta.reps} repetition(s), rotated order`);
+  out.push(`load average (1 min) at start ${meta.loadAvgAtStart[0]}, at end ${meta.loadAvgAtEnd?.[0] ?? "?"}${Math.max(meta.loadAvgAtStart[0], meta.loadAvgAtEnd?.[0] ?? 0) > meta.cpus * 0.75 ? "  — WARNING: the machine was busy with other work; figures are noisy" : ""}`);
   out.push("");
   out.push(`${pad("arm", 17)}${pad("metric", 13)}${pad("median", 11, true)}  ${pad("[min – max]", 23)}${pad("unit", 7)}${pad("n", 9, true)}  ${pad("check", 7)}${pad("rt/msg", 9, true)}${pad("rows/msg", 10, true)}`);
   out.push("-".repeat(106));
@@ -331,7 +332,8 @@ export function renderTable(results, ratioRows, meta) {
     out.push(`${pad(r.name, 40)}${pad(v, 10, true)}${pad(t, 10, true)}  ${r.met === null ? (r.target == null ? "" : "n/a") : r.met ? "met" : "MISSED"}`);
   }
   out.push("");
-  out.push("where the time goes (run nearest the median): wall, CPU of this Node process vs all postgres processes, time from sending each statement to its parsed reply (summed over connections)");
+  out.push("where the time goes (run nearest the median): wall; CPU of the Node process (all threads) and of the postgres backends serving the arm's database;");
+  out.push("time from sending each statement to its parsed reply (summed over connections); statements; ranges; commits and WAL bytes per message (peers: consume phase)");
   out.push(`${pad("arm", 17)}${pad("wall ms", 9, true)}${pad("node cpu", 10, true)}${pad("pg cpu", 9, true)}${pad("in stmts", 9, true)}${pad("stmts", 9, true)}${pad("ranges", 8, true)}${pad("stmt/range", 11, true)}${pad("commit/msg", 11, true)}${pad("WAL B/msg", 10, true)}`);
   for (const r of results) {
     const w = r.where;
@@ -344,8 +346,18 @@ export function renderTable(results, ratioRows, meta) {
     const st = r.where?.statements;
     if (!st?.length || !(meta.profile || r.arm === "consume")) continue;
     out.push("");
-    out.push(`statements of ${r.arm} by total time (count, total ms, mean ms):`);
-    for (const s of st.slice(0, meta.profile ? 10 : 6)) out.push(`  ${pad(fmt(s.count), 8, true)} ${pad(fmt(s.ms), 7, true)} ${pad(s.meanMs.toFixed(3), 8, true)}  ${s.shape}`);
+    out.push(`statements of ${r.arm} by total time (count, of which returned no row, total ms, mean ms, rows returned):`);
+    for (const s of st.slice(0, meta.profile ? 10 : 6)) {
+      out.push(`  ${pad(fmt(s.count), 8, true)} ${pad(fmt(s.empty ?? 0), 6, true)} ${pad(fmt(s.ms), 7, true)} ${pad(s.meanMs.toFixed(3), 8, true)} ${pad(fmt(s.rows ?? 0), 8, true)}  ${s.shape}`);
+    }
+  }
+  for (const r of results) {
+    const profs = [r.where?.nodeProfile, r.where?.produce?.nodeProfile, r.where?.consume?.nodeProfile].filter(Boolean);
+    for (const p of profs) {
+      out.push("");
+      out.push(`node CPU profile of ${r.arm} (measured window, this thread): busy ${fmt(p.busyMs)} ms, idle ${fmt(p.idleMs)} ms${p.file ? `; ${path.relative(process.cwd(), p.file)}` : ""}`);
+      for (const f of p.top.slice(0, 12)) out.push(`  ${pad(fmt(f.ms), 7, true)} ms ${pad(f.pctOfBusy.toFixed(1), 5, true)}%  ${f.fn}`);
+    }
   }
   return out.join("\n");
 }
@@ -367,6 +379,7 @@ export async function main(argv = process.argv.slice(2)) {
       synchronousCommit: (await c.query("SHOW synchronous_commit")).rows[0].synchronous_commit,
       fsync: (await c.query("SHOW fsync")).rows[0].fsync,
       cpus: os.cpus().length,
+      loadAvgAtStart: os.loadavg().map((x) => +x.toFixed(2)),
       reps: opts.reps,
       quick: opts.quick,
       profile: opts.profile,
@@ -383,6 +396,7 @@ export async function main(argv = process.argv.slice(2)) {
         log(`  rep ${rep + 1}/${opts.reps} ${pad(arm, 16)} ${r.check?.ok && !r.failed ? "ok    " : "FAILED"} ${pad(PRIMARY[arm], 11)} ${fmt(p, unitOf(PRIMARY[arm]))} ${unitOf(PRIMARY[arm])}  (${((r.elapsedMs ?? 0) / 1000).toFixed(1)} s)${r.failed ? "  " + r.failed.split("\n")[0] : ""}`);
       }
     }
+    meta.loadAvgAtEnd = os.loadavg().map((x) => +x.toFixed(2));
     const results = opts.arms.map((a) => aggregate(a, runs[a]));
     const byArm = Object.fromEntries(results.map((r) => [r.arm, r]));
     const ratioRows = ratios(byArm);

@@ -52,6 +52,7 @@ export async function produceRange(stream, from, to, opts = {}) {
 
 /** Setup, untimed: schema, stream, groups, and optionally the first n messages. */
 async function setup(ctx, { groups = [], produce = 0, keyed = 0 } = {}) {
+  currentDb = ctx.dbName;
   const { client, close } = await openClient(ctx.url, PRODUCE_CONNECTIONS, null, ctx.errors);
   try {
     await client.migrate();
@@ -187,9 +188,10 @@ export async function consume(ctx) {
 // Worker threads: a second group, a concurrent producer, a paced producer. Each role runs in its
 // own thread (its own event loop), as it would in its own Lambda.
 
+let currentDb = null;
 function runWorker(role, data) {
   return new Promise((resolve, reject) => {
-    const w = new Worker(new URL("../lib/worker.mjs", import.meta.url), { workerData: { role, ...data } });
+    const w = new Worker(new URL("../lib/worker.mjs", import.meta.url), { workerData: { role, dbName: currentDb, ...data } });
     let result;
     w.on("message", (m) => {
       if (m?.type === "result") result = m.result;
@@ -257,7 +259,8 @@ export async function ordered(ctx) {
   const meter = await new WriteMeter(ctx).start();
   const stats = new QueryStats();
   const tally = new Tally(n);
-  const lastSeq = new Int32Array(keys).fill(-1);
+  // Order is by message id (4 producers ran at once, so seq order is not id order).
+  const lastId = new Float64Array(keys).fill(-1);
   let orderViolations = 0;
   let keyMismatch = 0;
   const { cpu, totals } = await drainAll({
@@ -266,10 +269,10 @@ export async function ordered(ctx) {
       const seq = msg.payload.seq;
       const k = seq % keys;
       if (msg.key !== `k${k}`) keyMismatch++;
-      const first = tally.see(seq) === 1;
-      if (first) {
-        if (seq < lastSeq[k]) orderViolations++;
-        lastSeq[k] = seq;
+      const id = Number(msg.id);
+      if (tally.see(seq) === 1) {
+        if (id < lastId[k]) orderViolations++;
+        lastId[k] = id;
       }
     },
   });

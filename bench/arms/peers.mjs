@@ -79,7 +79,7 @@ export async function pgBoss(ctx) {
     return {
       metrics: { produce: rate(n, produced.wallMs), consume: rate(n, consumed.wallMs) },
       check,
-      where: { produce: produced, consume: consumed },
+      where: { ...consumed, produce: produced, note: "consume phase; produce phase under produce" },
       settings,
     };
   } finally {
@@ -153,7 +153,7 @@ export async function graphileWorker(ctx) {
     return {
       metrics: { produce: rate(n, produced.wallMs), consume: rate(n, consumed.wallMs) },
       check: tally.result(),
-      where: { produce: produced, consume: consumed },
+      where: { ...consumed, produce: produced, note: "consume phase; produce phase under produce" },
       settings,
     };
   } finally {

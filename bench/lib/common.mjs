@@ -1,6 +1,9 @@
 // Shared pieces of the bench: payloads, an instrumented pg pool, CPU and row counters,
 // correctness tallies and small statistics. Plain ESM, no build step.
 import fs from "node:fs";
+import inspector from "node:inspector";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
 import pg from "pg";
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -94,18 +97,22 @@ export class QueryStats {
     this.ms = 0;
     this.byShape = new Map();
   }
-  record(text, ms) {
+  record(text, ms, rows) {
     this.count++;
     this.ms += ms;
     const k = shapeOf(text);
     let e = this.byShape.get(k);
-    if (!e) this.byShape.set(k, (e = { count: 0, ms: 0 }));
+    if (!e) this.byShape.set(k, (e = { count: 0, ms: 0, rows: 0, empty: 0 }));
     e.count++;
     e.ms += ms;
+    if (typeof rows === "number") {
+      e.rows += rows;
+      if (rows === 0) e.empty++;
+    }
   }
   top(limit = 12) {
     return [...this.byShape.entries()]
-      .map(([shape, e]) => ({ shape, count: e.count, ms: Math.round(e.ms), meanMs: +(e.ms / e.count).toFixed(3) }))
+      .map(([shape, e]) => ({ shape, count: e.count, ms: Math.round(e.ms), meanMs: +(e.ms / e.count).toFixed(3), rows: e.rows, empty: e.empty }))
       .sort((a, b) => b.ms - a.ms)
       .slice(0, limit);
   }
@@ -125,7 +132,7 @@ export function instrumentedPool(connectionString, max, stats) {
       const last = args[args.length - 1];
       if (typeof last === "function") {
         args[args.length - 1] = (err, res) => {
-          stats.record(text, performance.now() - t0);
+          stats.record(text, performance.now() - t0, res?.rows?.length);
           last(err, res);
         };
         return orig(...args);
@@ -133,7 +140,7 @@ export function instrumentedPool(connectionString, max, stats) {
       const p = orig(...args);
       if (p && typeof p.then === "function") {
         p.then(
-          () => stats.record(text, performance.now() - t0),
+          (res) => stats.record(text, performance.now() - t0, res?.rows?.length),
           () => stats.record(text, performance.now() - t0),
         );
       }
@@ -146,33 +153,76 @@ export function instrumentedPool(connectionString, max, stats) {
 // ---------------------------------------------------------------------------------------------
 // Where the time goes: CPU of this Node process and of every local postgres process.
 
-let CLK_TCK = 100;
-export function pgCpuMs() {
-  let ticks = 0;
-  let found = false;
+// On a shared machine the CPU of every postgres process would include other people's work, so
+// only the backends serving this arm's database are counted: their command line names it
+// ("postgres: user bench_consume_1a2b… 127.0.0.1(port) idle"). The pools are opened before the
+// clock starts and stay open, so their backends live through the whole measured window.
+const CLK_TCK = 100;
+let benchDb = null;
+export function setBenchDatabase(name) {
+  benchDb = name;
+}
+
+/** CPU ticks (user + system) of each live postgres backend serving this arm's database. */
+const classified = new Map(); // pid -> true (ours) | false
+function ourBackends() {
+  const out = new Map();
+  if (!benchDb) return out;
   let entries;
   try {
     entries = fs.readdirSync("/proc");
   } catch {
-    return null;
+    return out;
   }
+  const needle = ` ${benchDb} `;
   for (const e of entries) {
-    if (e.charCodeAt(0) < 48 || e.charCodeAt(0) > 57) continue;
-    let s;
+    const c0 = e.charCodeAt(0);
+    if (c0 < 48 || c0 > 57) continue;
+    const known = classified.get(e);
+    if (known === false) continue;
     try {
-      s = fs.readFileSync(`/proc/${e}/stat`, "latin1");
+      const s = fs.readFileSync(`/proc/${e}/stat`, "latin1");
+      const close = s.lastIndexOf(")");
+      if (known === undefined) {
+        const ours = s.slice(s.indexOf("(") + 1, close) === "postgres" && fs.readFileSync(`/proc/${e}/cmdline`, "latin1").includes(needle);
+        classified.set(e, ours);
+        if (!ours) continue;
+      }
+      const f = s.slice(close + 2).split(" ");
+      // fields after ")": state(0) ppid(1) … utime(11) stime(12)
+      out.set(e, +f[11] + +f[12]);
     } catch {
-      continue;
+      classified.delete(e);
     }
-    const open = s.indexOf("(");
-    const close = s.lastIndexOf(")");
-    if (s.slice(open + 1, close) !== "postgres") continue;
-    found = true;
-    const f = s.slice(close + 2).split(" ");
-    // fields after ")": state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14)
-    ticks += +f[11] + +f[12] + +f[13] + +f[14];
   }
-  return found ? (ticks * 1000) / CLK_TCK : null;
+  return out;
+}
+
+/**
+ * Samples the backends every 200 ms so that connections opened and closed inside the window (by
+ * worker threads) are counted too: a backend first seen mid-window counts from zero.
+ */
+class PgCpuSampler {
+  start() {
+    this.base = ourBackends();
+    this.last = new Map(this.base);
+    this.timer = setInterval(() => this.sample(), 200);
+    this.timer.unref?.();
+  }
+  sample() {
+    for (const [pid, t] of ourBackends()) {
+      if (!this.base.has(pid)) this.base.set(pid, 0);
+      this.last.set(pid, t);
+    }
+  }
+  stop() {
+    clearInterval(this.timer);
+    this.sample();
+    if (!benchDb) return null;
+    let ticks = 0;
+    for (const [pid, t] of this.last) ticks += t - (this.base.get(pid) ?? 0);
+    return (ticks * 1000) / CLK_TCK;
+  }
 }
 
 export function nodeCpuMs() {
@@ -180,19 +230,88 @@ export function nodeCpuMs() {
   return (u.user + u.system) / 1000;
 }
 
+// --profile: the V8 CPU profile of this thread over the measured window only. Sessions on the
+// same thread dispatch synchronously, so start/stop need no await.
+let profiling = null;
+export function enableProfiling(label) {
+  profiling = { label };
+}
+
+function profilerStart() {
+  if (!profiling || profiling.session) return false;
+  const session = new inspector.Session();
+  session.connect();
+  session.post("Profiler.enable");
+  session.post("Profiler.setSamplingInterval", { interval: 200 });
+  session.post("Profiler.start");
+  profiling.session = session;
+  return true;
+}
+
+function profilerStop() {
+  const session = profiling?.session;
+  if (!session) return undefined;
+  let profile;
+  session.post("Profiler.stop", (err, res) => {
+    if (!err) profile = res.profile;
+  });
+  session.disconnect();
+  profiling.session = null;
+  if (!profile) return undefined;
+  const dir = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "results");
+  let file;
+  try {
+    fs.mkdirSync(dir, { recursive: true });
+    file = path.join(dir, `${profiling.label}.cpuprofile`);
+    fs.writeFileSync(file, JSON.stringify(profile));
+  } catch {
+    file = undefined;
+  }
+  return { file, ...summarizeProfile(profile) };
+}
+
+/** Self time per function (and for idle and GC), largest first. */
+export function summarizeProfile(profile, limit = 15) {
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const selfUs = new Map();
+  for (let i = 0; i < profile.samples.length; i++) {
+    const id = profile.samples[i];
+    selfUs.set(id, (selfUs.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0));
+  }
+  const byFn = new Map();
+  let total = 0;
+  for (const [id, us] of selfUs) {
+    const cf = byId.get(id).callFrame;
+    const file = cf.url ? cf.url.split("/").slice(-2).join("/") : "";
+    const k = `${cf.functionName || "(anonymous)"}${file ? ` ${file}:${cf.lineNumber + 1}` : ""}`;
+    byFn.set(k, (byFn.get(k) ?? 0) + us);
+    total += us;
+  }
+  const idle = byFn.get("(idle)") ?? 0;
+  const top = [...byFn.entries()]
+    .filter(([k]) => k !== "(idle)")
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, limit)
+    .map(([fn, us]) => ({ fn, ms: Math.round(us / 1000), pctOfBusy: +((100 * us) / Math.max(1, total - idle)).toFixed(1) }));
+  return { sampledMs: Math.round(total / 1000), idleMs: Math.round(idle / 1000), busyMs: Math.round((total - idle) / 1000), top };
+}
+
 export class CpuMeter {
   start() {
+    this.profiled = profilerStart();
     this.t0 = nowMs();
     this.node0 = nodeCpuMs();
-    this.pg0 = pgCpuMs();
+    this.pg = new PgCpuSampler();
+    this.pg.start();
     return this;
   }
   stop() {
     const wall = nowMs() - this.t0;
     const node = nodeCpuMs() - this.node0;
-    const pgNow = pgCpuMs();
-    const pgMs = pgNow === null || this.pg0 === null ? null : pgNow - this.pg0;
-    return { wallMs: Math.round(wall), nodeCpuMs: Math.round(node), pgCpuMs: pgMs === null ? null : Math.round(pgMs) };
+    const pgMs = this.pg.stop();
+    const out = { wallMs: Math.round(wall), nodeCpuMs: Math.round(node), pgCpuMs: pgMs === null ? null : Math.round(pgMs) };
+    if (this.profiled) out.nodeProfile = profilerStop();
+    return out;
   }
 }
 
