@@ -27,7 +27,7 @@ const FULL_N = {
   consume: 100_000,
   "consume-2groups": 100_000,
   "produce-consume": 200_000,
-  ordered: 50_000,
+  ordered: 20_000, // one key lease round trip per message: ~1–2k msg/s
   failing: 50_000,
   latency: 0, // paced: 500 msg/s for 10 s
   pgboss: 50_000,
