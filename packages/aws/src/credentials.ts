@@ -1,0 +1,134 @@
+// Database credentials for a function: a Secrets Manager RDS secret (SQLSTREAMS_DB_SECRET_ARN)
+// or a connection string (DATABASE_URL, local). Nothing here ever puts a password into an error
+// message, a log line or `details`.
+import type pg from "pg";
+import { SqlStreamsError } from "@sqlstreams/core";
+
+/** Where the settings came from; `secret` settings may be refetched after a rotation. */
+export type CredentialSource = "secret" | "url";
+
+export interface ConnectionSettings {
+  source: CredentialSource;
+  /** ARN of the secret, for messages (never the secret's value). */
+  secretArn?: string;
+  /** pg pool settings without pool sizing. */
+  config: pg.PoolConfig;
+}
+
+/** Reads one secret's string value. The default uses @aws-sdk/client-secrets-manager. */
+export type SecretReader = (secretArn: string) => Promise<string | undefined>;
+
+type Env = Record<string, string | undefined>;
+
+let sdkClient: unknown;
+
+/** The default SecretReader: one SecretsManagerClient per container, created on first use. */
+export const readSecretFromSecretsManager: SecretReader = async (secretArn) => {
+  // Imported on first use so that a function configured with DATABASE_URL never loads the SDK.
+  const sdk = await import("@aws-sdk/client-secrets-manager");
+  sdkClient ??= new sdk.SecretsManagerClient({});
+  const out = await (sdkClient as InstanceType<typeof sdk.SecretsManagerClient>).send(
+    new sdk.GetSecretValueCommand({ SecretId: secretArn }),
+  );
+  return out.SecretString;
+};
+
+function unavailable(message: string, details: Record<string, unknown>, cause?: unknown): SqlStreamsError {
+  return new SqlStreamsError("SQL0032", message, details, cause);
+}
+
+/** TLS settings for secret-based connections. SQLSTREAMS_DB_SSL: verify (default) | require | disable. */
+export function sslSettings(env: Env, host: string): pg.PoolConfig["ssl"] {
+  const mode = (env.SQLSTREAMS_DB_SSL ?? "verify").toLowerCase();
+  if (mode === "disable" || mode === "off" || mode === "false") return false;
+  if (mode === "require" || mode === "no-verify") return { rejectUnauthorized: false };
+  if (mode !== "verify" && mode !== "verify-full") {
+    throw unavailable(`SQLSTREAMS_DB_SSL must be verify, require or disable, got ${JSON.stringify(mode)}`, { variable: "SQLSTREAMS_DB_SSL" });
+  }
+  // RDS certificates chain to the RDS CAs: on Lambda (Node 20+) set
+  // NODE_EXTRA_CA_CERTS=/var/runtime/ca-cert.pem, which sst.config.ts does.
+  return { rejectUnauthorized: true, servername: host };
+}
+
+/**
+ * Parses an RDS secret `{ username, password, host, port, dbname }`. `SQLSTREAMS_DB_HOST`,
+ * `SQLSTREAMS_DB_PORT` and `SQLSTREAMS_DB_NAME` fill (host: override, for an RDS Proxy endpoint)
+ * what the secret lacks; RDS-managed master secrets hold only username and password.
+ */
+export function parseRdsSecret(text: string | undefined, secretArn: string, env: Env = process.env): ConnectionSettings {
+  const details = { secretArn };
+  if (typeof text !== "string" || text.length === 0) {
+    throw unavailable(`secret ${secretArn} has no SecretString; store the RDS secret JSON {username,password,host,port,dbname}`, details);
+  }
+  let doc: unknown;
+  try {
+    doc = JSON.parse(text);
+  } catch {
+    throw unavailable(`secret ${secretArn} is not JSON; store the RDS secret JSON {username,password,host,port,dbname}`, details);
+  }
+  if (typeof doc !== "object" || doc === null || Array.isArray(doc)) {
+    throw unavailable(`secret ${secretArn} is not a JSON object`, details);
+  }
+  const s = doc as Record<string, unknown>;
+  const missing: string[] = [];
+  const str = (k: string): string | undefined => (typeof s[k] === "string" && (s[k] as string).length > 0 ? (s[k] as string) : undefined);
+  const user = str("username");
+  const password = typeof s.password === "string" ? s.password : undefined;
+  const host = env.SQLSTREAMS_DB_HOST || str("host");
+  if (!user) missing.push("username");
+  if (password === undefined) missing.push("password");
+  if (!host) missing.push("host");
+  if (missing.length > 0) {
+    throw unavailable(`secret ${secretArn} lacks ${missing.join(", ")} (expected the RDS secret JSON {username,password,host,port,dbname})`, {
+      ...details,
+      missing,
+    });
+  }
+  const rawPort = env.SQLSTREAMS_DB_PORT ?? s.port ?? 5432;
+  const port = typeof rawPort === "string" && /^\d+$/.test(rawPort) ? Number(rawPort) : rawPort;
+  if (typeof port !== "number" || !Number.isInteger(port) || port < 1 || port > 65_535) {
+    throw unavailable(`secret ${secretArn} has an invalid port`, { ...details, field: "port" });
+  }
+  const database = env.SQLSTREAMS_DB_NAME || str("dbname") || "postgres";
+  return {
+    source: "secret",
+    secretArn,
+    config: { host, port, user, password, database, ssl: sslSettings(env, host as string) },
+  };
+}
+
+/**
+ * Resolves connection settings from the environment: the secret when SQLSTREAMS_DB_SECRET_ARN
+ * is set, else DATABASE_URL. Neither, or a secret that cannot be read or parsed ⇒ SQL0032.
+ */
+export async function loadConnectionSettings(env: Env, readSecret: SecretReader): Promise<ConnectionSettings> {
+  const arn = env.SQLSTREAMS_DB_SECRET_ARN?.trim();
+  if (arn) {
+    let text: string | undefined;
+    try {
+      text = await readSecret(arn);
+    } catch (e) {
+      const name = (e as { name?: string } | null)?.name ?? "Error";
+      const msg = (e as { message?: string } | null)?.message ?? String(e);
+      throw unavailable(`cannot read secret ${arn}: ${name}: ${msg}; check the function's secretsmanager:GetSecretValue permission and its network path to Secrets Manager`, { secretArn: arn, error: name }, e);
+    }
+    return parseRdsSecret(text, arn, env);
+  }
+  const url = env.DATABASE_URL?.trim();
+  if (url) return { source: "url", config: { connectionString: url } };
+  throw unavailable("no database credentials: neither SQLSTREAMS_DB_SECRET_ARN nor DATABASE_URL is set", {
+    variables: ["SQLSTREAMS_DB_SECRET_ARN", "DATABASE_URL"],
+  });
+}
+
+const AUTH_FAILURES = new Set(["28P01", "28000"]);
+
+/** True when the error (or a cause) is Postgres rejecting the credentials (SQLSTATE 28P01/28000). */
+export function isAuthFailure(e: unknown): boolean {
+  for (let cur: unknown = e, depth = 0; cur && depth < 8; depth++) {
+    const code = (cur as { code?: unknown }).code;
+    if (typeof code === "string" && AUTH_FAILURES.has(code)) return true;
+    cur = (cur as { cause?: unknown }).cause;
+  }
+  return false;
+}

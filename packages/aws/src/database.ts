@@ -1,0 +1,188 @@
+// One pg pool and one SqlStreams client per container, created on first use and reused across
+// warm invocations. Credentials are fetched once; when Postgres rejects them (a rotation), the
+// secret is fetched again once and the pool is rebuilt.
+import pg from "pg";
+import { SqlStreams, SqlStreamsError, type Logger } from "@sqlstreams/core";
+import {
+  type ConnectionSettings,
+  type SecretReader,
+  isAuthFailure,
+  loadConnectionSettings,
+  readSecretFromSecretsManager,
+} from "./credentials.js";
+
+export interface DatabaseOptions {
+  /** Where to read SQLSTREAMS_DB_SECRET_ARN / DATABASE_URL / SQLSTREAMS_* from. Default process.env. */
+  env?: Record<string, string | undefined>;
+  /** Schema of the SQLStreams tables. Default env SQLSTREAMS_SCHEMA, else the library default. */
+  schema?: string;
+  /** Pool size. Default 1: one connection per Lambda instance. */
+  maxConnections?: number;
+  /** Reads a secret's string. Default: Secrets Manager GetSecretValue. */
+  readSecret?: SecretReader;
+  /** Receives the library's structured events. Default: the library's JSON-line logger. */
+  logger?: Logger;
+  /** Extra pg pool settings (timeouts, application_name). Never pass credentials here. */
+  pool?: Partial<pg.PoolConfig>;
+}
+
+interface Runtime {
+  settings: ConnectionSettings;
+  pool: pg.Pool;
+  client: SqlStreams;
+}
+
+const CONNECT_PAUSES = [200, 500];
+const NETWORK = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EAI_AGAIN", "ENOTFOUND", "EPIPE", "57P03", "53300"]);
+
+function isConnectTransient(e: unknown): boolean {
+  const err = e as { code?: string; message?: string } | null;
+  if (!err) return false;
+  if (err.code && NETWORK.has(err.code)) return true;
+  return /timeout|Connection terminated/i.test(String(err.message ?? ""));
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** The database a function uses: lazily connected, cached, refreshed once after a rotation. */
+export class DatabaseProvider {
+  private readonly opts: DatabaseOptions;
+  private settings: Promise<ConnectionSettings> | undefined;
+  private runtime: Promise<Runtime> | undefined;
+  /** Number of times credentials were loaded (fetches of the secret or reads of DATABASE_URL). */
+  credentialLoads = 0;
+
+  constructor(opts: DatabaseOptions = {}) {
+    this.opts = opts;
+  }
+
+  private env(): Record<string, string | undefined> {
+    return this.opts.env ?? process.env;
+  }
+
+  private loadSettings(): Promise<ConnectionSettings> {
+    if (!this.settings) {
+      this.credentialLoads++;
+      const p = loadConnectionSettings(this.env(), this.opts.readSecret ?? readSecretFromSecretsManager);
+      this.settings = p;
+      // A failed fetch is not cached: the next invocation tries again.
+      p.catch(() => {
+        if (this.settings === p) this.settings = undefined;
+      });
+    }
+    return this.settings;
+  }
+
+  private async build(): Promise<Runtime> {
+    const settings = await this.loadSettings();
+    const env = this.env();
+    const appName = (env.AWS_LAMBDA_FUNCTION_NAME ?? "sqlstreams").slice(0, 63);
+    const pool = new pg.Pool({
+      application_name: appName,
+      connectionTimeoutMillis: 10_000,
+      // Keep the connection for the next warm invocation: the container is frozen in between.
+      idleTimeoutMillis: 0,
+      keepAlive: true,
+      ...this.opts.pool,
+      ...settings.config,
+      max: this.opts.maxConnections ?? 1,
+    });
+    // An idle connection that dies while the container is frozen must not crash the runtime.
+    pool.on("error", () => {});
+    const schema = this.opts.schema ?? (env.SQLSTREAMS_SCHEMA || undefined);
+    const client = new SqlStreams({ pool, ...(schema ? { schema } : {}), ...(this.opts.logger ? { logger: this.opts.logger } : {}) });
+    try {
+      await this.checkConnection(pool);
+    } catch (e) {
+      await pool.end().catch(() => {});
+      throw e;
+    }
+    return { settings, pool, client };
+  }
+
+  /** Opens (or reuses) the pooled connection, so authentication fails here and not mid-poll. */
+  private async checkConnection(pool: pg.Pool): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const c = await pool.connect();
+        c.release();
+        return;
+      } catch (e) {
+        if (isAuthFailure(e) || attempt >= CONNECT_PAUSES.length || !isConnectTransient(e)) throw e;
+        await sleep(CONNECT_PAUSES[attempt]);
+      }
+    }
+  }
+
+  private getRuntime(): Promise<Runtime> {
+    if (!this.runtime) {
+      const p = this.build();
+      this.runtime = p;
+      p.catch(() => {
+        if (this.runtime === p) this.runtime = undefined;
+      });
+    }
+    return this.runtime;
+  }
+
+  /** Drops the pool and, with `refetch`, the cached credentials. */
+  async reset(refetch = false): Promise<void> {
+    const rt = this.runtime;
+    this.runtime = undefined;
+    if (refetch) this.settings = undefined;
+    if (rt) {
+      try {
+        const r = await rt;
+        await r.pool.end();
+      } catch {
+        // a runtime that never came up has nothing to end
+      }
+    }
+  }
+
+  /**
+   * Runs `fn` with the container's client. On an authentication failure the credentials are
+   * fetched again once and `fn` runs again; a second rejection ⇒ SQL0032.
+   */
+  async use<T>(fn: (client: SqlStreams) => Promise<T>): Promise<T> {
+    for (let attempt = 0; ; attempt++) {
+      let rt: Runtime | undefined;
+      try {
+        rt = await this.getRuntime();
+        return await fn(rt.client);
+      } catch (e) {
+        if (!isAuthFailure(e)) throw e;
+        const settings = rt?.settings ?? (await this.settings?.catch(() => undefined));
+        await this.reset(true);
+        if (attempt === 0) continue;
+        const source = settings?.source === "url" ? "DATABASE_URL" : `secret ${settings?.secretArn ?? "(unknown)"}`;
+        throw new SqlStreamsError(
+          "SQL0032",
+          `the database rejected the credentials from ${source} (SQLSTATE ${(e as { code?: string }).code ?? "28P01"}), also after fetching them again`,
+          { source: settings?.source, secretArn: settings?.secretArn, sqlstate: (e as { code?: string }).code },
+          e,
+        );
+      }
+    }
+  }
+
+  /** Ends the pool (e.g. when a local runner shuts down). The provider can be used again. */
+  async close(): Promise<void> {
+    await this.reset(false);
+  }
+}
+
+let shared: DatabaseProvider | undefined;
+
+/** The container-wide provider the handler factories use by default (configured from process.env). */
+export function defaultDatabase(): DatabaseProvider {
+  shared ??= new DatabaseProvider();
+  return shared;
+}
+
+/** Ends the default provider's pool and forgets its cached credentials. */
+export async function closeDefaultDatabase(): Promise<void> {
+  const p = shared;
+  shared = undefined;
+  await p?.reset(true);
+}

@@ -1,0 +1,171 @@
+// The deployment's declaration of streams and groups (functions/groups.ts): its type and the
+// checks every reader of it shares (the migrate function, the poll handlers, sst.config.ts tests
+// and `sqlstreams dev`). Pure: no database, no clock, no AWS.
+import { SqlStreamsError, type ConsumerConfig, type ErrorCode, type StreamOptions } from "@sqlstreams/core";
+
+/** `drain`: exit when the group is idle (pay only for work). `continuous`: keep polling with a
+ * short idle wait until the invocation budget ends (sub-minute latency from a 1-minute schedule). */
+export type PollMode = "drain" | "continuous";
+
+/** One consumer group of the deployment: which Lambda runs it, when, and with which options. */
+export interface GroupDeclaration {
+  /** Stream name, as registered. */
+  stream: string;
+  /** Consumer group name, unique within the stream. */
+  group: string;
+  /** Handler path relative to the repository root: `functions/handlers/<file>.<export>`. */
+  function: string;
+  /** EventBridge Scheduler expression: `rate(1 minute)`, `cron(0/5 * * * ? *)`. */
+  schedule: string;
+  /** The group's configuration, registered by the migrate function on every deploy. */
+  config?: ConsumerConfig;
+  /** Default `drain`. */
+  mode?: PollMode;
+  /** Invocations started per schedule tick (overlapping polls of one group are safe). Default 1. */
+  parallelism?: number;
+  /** Lambda timeout in ms (the invocation budget). Default 60 000. */
+  timeout?: number;
+  /** Lambda memory in MB. Default 256. */
+  memory?: number;
+  /** Poll option: ids per fresh range and rows per exception claim (SPEC §5.1). Default 10. */
+  batchLimit?: number;
+  /** Poll option: handlers running at once (SPEC §5.1). Default 1. */
+  concurrency?: number;
+  /** Poll option: time allowed to record an outcome (SPEC §5.1). Default 2 000. */
+  recordMargin?: number;
+  /** Continuous mode: pause after an idle drain before polling again, in ms. Default 1 000. */
+  idleWait?: number;
+}
+
+/** Options of streams named by the declaration, keyed by stream name (registered on deploy). */
+export type StreamDeclarations = Record<string, StreamOptions>;
+
+export const DEFAULTS = {
+  mode: "drain" as PollMode,
+  parallelism: 1,
+  timeout: 60_000,
+  memory: 256,
+  recordMargin: 2_000,
+  idleWait: 1_000,
+  /** Message timeout a group uses when its config sets none (SPEC §4.2). */
+  messageTimeout: 30_000,
+};
+
+const NAME = /^[a-z0-9][a-z0-9._-]{0,199}$/;
+const FUNCTION_PATH = /^[A-Za-z0-9_][A-Za-z0-9_./-]*\.[A-Za-z_$][A-Za-z0-9_$]*$/;
+const SCHEDULE = /^(rate|cron)\(.+\)$/;
+const KEYS = [
+  "stream", "group", "function", "schedule", "config", "mode", "parallelism", "timeout", "memory",
+  "batchLimit", "concurrency", "recordMargin", "idleWait",
+];
+const RANGES: Record<string, [number, number]> = {
+  parallelism: [1, 50],
+  timeout: [3_000, 900_000],
+  memory: [128, 10_240],
+  batchLimit: [1, 1_000],
+  concurrency: [1, 64],
+  recordMargin: [100, 60_000],
+  idleWait: [0, 60_000],
+};
+
+function bad(code: ErrorCode, path: string, value: unknown, rule: string): never {
+  let shown: string;
+  try {
+    shown = JSON.stringify(value) ?? String(value);
+  } catch {
+    shown = String(value);
+  }
+  throw new SqlStreamsError(code, `${path} = ${shown}: ${rule}`, { path, value, rule });
+}
+
+/** Checks a stream and group name pair (SQL0006 / SQL0008). */
+export function checkNames(stream: unknown, group: unknown, at = "options"): void {
+  if (typeof stream !== "string" || !NAME.test(stream)) bad("SQL0006", `${at}.stream`, stream, "must match ^[a-z0-9][a-z0-9._-]{0,199}$");
+  if (typeof group !== "string" || !NAME.test(group)) bad("SQL0008", `${at}.group`, group, "must match ^[a-z0-9][a-z0-9._-]{0,199}$");
+}
+
+/** A stable, human-readable identity of a group: `stream/group`. */
+export function groupKey(stream: string, group: string): string {
+  return `${stream}/${group}`;
+}
+
+/** The Lambda timeout, message timeout and record margin a declaration implies. */
+export function resolvedDeclaration(d: GroupDeclaration) {
+  return {
+    mode: d.mode ?? DEFAULTS.mode,
+    parallelism: d.parallelism ?? DEFAULTS.parallelism,
+    timeout: d.timeout ?? DEFAULTS.timeout,
+    memory: d.memory ?? DEFAULTS.memory,
+    recordMargin: d.recordMargin ?? DEFAULTS.recordMargin,
+    idleWait: d.idleWait ?? DEFAULTS.idleWait,
+    batchLimit: d.batchLimit,
+    concurrency: d.concurrency,
+  };
+}
+
+/**
+ * Checks a whole declaration before anything is deployed or registered: names, handler paths,
+ * schedules, ranges, duplicates, and that each function's budget fits at least one message run.
+ * Throws SqlStreamsError (SQL0006/SQL0008 for names, SQL0015 otherwise); returns the array.
+ * The group's `config` itself is validated by `consumer.register()` (SQL0013/SQL0014).
+ */
+export function validateGroups<T extends readonly GroupDeclaration[]>(groups: T): T {
+  if (!Array.isArray(groups)) bad("SQL0015", "groups", groups, "must be an array of group declarations");
+  const seen = new Set<string>();
+  groups.forEach((d: GroupDeclaration, i: number) => {
+    const at = `groups[${i}]`;
+    if (typeof d !== "object" || d === null || Array.isArray(d)) bad("SQL0015", at, d, "must be an object");
+    for (const k of Object.keys(d)) {
+      if (!KEYS.includes(k)) bad("SQL0015", `${at}.${k}`, (d as unknown as Record<string, unknown>)[k], `unknown key; allowed keys: ${KEYS.join(", ")}`);
+    }
+    checkNames(d.stream, d.group, at);
+    if (typeof d.function !== "string" || !FUNCTION_PATH.test(d.function) || d.function.includes("..")) {
+      bad("SQL0015", `${at}.function`, d.function, "must be a handler path relative to the repository root, like functions/handlers/fraud-scoring.handler");
+    }
+    if (typeof d.schedule !== "string" || !SCHEDULE.test(d.schedule.trim())) {
+      bad("SQL0015", `${at}.schedule`, d.schedule, "must be an EventBridge Scheduler expression: rate(1 minute) or cron(...)");
+    }
+    if (d.mode !== undefined && d.mode !== "drain" && d.mode !== "continuous") {
+      bad("SQL0015", `${at}.mode`, d.mode, "must be 'drain' or 'continuous'");
+    }
+    if (d.config !== undefined && (typeof d.config !== "object" || d.config === null || Array.isArray(d.config))) {
+      bad("SQL0013", `${at}.config`, d.config, "must be a ConsumerConfig object");
+    }
+    for (const [k, [min, max]] of Object.entries(RANGES)) {
+      const v = (d as unknown as Record<string, unknown>)[k];
+      if (v === undefined) continue;
+      if (typeof v !== "number" || !Number.isInteger(v) || v < min || v > max) {
+        bad("SQL0015", `${at}.${k}`, v, `must be an integer between ${min} and ${max}`);
+      }
+    }
+    const r = resolvedDeclaration(d);
+    // The poll handler stops starting work at `timeout - (recordMargin + 1000)` minus 2 x
+    // recordMargin (SPEC §5.6, §9.2); a message must fit inside that window or it never starts.
+    const window = r.timeout - (r.recordMargin + 1_000);
+    const messageTimeout = Math.max(
+      d.config?.message?.timeout ?? DEFAULTS.messageTimeout,
+      d.config?.messageMax?.timeout ?? 0,
+    );
+    if (window - 2 * r.recordMargin < 0 || messageTimeout + r.recordMargin > window) {
+      bad(
+        "SQL0015",
+        `${at}.timeout`,
+        r.timeout,
+        `the function budget leaves ${window} ms per invocation, too short for a message timeout of ${messageTimeout} ms plus recordMargin ${r.recordMargin} ms; raise timeout to at least ${messageTimeout + 2 * r.recordMargin + 1_000} or lower the message timeout`,
+      );
+    }
+    const key = groupKey(d.stream, d.group);
+    if (seen.has(key)) bad("SQL0015", at, key, "declares the same stream and group twice");
+    seen.add(key);
+  });
+  return groups;
+}
+
+/** The declaration of one (stream, group) pair, or undefined. */
+export function findGroup(
+  groups: readonly GroupDeclaration[],
+  stream: unknown,
+  group: unknown,
+): GroupDeclaration | undefined {
+  return groups.find((g) => g.stream === stream && g.group === group);
+}

@@ -1,0 +1,16 @@
+// @sqlstreams/aws: the Lambda adapter. Public exports only.
+export { createPollHandler, mergeReports } from "./poll.js";
+export type { PollEvent, PollHandler, PollHandlerOptions } from "./poll.js";
+export { createMaintainHandler } from "./maintain.js";
+export type { MaintainHandler, MaintainHandlerOptions } from "./maintain.js";
+export { createMigrateHandler } from "./migrate.js";
+export type { MigrateHandler, MigrateHandlerOptions, MigrateResult } from "./migrate.js";
+export { localContext } from "./context.js";
+export type { LambdaContext, LocalContext } from "./context.js";
+export { DatabaseProvider, defaultDatabase, closeDefaultDatabase } from "./database.js";
+export type { DatabaseOptions } from "./database.js";
+export { loadConnectionSettings, parseRdsSecret, isAuthFailure, readSecretFromSecretsManager } from "./credentials.js";
+export type { ConnectionSettings, CredentialSource, SecretReader } from "./credentials.js";
+export { validateGroups, findGroup, groupKey, resolvedDeclaration, DEFAULTS as GROUP_DEFAULTS } from "./declaration.js";
+export type { GroupDeclaration, PollMode, StreamDeclarations } from "./declaration.js";
+export type { LineWriter, LogLine } from "./log.js";
