@@ -64,6 +64,13 @@ export class SqlStreams {
     pool.on("error", (err) => {
       events.emit({ level: "warn", code: "SQL0033", message: `idle database connection failed: ${err.message}` });
     });
+    // A connection that dies while checked out (inside transaction(), a produce, a partition
+    // upkeep) emits "error" on the client, which the pool does not listen to while it is out:
+    // without a listener that is an uncaught exception. The statement in flight (and every later
+    // one on that client) still rejects, so the caller sees the failure and discards the client.
+    pool.on("connect", (c: pg.PoolClient) => {
+      c.on("error", () => {});
+    });
     this.db = { pool, schema, q: quoteIdent(schema), onQuery: opts.onQuery, events, closed: false };
   }
 
