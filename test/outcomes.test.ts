@@ -60,10 +60,13 @@ const dl = (rows: { message_id: string; attempt: number; status: string }[]) => 
 describe("retries and exhaustion (C3, C4, C5, C36)", () => {
   async function retryThenSuccess(stream: string, mode: "failures" | "all" | "off") {
     const { t, s, g, sid, gid } = await setup(stream, { stream: { deliveryLog: mode } });
-    await s.produce({ n: 1 });
+    await s.produce({ n: 1 }, { key: "k1" });
     const attempts: number[] = [];
+    const msgs: Omit<Message, "signal" | "attempt">[] = [];
     const h = (m: Message) => {
       attempts.push(m.attempt);
+      const { signal: _s, attempt: _a, ...rest } = m;
+      msgs.push(rest);
       if (m.attempt === 0) throw new Error("first delivery fails");
     };
     const r1 = await firstDelivery(g, h);
@@ -89,6 +92,10 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
     expect(await eqRows(t, sid, gid)).toEqual([]);
     expect(await cursor(t, sid, gid)).toMatchObject({ claimed: "1", committed: "1" });
     expect(attempts).toEqual([0, 1]);
+    // the retry sees the same message as the first delivery
+    expect(msgs[0]).toMatchObject({ id: "1", payload: { n: 1 }, key: "k1", delays: 0, stream, group: "g" });
+    expect(msgs[0].createdAt).toBeInstanceOf(Date);
+    expect(msgs[1]).toEqual(msgs[0]);
     await checkInvariants(t, sid);
     return { dl: await dlRows(t, sid, gid), eq };
   }
@@ -592,6 +599,72 @@ describe("exception rows of SPEC §6.2 not covered above", () => {
     expect(t.events.some((x) => x.code === "SQL0040" && x.stream === "reserved.abort")).toBe(true);
     // cursor passes 1 (succeeded), stays below 2
     expect((await cursor(t, sid, gid)).committed).toBe("1");
+    await checkInvariants(t, sid);
+  });
+
+  it("due rows are reserved in id order, then each is claimed (inflight) under its own run lease when it starts", async () => {
+    const { t, s, g, sid, gid } = await setup("rows.leases", { group: { message: { timeout: 1_000 } } });
+    await s.produceBatch([{ payload: 1 }, { payload: 2 }, { payload: 3 }]);
+    await firstDelivery(g, () => {
+      throw new Error("first");
+    });
+    await makeDue(t, sid);
+    await t.sql(`UPDATE ${S}.exception_queue_${sid} SET can_run_after = now() + interval '1 hour' WHERE message_id = 3`);
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let entered!: () => void;
+    const running = new Promise<void>((r) => (entered = r));
+    const seen: string[] = [];
+    const p = g.poll(async (m) => {
+      seen.push(m.id);
+      if (m.id === "1") {
+        entered();
+        await gate;
+      }
+    }, { concurrency: 1, batchLimit: 10 });
+    await running;
+    const leases = await t.sql<{ message_id: string; status: string; attempts: number; token: string | null; run_ms: number | null; left_ms: number | null }>(
+      `SELECT message_id::text, status, attempts, lease_token::text AS token,
+              (EXTRACT(EPOCH FROM (lease_expires_at - updated_at)) * 1000)::float8 AS run_ms,
+              (EXTRACT(EPOCH FROM (lease_expires_at - now())) * 1000)::float8 AS left_ms
+         FROM ${S}.exception_queue_${sid} WHERE consumer_group_id = $1 ORDER BY message_id`,
+      [gid],
+    );
+    expect(leases.map((x) => [x.message_id, x.status, x.attempts])).toEqual([["1", "inflight", 1], ["2", "ready", 1], ["3", "ready", 1]]);
+    // run lease: timeout + recordMargin from the claim
+    expect(Math.abs((leases[0].run_ms ?? 0) - 3_000)).toBeLessThanOrEqual(GAP_TOLERANCE);
+    // reservation of 2 by the same poll: Tmax × ceil(n / c) + recordMargin = 1 000 × 2 + 2 000
+    expect(leases[1].token).toBe(leases[0].token);
+    expect(leases[1].left_ms).toBeGreaterThan(3_000);
+    expect(leases[1].left_ms).toBeLessThanOrEqual(4_000);
+    // 3 is not due: not reserved
+    expect(leases[2].token).toBeNull();
+    await checkInvariants(t, sid);
+    release();
+    expect(await p).toMatchObject({ started: 2, succeeded: 2 });
+    expect(seen).toEqual(["1", "2"]);
+    expect((await eqRows(t, sid, gid)).map(row)).toEqual([{ message_id: "3", status: "ready", attempts: 1, delays: 0, lease_token: null }]);
+    expect((await cursor(t, sid, gid)).committed).toBe("2");
+    await checkInvariants(t, sid);
+  });
+
+  it("concurrent polls never run one exception row twice", async () => {
+    const { t, s, g, sid, gid } = await setup("rows.concurrent");
+    await s.produceBatch(Array.from({ length: 20 }, (_, i) => ({ payload: i })));
+    await firstDelivery(g, () => {
+      throw new Error("first");
+    }, { batchLimit: 20 });
+    await makeDue(t, sid);
+    const runs = new Map<string, number>();
+    const h = async (m: Message) => {
+      runs.set(m.id, (runs.get(m.id) ?? 0) + 1);
+      await sleep(5);
+    };
+    await Promise.all([g.poll(h, { batchLimit: 20, concurrency: 4 }), g.poll(h, { batchLimit: 20, concurrency: 4 }), g.poll(h, { batchLimit: 20, concurrency: 4 })]);
+    for (let i = 0; i < 5 && (await eqRows(t, sid, gid)).length > 0; i++) await g.poll(h, { batchLimit: 20 });
+    expect(runs.size).toBe(20);
+    expect([...runs.values()].every((n) => n === 1)).toBe(true);
+    expect((await cursor(t, sid, gid)).committed).toBe("20");
     await checkInvariants(t, sid);
   });
 
