@@ -20,6 +20,7 @@ const MAX_BYTES = 1024 * 1024;
 let outdir: string;
 
 /** Runs an ESM snippet in a fresh Node process with a clean environment; returns its stdout JSON. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- JSON from a child process
 async function fresh(code: string, env: Record<string, string> = {}): Promise<any> {
   const { stdout } = await run(process.execPath, ["--input-type=module", "-e", code], {
     cwd: outdir,

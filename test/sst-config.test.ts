@@ -1,3 +1,4 @@
+/* eslint-disable @typescript-eslint/no-explicit-any -- stubs stand in for SST's untyped globals and resources */
 // Evaluates sst.config.ts offline: SST's globals ($config, $app, $dev, sst, aws, $interpolate,
 // $jsonStringify) are stubs that record every resource declared, and the test asserts the
 // deployment's shape. No AWS account, no Pulumi, no network.

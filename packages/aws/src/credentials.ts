@@ -1,6 +1,7 @@
 // Database credentials for a function: a Secrets Manager RDS secret (SQLSTREAMS_DB_SECRET_ARN)
 // or a connection string (DATABASE_URL, local). Nothing here ever puts a password into an error
 // message, a log line or `details`.
+import { isIP } from "node:net";
 import type pg from "pg";
 import { SqlStreamsError } from "@sqlstreams/core";
 
@@ -47,7 +48,7 @@ export function sslSettings(env: Env, host: string): pg.PoolConfig["ssl"] {
   }
   // RDS certificates chain to the RDS CAs: on Lambda (Node 20+) set
   // NODE_EXTRA_CA_CERTS=/var/runtime/ca-cert.pem, which sst.config.ts does.
-  return { rejectUnauthorized: true, servername: host };
+  return isIP(host) ? { rejectUnauthorized: true } : { rejectUnauthorized: true, servername: host };
 }
 
 /**
