@@ -129,6 +129,8 @@ export class Consumer<T = unknown> {
       }
       if (r.idle) break;
       blockedSince = null;
+      // The deadline (or an abort) refused to start a message: later polls would refuse it too.
+      if (r.notStarted > 0) break;
       // A poll that only deferred or lost what it reserved made no progress: stop instead of spinning.
       const moved = r.rangesClaimed + r.rangesReclaimed + r.rangesResumed + r.rangesQuarantined + r.started + r.superseded + r.expired + r.killed;
       if (moved === 0) break;
