@@ -222,7 +222,7 @@ const FENCE_WAITS_MS = [5, 10, 20, 40, 80];
 async function claimPhase<T>(ctx: Ctx<T>, L: LoadRow): Promise<boolean> {
   const tb = timeoutBounds(ctx.g);
   const token = randomUUID();
-  let sentAt = Date.now();
+  let sentAt: number;
   let r: pg.QueryResult<RawMessage & { low: string; high: string; lease_ms: string | null }>;
   for (let wait = 0; ; wait++) {
     sentAt = Date.now();
