@@ -2,10 +2,10 @@
 // cross-range variants, exclusivity (C18), ordered + compaction (C21), and concurrency > 1
 // inside one poll (ordered keys serial, different keys in parallel).
 import { describe, expect, it } from "vitest";
-import { Delay, Permanent, type Message, type Stream } from "@sqlstreams/core";
+import { Delay, Permanent, type Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
 import { S, count, cursor, dlRows, eqRows, makeDue, streamIdOf, testClient, type TestClient } from "./support/streams.js";
-import { Ledger, ascending, checkInvariants, claimLeases, groupOf, keyLeases, latch, snapshot, until } from "./support/keyed.js";
+import { Ledger, checkInvariants, claimLeases, claimPoll, groupOf, keyLeases, latch, snapshot, until } from "./support/keyed.js";
 
 const url = useFreshDatabase();
 
@@ -46,7 +46,7 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
     // Poll 1: claim (100, 104]; 101 runs under the key lease and throws; 102–104 never run.
     const calls: string[] = [];
     let during: { lease: unknown; cur: unknown; keys: unknown } | null = null;
-    const r1 = await g.poll(async (m: Message) => {
+    const r1 = await claimPoll(g, async (m: Message) => {
       calls.push(`${m.id}@${m.attempt}`);
       if (m.id === "101") {
         during = { lease: await claimLeases(t, n, gid), cur: await cursor(t, n, gid), keys: await keyLeases(t, n, gid) };
@@ -157,7 +157,7 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
   it("a drain() performs polls 3–6 in one invocation once 101 is due", async () => {
     const t = testClient(url());
     const { g, n, gid } = await ledgerStream(t, "ledger.drain");
-    await g.poll((m: Message) => {
+    await claimPoll(g, (m: Message) => {
       if (m.id === "101") throw new Error("ledger unavailable");
     });
     await makeDue(t, n);
@@ -173,7 +173,7 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
   it("dead variant: a Permanent retry releases 102–104 and the cursor passes 101 (C34 views)", async () => {
     const t = testClient(url());
     const { g, n, gid } = await ledgerStream(t, "ledger.dead");
-    await g.poll((m: Message) => {
+    await claimPoll(g, (m: Message) => {
       if (m.id === "101") throw new Error("ledger unavailable");
     });
     await makeDue(t, n);
@@ -231,7 +231,7 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
       seen.push(`${m.id}@${m.attempt}`);
       if (m.id === "101") throw new Error("ledger unavailable");
     };
-    await g.poll(handler);
+    await claimPoll(g, handler);
     for (let i = 0; i < 3; i++) {
       await makeDue(t, n);
       await g.poll(handler);
@@ -252,7 +252,7 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
   it("Delay variant: 101 stays ready with a future can_run_after and 102–104 keep waiting", async () => {
     const t = testClient(url());
     const { g, n, gid } = await ledgerStream(t, "ledger.delay");
-    await g.poll((m: Message) => {
+    await claimPoll(g, (m: Message) => {
       if (m.id === "101") throw new Error("ledger unavailable");
     });
     await makeDue(t, n);
@@ -298,7 +298,7 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
     const hold = latch();
     const started = latch();
     const seen: string[] = [];
-    const pollA = g.poll(
+    const pollA = claimPoll(g, 
       async (m: Message) => {
         seen.push(`A:${m.id}`);
         started.open();
@@ -309,7 +309,7 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
     await started.promise;
     expect(await claimLeases(t, n, gid)).toMatchObject([{ low: "100", high: "101" }]);
 
-    const rB = await g.poll((m: Message) => void seen.push(`B:${m.id}`), { batchLimit: 1 });
+    const rB = await claimPoll(g, (m: Message) => void seen.push(`B:${m.id}`), { batchLimit: 1 });
     expect(rB).toMatchObject({ rangesClaimed: 1, started: 0, deferred: 1, committedAfter: "100" });
     expect(seen).toEqual(["A:101"]);
     expect((await eqRows(t, n, gid)).map(brief)).toEqual([["102", "deferred", KEY, "ordered", 0, 0]]);
@@ -333,6 +333,37 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
     expect((await cursor(t, n, gid)).committed).toBe("104");
     expect(await eqRows(t, n, gid)).toEqual([]);
     await checkInvariants(t, n, gid);
+  });
+
+  it("inside one range: a dead first delivery releases the chain at once; a Delay defers the rest", async () => {
+    const t = testClient(url());
+    const { g, n, gid } = await ledgerStream(t, "ledger.chain");
+    const seen: string[] = [];
+    const r = await claimPoll(g, (m: Message) => {
+      seen.push(m.id);
+      if (m.id === "101") return Permanent(new Error("account closed"));
+      if (m.id === "102") return Delay(1_000);
+    });
+    expect(seen).toEqual(["101", "102"]);
+    expect(r).toMatchObject({ dead: 1, delayed: 1, deferred: 2 });
+    expect((await eqRows(t, n, gid)).map(brief)).toEqual([
+      ["101", "dead", KEY, "ordered", 0, 0],
+      ["102", "ready", KEY, "ordered", 1, 1],
+      ["103", "deferred", KEY, "ordered", 0, 0],
+      ["104", "deferred", KEY, "ordered", 0, 0],
+    ]);
+    expect((await dlRows(t, n, gid)).map((x) => [x.message_id, x.status, x.error.split("\n")[0]])).toEqual([
+      ["101", "failure", "SQL0026 permanent: Error: account closed"],
+      ["102", "delayed", "SQL0025 delayed: run again in 1000 ms"],
+      ["103", "deferred", "deferred: earlier message 102 of this key in the range did not complete"],
+      ["104", "deferred", "deferred: earlier message 102 of this key in the range did not complete"],
+    ]);
+    expect((await cursor(t, n, gid)).committed).toBe("101");
+    await checkInvariants(t, n, gid);
+    await makeDue(t, n);
+    await g.drain((m: Message) => void seen.push(m.id));
+    expect(seen).toEqual(["101", "102", "102", "103", "104"]);
+    expect((await cursor(t, n, gid)).committed).toBe("104");
   });
 
   it("one stuck key does not hold back other keys: in its range, and for keys with nothing unresolved below them", async () => {
@@ -416,9 +447,9 @@ describe("C18 exclusive", () => {
         ledger.end(m.id, m.key, true, m.attempt, who);
       }
     };
-    const pollA = g.poll(handler("A"), { batchLimit: 1 });
+    const pollA = claimPoll(g, handler("A"), { batchLimit: 1 });
     await started.promise;
-    const rB = await g.poll(handler("B"), { batchLimit: 1 });
+    const rB = await claimPoll(g, handler("B"), { batchLimit: 1 });
     expect(rB).toMatchObject({ started: 0, deferred: 1 });
     const eq = await eqRows(t, n, gid);
     expect(eq.map(brief)).toEqual([["102", "deferred", "K", "exclusive", 0, 0]]);
@@ -441,7 +472,7 @@ describe("C18 exclusive", () => {
     const hold = latch();
     const started = latch();
     const seen: string[] = [];
-    const pollA = g.poll(
+    const pollA = claimPoll(g, 
       async (m: Message) => {
         seen.push(`${m.id}@${m.attempt}`);
         started.open();
@@ -451,7 +482,7 @@ describe("C18 exclusive", () => {
       { batchLimit: 1 },
     );
     await started.promise;
-    await g.poll((m: Message) => void seen.push(`${m.id}@${m.attempt}`), { batchLimit: 1 });
+    await claimPoll(g, (m: Message) => void seen.push(`${m.id}@${m.attempt}`), { batchLimit: 1 });
     hold.open();
     await pollA;
     expect((await eqRows(t, n, gid)).map((r) => [r.message_id, r.status])).toEqual([["101", "ready"], ["102", "deferred"]]);
@@ -468,13 +499,63 @@ describe("C18 exclusive", () => {
     const t = testClient(url());
     const { g, n, gid } = await exclusiveStream(t, "excl.chain");
     const seen: string[] = [];
-    const r = await g.poll((m: Message) => {
+    const r = await claimPoll(g, (m: Message) => {
       seen.push(m.id);
       if (m.id === "101") throw new Error("first fails");
     });
     expect(seen).toEqual(["101", "102"]);
     expect(r).toMatchObject({ failed: 1, succeeded: 1, deferred: 0 });
     expect((await eqRows(t, n, gid)).map(brief)).toEqual([["101", "ready", "K", "exclusive", 1, 0]]);
+  });
+
+  it("a key lease left by a crashed poll blocks the key until it expires, then is taken over", async () => {
+    const t = testClient(url());
+    const { g, n, gid } = await exclusiveStream(t, "excl.stale");
+    await t.sql(
+      `INSERT INTO ${S}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at)
+       VALUES ($1, 'K', gen_random_uuid(), now() + interval '1 hour')`, [gid]);
+    const seen: string[] = [];
+    const r1 = await g.drain((m: Message) => void seen.push(m.id));
+    expect(seen).toEqual([]);
+    expect(r1.deferred).toBe(2);
+    expect((await eqRows(t, n, gid)).map((x) => [x.message_id, x.status])).toEqual([["101", "deferred"], ["102", "deferred"]]);
+    // Deferred rows are not reserved while the key lease is live.
+    const before = await snapshot(t, n, gid);
+    expect((await g.poll((m: Message) => void seen.push(m.id))).idle).toBe(true);
+    expect(await snapshot(t, n, gid)).toEqual(before);
+    await t.sql(`UPDATE ${S}.message_key_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
+    await g.drain((m: Message) => void seen.push(m.id));
+    expect(seen).toEqual(["101", "102"]);
+    expect(await eqRows(t, n, gid)).toEqual([]);
+    expect(await keyLeases(t, n, gid)).toEqual([]);
+    expect((await cursor(t, n, gid)).committed).toBe("102");
+  });
+
+  it("a key with many due rows does not crowd other keys out of an exception batch", async () => {
+    const t = testClient(url());
+    const s = t.client.stream<{ k: string }>("excl.crowd");
+    await s.register();
+    const g = s.consumer("excl");
+    await g.register({ concurrencyOverride: "exclusive", exceptionInitialBackoff: 0 });
+    await s.produceBatch([
+      ...Array.from({ length: 12 }, () => ({ payload: { k: "K" }, key: "K" })),
+      ...Array.from({ length: 3 }, () => ({ payload: { k: "L" }, key: "L" })),
+    ]);
+    const n = await streamIdOf(t, "excl.crowd");
+    const gid = await groupOf(t, "excl.crowd", "excl");
+    await claimPoll(g, () => {
+      throw new Error("first delivery fails");
+    }, { batchLimit: 15 });
+    expect((await eqRows(t, n, gid)).filter((r) => r.status === "ready")).toHaveLength(15);
+    const ran: string[] = [];
+    const r = await g.poll((m: Message) => void ran.push(m.id), { batchLimit: 10, concurrency: 2 });
+    // The lowest due row of each key: K's 12 rows must not fill the batch and shut L out.
+    expect(ran.sort((a, b) => Number(a) - Number(b))).toEqual(["1", "13"]);
+    expect(r.deferred).toBe(0);
+    await g.drain((m: Message) => void ran.push(m.id), { batchLimit: 10, concurrency: 2 });
+    expect(ran).toHaveLength(15);
+    expect((await cursor(t, n, gid)).committed).toBe("15");
+    await checkInvariants(t, n, gid);
   });
 
   it("an in-handler counter never sees two handlers of one key at once: two concurrent drains, concurrency 4", async () => {
@@ -550,7 +631,7 @@ describe("C21 ordered and compaction", () => {
     await s.produce({ v: "p" }); // keyless: parallel
     const n = await streamIdOf(t, "ordered.override");
     const gid = await groupOf(t, "ordered.override", "ord");
-    await g.poll(() => {
+    await claimPoll(g, () => {
       throw new Error("fail all");
     });
     expect((await eqRows(t, n, gid)).map((r) => [r.message_id, r.message_key, r.concurrency, r.status])).toEqual([
@@ -578,7 +659,7 @@ describe("concurrency > 1 inside one poll", () => {
     const n = await streamIdOf(t, "ordered.concurrent");
     const gid = await groupOf(t, "ordered.concurrent", "ord");
     const ledger = new Ledger(byKey);
-    const r = await g.poll(async (m: Message) => {
+    const r = await claimPoll(g, async (m: Message) => {
       ledger.start(m.id, m.key, m.attempt);
       await new Promise((res) => setTimeout(res, 20));
       ledger.end(m.id, m.key, true, m.attempt);
@@ -607,7 +688,7 @@ describe("concurrency > 1 inside one poll", () => {
     const n = await streamIdOf(t, "ordered.concurrent.eq");
     const gid = await groupOf(t, "ordered.concurrent.eq", "ord");
     // First delivery: the first message of every key fails, so each key's chain defers the rest.
-    await g.poll((m: Message) => {
+    await claimPoll(g, (m: Message) => {
       if (m.attempt === 0 && ["1", "2", "3"].includes(m.id)) throw new Error("first fails");
     }, { batchLimit: 9, concurrency: 3 });
     expect((await eqRows(t, n, gid)).map((r) => [r.message_id, r.status])).toEqual([

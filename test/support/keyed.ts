@@ -2,6 +2,7 @@
 // ids by (stream, group) name, a latch, a ledger of handler runs, and the §13.3 invariants that
 // these scenarios check after every step.
 import { expect } from "vitest";
+import type { CycleReport } from "@sqlstreams/core";
 import { S, type TestClient } from "./streams.js";
 
 /** The group's id, looked up by stream and group name (group names repeat across streams). */
@@ -193,4 +194,25 @@ export class Ledger {
 export function ascending(ids: bigint[]): boolean {
   for (let i = 1; i < ids.length; i++) if (ids[i - 1] >= ids[i]) return false;
   return true;
+}
+
+interface Pollable<H, O> {
+  poll(handler: H, opts?: O): Promise<CycleReport>;
+}
+
+/**
+ * poll() until it takes a range. The snapshot fence proves a head only once every transaction
+ * older than the poll's observation has ended, and transaction ids are cluster-wide: on a server
+ * shared with other busy test databases, the poll right after a produce may legitimately claim
+ * nothing (it stores the pending pair, which the next poll proves). Polls that take no range write
+ * only that pair, so the scenario's table assertions are unaffected.
+ */
+export async function claimPoll<H, O>(g: Pollable<H, O>, handler: H, opts?: O): Promise<CycleReport> {
+  const end = Date.now() + 20_000;
+  for (;;) {
+    const r = await g.poll(handler, opts);
+    if (r.rangesClaimed + r.rangesReclaimed + r.rangesResumed + r.rangesQuarantined > 0) return r;
+    if (Date.now() > end) throw new Error(`no range claimed within 20 s: ${JSON.stringify(r)}`);
+    await new Promise((res) => setTimeout(res, 10));
+  }
 }
