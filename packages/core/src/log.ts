@@ -25,9 +25,10 @@ export class EventLog {
   private readonly last = new Map<string, { at: number; suppressed: number }>();
   constructor(private readonly sink: Logger) {}
 
-  emit(event: LogEvent, collapse = true): void {
-    if (collapse) {
-      const k = `${event.code}\u0000${event.stream ?? ""}\u0000${event.group ?? ""}`;
+  /** `collapse` true collapses per (code, stream, group); a string also keys on it (e.g. a field name). */
+  emit(event: LogEvent, collapse: boolean | string = true): void {
+    if (collapse !== false) {
+      const k = `${event.code}\u0000${event.stream ?? ""}\u0000${event.group ?? ""}${typeof collapse === "string" ? `\u0000${collapse}` : ""}`;
       const now = Date.now();
       const seen = this.last.get(k);
       if (seen && now - seen.at < WINDOW_MS) {

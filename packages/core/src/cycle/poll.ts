@@ -167,7 +167,7 @@ function resolve<T>(ctx: Ctx<T>, m: RawMessage, stored?: MessageOptions | null):
     ctx.db.events.emit({
       level: "info", code: "SQL0039", message: `produced option ${f} of message ${m.id} was clamped to the group's bounds`,
       stream: ctx.stream, group: ctx.group, field: f, messageId: m.id,
-    });
+    }, f); // at most once per group and field per minute (SPEC §4.4)
   }
   return r.resolved;
 }
