@@ -352,10 +352,11 @@ export function renderTable(results, ratioRows, meta) {
     }
   }
   for (const r of results) {
-    const profs = [r.where?.nodeProfile, r.where?.produce?.nodeProfile, r.where?.consume?.nodeProfile].filter(Boolean);
-    for (const p of profs) {
+    const w = r.where ?? {};
+    const profs = [["", w.nodeProfile], ...Object.entries(w).filter(([, v]) => v && typeof v === "object" && v.nodeProfile).map(([k, v]) => [` ${k}`, v.nodeProfile])].filter(([, p]) => p);
+    for (const [part, p] of profs) {
       out.push("");
-      out.push(`node CPU profile of ${r.arm} (measured window, this thread): busy ${fmt(p.busyMs)} ms, idle ${fmt(p.idleMs)} ms${p.file ? `; ${path.relative(process.cwd(), p.file)}` : ""}`);
+      out.push(`node CPU profile of ${r.arm}${part} (measured window, its thread): busy ${fmt(p.busyMs)} ms, idle ${fmt(p.idleMs)} ms${p.file ? `; ${path.relative(process.cwd(), p.file)}` : ""}`);
       for (const f of p.top.slice(0, 12)) out.push(`  ${pad(fmt(f.ms), 7, true)} ms ${pad(f.pctOfBusy.toFixed(1), 5, true)}%  ${f.fn}`);
     }
   }

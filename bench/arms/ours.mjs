@@ -53,6 +53,7 @@ export async function produceRange(stream, from, to, opts = {}) {
 /** Setup, untimed: schema, stream, groups, and optionally the first n messages. */
 async function setup(ctx, { groups = [], produce = 0, keyed = 0 } = {}) {
   currentDb = ctx.dbName;
+  profileLabel = ctx.profile ? ctx.arm : null;
   const { client, close } = await openClient(ctx.url, PRODUCE_CONNECTIONS, null, ctx.errors);
   try {
     await client.migrate();
@@ -189,9 +190,10 @@ export async function consume(ctx) {
 // own thread (its own event loop), as it would in its own Lambda.
 
 let currentDb = null;
+let profileLabel = null;
 function runWorker(role, data) {
   return new Promise((resolve, reject) => {
-    const w = new Worker(new URL("../lib/worker.mjs", import.meta.url), { workerData: { role, dbName: currentDb, ...data } });
+    const w = new Worker(new URL("../lib/worker.mjs", import.meta.url), { workerData: { role, dbName: currentDb, profileLabel, ...data } });
     let result;
     w.on("message", (m) => {
       if (m?.type === "result") result = m.result;
@@ -211,7 +213,7 @@ export async function consumeTwoGroups(ctx) {
   await setup(ctx, { groups: [{ name: "g1" }, { name: "g2" }], produce: n });
   const meter = await new WriteMeter(ctx).start();
   const shared = new SharedArrayBuffer(16);
-  const cpu = new CpuMeter().start();
+  const cpu = new CpuMeter().start({ profile: false });
   const base = { url: ctx.url, n, ...CONSUME, timeoutMs: ctx.timeoutMs, shared };
   const [a, b] = await Promise.all([runWorker("drain", { ...base, group: "g1", parties: 2 }), runWorker("drain", { ...base, group: "g2", parties: 2 })]);
   const all = cpu.stop();
@@ -220,7 +222,7 @@ export async function consumeTwoGroups(ctx) {
   return {
     metrics: { group1: rate(n, a.cpu.wallMs), group2: rate(n, b.cpu.wallMs), slowerGroup: Math.min(rate(n, a.cpu.wallMs), rate(n, b.cpu.wallMs)), total: rate(2 * n, all.wallMs) },
     check: { ok, group1: a.check, group2: b.check, expected: 2 * n, missing: a.check.missing + b.check.missing, duplicates: a.check.duplicates + b.check.duplicates },
-    where: { ...all, ...summarizeRoles([a, b], 2 * n), ...writes, note: "per message of either group" },
+    where: { ...all, ...summarizeRoles([a, b], 2 * n), ...writes, note: "per message of either group", group1: a.cpu, group2: b.cpu, statements: a.statements },
     errors: [...a.errors, ...b.errors],
     settings: CONSUME,
   };
@@ -233,7 +235,7 @@ export async function produceConsume(ctx) {
   // [0] produced, [1] handled (distinct), [2] start flag
   const shared = new SharedArrayBuffer(16);
   const backlog = ctx.backlog ?? Math.max(5_000, Math.min(50_000, Math.floor(n / 4)));
-  const cpu = new CpuMeter().start();
+  const cpu = new CpuMeter().start({ profile: false });
   const [p, c] = await Promise.all([
     runWorker("produce", { url: ctx.url, n, shared, parties: 2, backlog, timeoutMs: ctx.timeoutMs }),
     runWorker("drain", { url: ctx.url, n, group: "g1", ...CONSUME, shared, parties: 2, timeoutMs: ctx.timeoutMs, idleSleepMs: 2 }),
@@ -243,7 +245,7 @@ export async function produceConsume(ctx) {
   return {
     metrics: { produce: rate(n, p.cpu.wallMs), consume: rate(n, c.cpu.wallMs) },
     check: { ...c.check, ok: c.check.ok && p.ok },
-    where: { ...all, ...summarizeRoles([p, c], n), consumerRoundTrips: c.roundTrips, producerRoundTrips: p.roundTrips, ...writes, maxBacklog: c.maxBacklog, statements: c.statements },
+    where: { ...all, ...summarizeRoles([p, c], n), consumerRoundTrips: c.roundTrips, producerRoundTrips: p.roundTrips, ...writes, maxBacklog: c.maxBacklog, statements: c.statements, producer: p.cpu, consumer: c.cpu },
     errors: [...p.errors, ...c.errors],
     settings: { ...CONSUME, backlog, produceConnections: PRODUCE_CONNECTIONS, produceBatch: PRODUCE_BATCH },
   };
@@ -353,7 +355,7 @@ export async function latency(ctx) {
       achievedRate: rate(n, p.cpu.wallMs),
     },
     check: { ...c.check, ok: c.check.ok && p.ok },
-    where: { consumerRoundTrips: c.roundTrips, consumerRoundTripsPerMsg: +(c.roundTrips / n).toFixed(4), polls: c.totals.polls, idlePolls: c.totals.idlePolls, producerRoundTrips: p.roundTrips },
+    where: { consumerRoundTrips: c.roundTrips, roundTripsPerMsg: +(c.roundTrips / n).toFixed(4), polls: c.totals.polls, idlePolls: c.totals.idlePolls, producerRoundTrips: p.roundTrips, late: p.late, statements: c.statements, producer: p.cpu, consumer: c.cpu },
     errors: [...p.errors, ...c.errors],
     settings: { perSecond, seconds, idleSleepMs, batchLimit: CONSUME.batchLimit, concurrency: CONSUME.concurrency },
   };

@@ -3,13 +3,14 @@
 // fixed rate). Shared counters (Int32Array over a SharedArrayBuffer):
 //   [0] messages produced   [1] messages handled (first time)   [2] parties at the start line
 import { parentPort, workerData } from "node:worker_threads";
-import { CpuMeter, QueryStats, Tally, makePayload, setBenchDatabase, sleep } from "./common.mjs";
+import { CpuMeter, QueryStats, Tally, enableProfiling, makePayload, setBenchDatabase, sleep } from "./common.mjs";
 import { STREAM, drainAll, openClient, produceRange } from "../arms/ours.mjs";
 
 const d = workerData;
 const sh = new Int32Array(d.shared);
 const errors = [];
 setBenchDatabase(d.dbName);
+enableProfiling(d.profileLabel ? `${d.profileLabel}-${d.role}${d.group ? "-" + d.group : ""}` : null);
 
 async function startLine() {
   Atomics.add(sh, 2, 1);
