@@ -235,6 +235,19 @@ describe("redrive (C31)", () => {
     await checkInvariants(t, sid);
   });
 
+  it("C31: redrive re-resolves the concurrency with the group's current config", async () => {
+    const { t, s, g, sid, gid } = await setup("c31.reresolve");
+    await s.produceBatch([{ payload: 1, key: "k" }, { payload: 2 }]);
+    await firstDelivery(g, () => {
+      throw Permanent("no");
+    });
+    expect((await eqRows(t, sid, gid)).map((x) => [x.message_id, x.concurrency])).toEqual([["1", "parallel"], ["2", "parallel"]]);
+    await g.register({ concurrencyOverride: "exclusive" });
+    expect(await g.redrive({ all: true })).toEqual({ redriven: 2, skipped: 0 });
+    expect((await eqRows(t, sid, gid)).map((x) => [x.message_id, x.status, x.concurrency])).toEqual([["1", "ready", "exclusive"], ["2", "ready", "parallel"]]);
+    await checkInvariants(t, sid);
+  });
+
   it("C31: mode off redrives without a delivery-log row", async () => {
     const { t, g, sid, gid } = await twoDead("c31.off", "off");
     expect(await g.redrive({ ids: ["5", "6"] }, { reason: "quiet" })).toEqual({ redriven: 2, skipped: 0 });

@@ -65,8 +65,7 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
     const msgs: Omit<Message, "signal" | "attempt">[] = [];
     const h = (m: Message) => {
       attempts.push(m.attempt);
-      const { signal: _s, attempt: _a, ...rest } = m;
-      msgs.push(rest);
+      msgs.push({ id: m.id, payload: m.payload, key: m.key, delays: m.delays, stream: m.stream, group: m.group, createdAt: m.createdAt });
       if (m.attempt === 0) throw new Error("first delivery fails");
     };
     const r1 = await firstDelivery(g, h);
@@ -114,6 +113,26 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
     const { dl: log } = await retryThenSuccess("c3.all", "all");
     expect(log.map((r) => [r.attempt, r.status])).toEqual([[0, "failure"], [1, "success"]]);
     expect(log[1].error).toBe("");
+  });
+
+  it("a redeclared delivery-log mode applies from the next poll; exception rows are written the same in every mode", async () => {
+    const { t, s, g, sid, gid } = await setup("mode.switch");
+    await s.produce({});
+    const h = (m: Message) => {
+      if (m.attempt < 2) throw new Error(`fail ${m.attempt}`);
+    };
+    await firstDelivery(g, h);
+    await s.register({ deliveryLog: "off" });
+    await makeDue(t, sid);
+    await g.poll(h);
+    expect((await eqRows(t, sid, gid)).map(row)).toEqual([{ message_id: "1", status: "ready", attempts: 2, delays: 0, lease_token: null }]);
+    expect(dl(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"]]);
+    await s.register({ deliveryLog: "all" });
+    await makeDue(t, sid);
+    await g.poll(h);
+    expect(await eqRows(t, sid, gid)).toEqual([]);
+    expect(dl(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"], ["1", 2, "success"]]);
+    await checkInvariants(t, sid);
   });
 
   /** Runs an always-throwing handler to the end; returns the gaps and rows seen after each run. */
@@ -216,6 +235,37 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
     expect(calls).toEqual([[0, 0], [1, 1]]);
     expect(dl(await dlRows(t, sid, gid))).toEqual([["1", 0, "delayed"], ["1", 1, "failure"]]);
     await checkInvariants(t, sid);
+  });
+});
+
+describe("per-message resolution in the outcome path (SPEC §4.4)", () => {
+  it("a produced maxRetries below the group's applies; one above is capped at the group default; maxDelays from the message", async () => {
+    const { t, s, g, sid, gid } = await setup("resolve.outcomes");
+    await s.produce({ n: 1 }, { message: { retry: { maxRetries: 1 } } });
+    await s.produce({ n: 2 }, { message: { retry: { maxRetries: 10 } } });
+    await s.produce({ n: 3 }, { message: { retry: { maxDelays: 1 } } });
+    const h = ((m: Message<{ n: number }>) => {
+      if (m.payload.n === 3) return Delay(1);
+      throw new Error("always");
+    }) as Handler;
+    await firstDelivery(g, h);
+    for (let i = 0; i < 6; i++) {
+      await makeDue(t, sid);
+      await g.poll(h);
+    }
+    const rows = await eqRows(t, sid, gid);
+    expect(rows.map((r) => [r.message_id, r.status, r.attempts, r.delays])).toEqual([
+      ["1", "dead", 1, 0], ["2", "dead", 3, 0], ["3", "dead", 1, 1],
+    ]);
+    expect(rows[2].last_error).toBe("SQL0025 delay limit reached: 1 delays");
+    // one SQL0039 per group and field (§4.4): maxRetries of message 2 (maxDelays 1 is inside the bounds)
+    expect(t.events.filter((e) => e.code === "SQL0039" && e.stream === "resolve.outcomes").map((e) => e.field)).toEqual(["maxRetries"]);
+    expect((await cursor(t, sid, gid)).committed).toBe("3");
+    await checkInvariants(t, sid);
+    // a clamp of another field within the minute is still reported, once
+    await s.produce({ n: 4 }, { message: { timeout: 60_000, retry: { maxRetries: 9 } } });
+    await firstDelivery(g, () => {});
+    expect(t.events.filter((e) => e.code === "SQL0039" && e.stream === "resolve.outcomes").map((e) => e.field)).toEqual(["maxRetries", "timeout"]);
   });
 });
 
@@ -527,6 +577,21 @@ describe("timeouts and abandoned handlers (C9)", () => {
     await checkInvariants(t, sid);
   });
 
+  it("C9: a handler that first reads its signal after the timeout sees it aborted", async () => {
+    const { s, g } = await setup("c9.late.signal", { group: { message: { timeout: 50 } } });
+    await s.produce({});
+    let lateSignal: boolean | undefined;
+    let done!: () => void;
+    const finished = new Promise<void>((r) => (done = r));
+    await firstDelivery(g, async (m) => {
+      await sleep(200);
+      lateSignal = m.signal.aborted;
+      done();
+    });
+    await finished;
+    expect(lateSignal).toBe(true);
+  });
+
   it("C9: a handler that honours the signal still records the timeout text, and a produced timeout is clamped to the group's", async () => {
     const { t, s, g, sid, gid } = await setup("c9.honours", { group: { message: { timeout: 150 } } });
     await s.produce({}, { message: { timeout: 10_000 } }); // the ceiling is the group default
@@ -665,6 +730,32 @@ describe("exception rows of SPEC §6.2 not covered above", () => {
     expect(runs.size).toBe(20);
     expect([...runs.values()].every((n) => n === 1)).toBe(true);
     expect((await cursor(t, sid, gid)).committed).toBe("20");
+    await checkInvariants(t, sid);
+  });
+
+  it("first-delivery outcomes are written only when the range commits", async () => {
+    const { t, s, g, sid, gid } = await setup("rows.atcommit");
+    await s.produceBatch([{ payload: 1 }, { payload: 2 }, { payload: 3 }]);
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let entered!: () => void;
+    const running = new Promise<void>((r) => (entered = r));
+    const p = firstDelivery(g, async (m: Message) => {
+      if (m.id === "1") throw new Error("recorded later");
+      if (m.id === "2") {
+        entered();
+        await gate;
+      }
+    });
+    await running;
+    expect(await eqRows(t, sid, gid)).toEqual([]);
+    expect(await dlRows(t, sid, gid)).toEqual([]);
+    expect(await cursor(t, sid, gid)).toMatchObject({ claimed: "3", committed: "0" });
+    await checkInvariants(t, sid);
+    release();
+    expect(await p).toMatchObject({ failed: 1, succeeded: 2 });
+    expect((await eqRows(t, sid, gid)).map((x) => [x.message_id, x.status])).toEqual([["1", "ready"]]);
+    expect(dl(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"]]);
     await checkInvariants(t, sid);
   });
 
