@@ -399,8 +399,18 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
 
   const units = chains(msgs);
   let next = 0;
+  // A database error in one unit stops new starts; the running handlers finish and the prefix
+  // they resolved is recorded before the error is thrown (§5.8).
+  let failure = null as { e: unknown } | null;
   const worker = async () => {
-    while (!ctx.stop && next < units.length) await runUnit(units[next++]);
+    while (!ctx.stop && next < units.length) {
+      try {
+        await runUnit(units[next++]);
+      } catch (e) {
+        failure ??= { e };
+        ctx.stop = true;
+      }
+    }
   };
   await Promise.all(Array.from({ length: Math.min(o.concurrency, units.length) }, worker));
 
@@ -415,7 +425,7 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
   const recorded = firstOpen ? msgs.filter((m) => big(m.id) < big(firstOpen.id)) : msgs;
   if (firstOpen) {
     ctx.report.rangesPartial++;
-    logNotStarted(ctx, msgs.filter((m) => !outcomes.has(m.id)).length);
+    if (!failure) logNotStarted(ctx, msgs.filter((m) => !outcomes.has(m.id)).length);
   }
   const eq: unknown[] = [];
   const dl: unknown[] = [];
@@ -452,6 +462,7 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
     ctx.report[p.counter]++;
     if (p.row.status === "dead") logDead(ctx, m.id, p.row.lastError);
   }
+  if (failure) throw failure.e;
 }
 
 function message<T>(ctx: Ctx<T>, m: RawMessage, attempt: number, delays: number): RunMessage<T> {
@@ -558,10 +569,25 @@ async function exceptionPhase<T>(ctx: Ctx<T>): Promise<boolean> {
     ctx.report[p.counter]++;
     if (p.row.status === "dead") logDead(ctx, row.id, p.row.lastError);
   };
+  // A database error in one row stops new starts; running rows finish and record, the unstarted
+  // reservations are released, then the error is thrown (§5.8).
+  let failure = null as { e: unknown } | null;
   const worker = async () => {
-    while (next < rows.length) await runRow(rows[next++]);
+    while (next < rows.length) {
+      try {
+        await runRow(rows[next++]);
+      } catch (e) {
+        failure ??= { e };
+        ctx.stop = true;
+      }
+    }
   };
   await Promise.all(Array.from({ length: Math.min(o.concurrency, rows.length) }, worker));
+  if (failure) {
+    // Best effort: rows left reserved become selectable when the reservation expires, uncharged.
+    await queryRetry(db, S.releaseReservations(t), [ctx.groupId, token]).catch(() => {});
+    throw failure.e;
+  }
   if (unstarted > 0) {
     logNotStarted(ctx, unstarted);
     await queryRetry(db, S.releaseReservations(t), [ctx.groupId, token]);
