@@ -1,6 +1,7 @@
 // Destroying groups and streams: guarded by SQL0042 while there is live work (leases, unresolved
 // rows) or retained messages, unless forced; everything of the group or stream goes, nothing else.
 import { describe, expect, it } from "vitest";
+import type { Consumer, Handler, PollOptions, Progress } from "@sqlstreams/core";
 import { isSqlStreamsError } from "@sqlstreams/core";
 // Internal entry points (the API wires them into consumer.destroy() and stream.destroy()).
 import { destroyGroup, destroyStream } from "../packages/core/dist/destroy.js";
@@ -29,6 +30,21 @@ async function functionsOf(t: ReturnType<typeof testClient>, n: string): Promise
   return r.map((x) => x.name);
 }
 
+/**
+ * drain() until `done` holds. Under a parallel test run the snapshot fence may hold a claim back
+ * while a transaction of another test database is open (xids are cluster-wide), and drain() then
+ * returns before the work is done; the tests wait for the state they need instead.
+ */
+async function drainUntil<T>(g: Consumer<T>, done: (p: Progress) => boolean, handler: Handler<T> = () => {}, opts: PollOptions = {}): Promise<void> {
+  for (let i = 0; i < 600; i++) {
+    await g.drain(handler, opts);
+    if (done(await g.progress())) return;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  throw new Error(`group ${g.name} did not reach the expected state`);
+}
+const committed = (c: string) => (p: Progress) => p.committed === c;
+
 describe("destroy", () => {
   it("a group with unresolved rows or leases is refused unless forced; a clean one goes with all its rows", async () => {
     const t = testClient(url());
@@ -42,10 +58,10 @@ describe("destroy", () => {
     await b.register();
     await s.produceBatch([{ payload: 1 }, { payload: 2 }, { payload: 3 }]);
     // a: message 2 fails once and waits as a ready row.
-    await a.drain((m) => {
+    await drainUntil(a, (p) => p.claimed === "3" && p.exceptions.ready === 1, (m) => {
       if (m.id === "2") throw new Error("later");
     });
-    await b.drain(() => {});
+    await drainUntil(b, committed("3"));
     const gidA = await groupIdOf(t, "a");
     const gidB = await groupIdOf(t, "b");
     expect(await count(t, `exception_queue_${n}`, "consumer_group_id = $1 AND status = 'ready'", [gidA])).toBe(1);
@@ -94,7 +110,7 @@ describe("destroy", () => {
     await expect(destroyGroup(t.client, "d.orders", "a", { force: "yes" } as never)).rejects.toSatisfy(code("SQL0015"));
     await a.register();
     const seen: string[] = [];
-    await a.drain((m) => void seen.push(m.id));
+    await drainUntil(a, committed("3"), (m) => void seen.push(m.id));
     expect(seen).toEqual(["1", "2", "3"]);
   });
 
@@ -108,7 +124,7 @@ describe("destroy", () => {
     await fast.register();
     await slow.register();
     for (let i = 1; i <= 25; i++) await s.produce(i);
-    await fast.drain(() => {});
+    await drainUntil(fast, committed("25"));
     await t.sql(`UPDATE ${S}.message_log_${n} SET created_at = now() - interval '1 minute'`);
     const r1 = await s.maintain();
     expect(r1.partitionsDropped).toBe(0);
@@ -132,7 +148,7 @@ describe("destroy", () => {
     await g.register();
     for (let i = 1; i <= 15; i++) await s.produce(i, { key: `k${i % 3}`, compaction: {} });
     await s.produce(16, { idempotencyKey: "once" });
-    await g.drain(() => {});
+    await drainUntil(g, (p) => p.lag === "0");
     expect((await tablesOf(t, n)).length).toBeGreaterThan(8);
     expect(await functionsOf(t, n)).not.toEqual([]);
 
@@ -177,7 +193,7 @@ describe("destroy", () => {
     await g.register();
     for (let i = 1; i <= 9; i++) await s.produce(i);
     await s.produce(10); // ids 1–9 fill partition 0; 10 opens partition 1
-    await g.drain(() => {});
+    await drainUntil(g, committed("10"));
     await t.sql(`UPDATE ${S}.message_log_${n} SET created_at = now() - interval '1 minute'`);
     await s.maintain();
     expect(await count(t, `message_log_${n}`)).toBe(1);
