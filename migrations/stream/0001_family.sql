@@ -312,11 +312,15 @@ DECLARE
   v_key_result TEXT;
   v_reason TEXT;
 BEGIN
-  SELECT e.message_key, e.concurrency, e.attempts INTO r FROM {{schema}}.exception_queue_{{N}} e
+  SELECT e.message_key, e.concurrency, e.attempts, e.status INTO r FROM {{schema}}.exception_queue_{{N}} e
    WHERE e.consumer_group_id = p_group AND e.message_id = p_message_id AND e.lease_token = p_token
-     AND e.status IN ('ready', 'deferred')
+     AND e.status IN ('ready', 'deferred', 'inflight')
    FOR UPDATE;
   IF NOT FOUND THEN RETURN 'lost'; END IF;
+  -- Only this start makes the row inflight under the reservation token: finding it so means the
+  -- caller is repeating a start whose commit it never heard about. Idempotent, so the handler
+  -- still runs instead of the row sitting out its run lease and being charged an attempt.
+  IF r.status = 'inflight' THEN RETURN 'started'; END IF;
   SELECT m.compaction_rank INTO v_rank FROM {{schema}}.message_log_{{N}} m WHERE m.id = p_message_id;
   IF NOT FOUND THEN RETURN 'lost'; END IF;
   IF v_rank IS NOT NULL THEN
