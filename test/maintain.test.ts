@@ -4,7 +4,7 @@
 import { describe, expect, it } from "vitest";
 import type { Consumer, Handler, PollOptions, Progress } from "@sqlstreams/core";
 import pg from "pg";
-import { isSqlStreamsError } from "@sqlstreams/core";
+import { Permanent, isSqlStreamsError } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
 import { S, type TestClient, count, streamIdOf, testClient } from "./support/streams.js";
 
@@ -245,6 +245,42 @@ describe("maintain() (SPEC §10)", () => {
     expect(r2.errors).toEqual([]);
     expect(r2.partitionsDropped).toBe(2);
     expect((await partitions(t, n))[0]).toBe(2);
+  });
+
+  it("a sweep batch that waits 2 s on a locked row pauses with SQL0041 and resumes on the next run", async () => {
+    const t = testClient(url());
+    const s = t.client.stream("locked.row");
+    await s.register({ partitionSize: 10, retention: 1000 });
+    const n = await streamIdOf(t, "locked.row");
+    await precreate(t, n, 10, 3);
+    const g = s.consumer("g");
+    const lag = s.consumer("lag");
+    await g.register();
+    await lag.register();
+    await s.produceBatch(range(1, 13).map((i) => ({ payload: i })));
+    await drainUntil(lag, committed("13"));
+    await s.produceBatch(range(14, 25).map((i) => ({ payload: i })));
+    await drainUntil(g, committed("25"), (m) => (m.id === "11" ? Permanent(new Error("dead")) : undefined));
+    await t.sql(`UPDATE ${S}.message_log_${n} SET created_at = now() - interval '1 minute'`);
+    const holder = new pg.Client({ connectionString: url() });
+    await holder.connect();
+    try {
+      await holder.query("BEGIN");
+      await holder.query(`SELECT 1 FROM ${S}.exception_queue_${n} WHERE message_id = 11 FOR UPDATE`);
+      const r = await s.maintain();
+      expect(r.errors).toEqual([]);
+      expect(r.partitionsDropped).toBe(1); // partition 0; partition 1 lies above the floor 13
+      expect(r.rowsSwept).toBe(0);
+      expect(t.events.some((e) => e.code === "SQL0041" && String(e.message).includes("sweep"))).toBe(true);
+    } finally {
+      await holder.query("ROLLBACK");
+      await holder.end();
+    }
+    const r2 = await s.maintain();
+    expect(r2.errors).toEqual([]);
+    expect(r2.rowsSwept).toBe(4);
+    expect(r2.exceptionRowsDeleted).toBe(1);
+    expect(await count(t, `exception_queue_${n}`)).toBe(0);
   });
 
   it("concurrent maintain() calls never drop a partition twice, and producers keep going", async () => {

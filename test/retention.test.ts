@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest";
 import type { Consumer, Handler, PollOptions, Progress } from "@sqlstreams/core";
 import { Permanent, type SqlStreams } from "@sqlstreams/core";
 // Internal (not exported by the package): the retention floor, read from the built library.
-import { floorOf } from "../packages/core/dist/sql/maintain.js";
+import { floorOf, retentionStatus } from "../packages/core/dist/sql/maintain.js";
 import { useFreshDatabase } from "./support/db.js";
 import { S, type TestClient, count, cursor, groupIdOf, streamIdOf, testClient } from "./support/streams.js";
 
@@ -112,6 +112,10 @@ describe("retention (SPEC §10, C27)", () => {
     expect(await count(t, `delivery_log_${n}`)).toBe(0);
     await assertI11(t, t.client, n, before);
 
+    const st = await retentionStatus(t.client.db, n);
+    expect(st).toMatchObject({ retentionMs: 1000n, floor: 12n, held: true, heldBy: { group: "g8", committed: 12n } });
+    expect(st.heldForMs).toBeGreaterThan(0);
+
     // Nothing more to do while group 8 lags.
     const r2 = await s.maintain();
     expect(r2.partitionsDropped + r2.rowsSwept).toBe(0);
@@ -126,6 +130,8 @@ describe("retention (SPEC §10, C27)", () => {
     expect(r3.partitionsDropped).toBe(2);
     expect(r3.rowsSwept).toBe(0);
     expect(r3.retentionHeldBy).toBeNull();
+    // The active partition's rows are expired but nothing above the floor waits: not held.
+    expect(await retentionStatus(t.client.db, n)).toMatchObject({ floor: 35n, held: false, heldForMs: null });
     expect(await partitions(t, n)).toEqual([3, 4]);
     expect(await ids(t, n)).toEqual(range(30, 35));
     await assertI11(t, t.client, n, before3);

@@ -392,6 +392,40 @@ export async function expiredAboveFloor(db: Db, streamId: string, floor: bigint,
   return r.rows[0].expired;
 }
 
+/** Retention as operators see it: for progress(), the CLI and monitoring. */
+export interface RetentionStatus {
+  /** The stream's retention in ms; 0 = keep forever (then nothing below is ever held). */
+  retentionMs: bigint;
+  floor: bigint;
+  heldBy: FloorHolder | null;
+  /**
+   * True when retention is on and the oldest message above the floor is already past it: the
+   * holder (a lagging or paused group, or its oldest unresolved row) keeps expired messages.
+   */
+  held: boolean;
+  /** How far past retention that oldest held message is, in ms; null when nothing is held. */
+  heldForMs: number | null;
+}
+
+/** Two read-only statements. */
+export async function retentionStatus(db: Db, streamId: string, on: Queryable = db.pool): Promise<RetentionStatus> {
+  const f = await floorOf(db, streamId, on);
+  const ml = table(db.q, streamId, "message_log");
+  const r = await query<{ retention_ms: string; over_ms: number | null }>(
+    db,
+    on,
+    `SELECT s.retention_ms::text,
+            (SELECT EXTRACT(EPOCH FROM (now() - s.retention_ms * interval '1 millisecond' - m.created_at)) * 1000
+               FROM ${ml} m WHERE m.id > $2 ORDER BY m.id LIMIT 1)::float8 AS over_ms
+       FROM ${db.q}.stream_config s WHERE s.id = $1`,
+    [streamId, String(f.floor)],
+  );
+  const retentionMs = BigInt(r.rows[0]?.retention_ms ?? "0");
+  const over = r.rows[0]?.over_ms ?? null;
+  const held = retentionMs > 0n && f.heldBy !== null && over !== null && over > 0;
+  return { retentionMs, floor: f.floor, heldBy: f.heldBy, held, heldForMs: held ? Math.round(over as number) : null };
+}
+
 /** Deletes one batch of idempotency keys older than the stream's TTL (SPEC §10.2 step 4). */
 export async function deleteIdempotencyKeys(db: Db, streamId: string, ttlMs: bigint): Promise<number> {
   const ik = table(db.q, streamId, "idempotency_key");
