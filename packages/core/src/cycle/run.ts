@@ -67,19 +67,21 @@ export function runHandler<T>(handler: Handler<T>, msg: RunMessage<T>, timeoutMs
       msg.abort(new Error(`SQL0027 timeout after ${timeoutMs} ms`));
       resolve({ kind: "failure", error: `SQL0027 timeout: handler did not finish within ${timeoutMs} ms` });
     }, timeoutMs);
-    pending.then(
-      (v) => {
+    const fail = (e: unknown) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      resolve(classify(e, true));
+    };
+    try {
+      pending.then((v) => {
         if (settled) return;
         settled = true;
         clearTimeout(timer);
         resolve(classify(v, false));
-      },
-      (e) => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(timer);
-        resolve(classify(e, true));
-      },
-    );
+      }, fail);
+    } catch (e) {
+      fail(e); // a thenable whose then() throws is a failure of the run, not of the poll
+    }
   });
 }
