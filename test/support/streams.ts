@@ -78,7 +78,7 @@ export async function eqRows(t: TestClient, n: number | string, groupId: string)
   }>(
     `SELECT message_id::text, status, message_key, concurrency, attempts, delays, last_error, lease_token::text,
             (EXTRACT(EPOCH FROM (can_run_after - updated_at)) * 1000)::float8 AS gap_ms, can_run_after, updated_at
-       FROM ${S}.exception_queue_${n} WHERE consumer_group_id = $1 ORDER BY message_id`,
+       FROM ${S}.exception_queue_${n} e WHERE consumer_group_id = $1 ORDER BY e.message_id`,
     [groupId],
   );
 }
@@ -86,7 +86,7 @@ export async function eqRows(t: TestClient, n: number | string, groupId: string)
 export async function dlRows(t: TestClient, n: number | string, groupId: string, messageId?: string) {
   return t.sql<{ message_id: string; attempt: number; status: string; error: string }>(
     `SELECT message_id::text, attempt, status, error FROM ${S}.delivery_log_${n}
-      WHERE consumer_group_id = $1 AND ($2::bigint IS NULL OR message_id = $2::bigint) ORDER BY id`,
+      WHERE consumer_group_id = $1 AND ($2::bigint IS NULL OR message_id = $2::bigint) ORDER BY ${S}.delivery_log_${n}.id`,
     [groupId, messageId ?? null],
   );
 }

@@ -217,7 +217,7 @@ interface TakenRange {
 }
 
 /** Pauses before asking the fence again while older write transactions are still open. */
-const FENCE_WAITS_MS = [5, 10, 20, 40, 80];
+const FENCE_WAITS_MS = [5, 10, 20, 40, 80, 160, 320, 400];
 
 async function claimPhase<T>(ctx: Ctx<T>, L: LoadRow): Promise<boolean> {
   const tb = timeoutBounds(ctx.g);
