@@ -6,7 +6,8 @@ import {
 import { pollOnce } from "./cycle/poll.js";
 import { type CycleReport, type Handler, addReport, emptyReport } from "./cycle/types.js";
 import { query, queryRetry, sleep, transaction } from "./db.js";
-import { destroyGroup } from "./destroy.js";
+import { type DestroyGroupResult, destroyGroup } from "./destroy.js";
+import { retentionStatus } from "./sql/maintain.js";
 import { SqlStreamsError } from "./errors.js";
 import * as A from "./sql/admin.js";
 import { type Tables, insertDeliveryLog, tables } from "./sql/cycle.js";
@@ -26,6 +27,11 @@ export interface Progress {
   expiredLeases: number;
   exceptions: Record<ExceptionStatus, number>;
   oldestUnresolvedAgeMs: number | null;
+  /**
+   * Retention of the whole stream: nothing above `floor` is removed. `heldBy` names the group
+   * whose position holds expired messages back (this one or another), `heldForMs` for how long.
+   */
+  retention: { floor: string; heldBy: string | null; held: boolean; heldForMs: number | null };
 }
 
 export interface FailureRow<T = unknown> {
@@ -148,12 +154,14 @@ export class Consumer<T = unknown> {
     }>(db, A.progress(db.q, t), [id, this.name]);
     if (r.rowCount === 0) throw new SqlStreamsError("SQL0010", `consumer group ${JSON.stringify(this.name)} is not registered on stream ${this.stream}`, { stream: this.stream, group: this.name });
     const x = r.rows[0];
+    const ret = await retentionStatus(db, id);
     const lag = BigInt(x.head) - BigInt(x.committed);
     return {
       stream: this.stream, group: this.name, paused: x.paused, head: x.head, claimed: x.claimed, committed: x.committed,
       lag: (lag < 0n ? 0n : lag).toString(), openLeases: x.open_leases, expiredLeases: x.expired_leases,
       exceptions: { ready: 0, deferred: 0, inflight: 0, dead: 0, superseded: 0, ...x.counts },
       oldestUnresolvedAgeMs: x.oldest_ms === null ? null : Math.max(0, Math.round(x.oldest_ms)),
+      retention: { floor: ret.floor.toString(), heldBy: ret.heldBy?.group ?? null, held: ret.held, heldForMs: ret.heldForMs },
     };
   }
 
@@ -262,8 +270,8 @@ export class Consumer<T = unknown> {
   }
 
   /** Deletes the group with its cursor and rows; refused while it has live work unless forced. */
-  async destroy(opts: { force?: boolean } = {}): Promise<void> {
-    await destroyGroup(this.client, this.stream, this.name, opts);
+  async destroy(opts: { force?: boolean } = {}): Promise<DestroyGroupResult> {
+    return destroyGroup(this.client, this.stream, this.name, opts);
   }
 }
 

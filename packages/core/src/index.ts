@@ -12,4 +12,5 @@ export type {
 } from "./config.js";
 export type { Logger, LogEvent } from "./log.js";
 export type { MaintainOptions, MaintainReport } from "./maintain.js";
+export type { DestroyOptions, DestroyGroupResult, DestroyStreamResult } from "./destroy.js";
 export { LIBRARY_VERSION } from "./version.js";

@@ -5,7 +5,7 @@ import { Consumer } from "./consumer.js";
 import { RETRY_PAUSES, isTransient, query, sleep, transaction } from "./db.js";
 import { SqlStreamsError } from "./errors.js";
 import { type MaintainOptions, type MaintainReport, maintainStream } from "./maintain.js";
-import { destroyStream } from "./destroy.js";
+import { type DestroyStreamResult, destroyStream } from "./destroy.js";
 import { asPermissionError, lockMigrations, migrateStream } from "./sql/migrate.js";
 import { ensurePartition, nextSequenceValue } from "./sql/partitions.js";
 import * as P from "./sql/produce.js";
@@ -291,9 +291,10 @@ export class Stream<T = unknown> {
   }
 
   /** Drops the stream and its whole table family; refused while it holds messages or groups unless forced. */
-  async destroy(opts: { force?: boolean } = {}): Promise<void> {
-    await destroyStream(this.client, this.name, opts);
+  async destroy(opts: { force?: boolean } = {}): Promise<DestroyStreamResult> {
+    const r = await destroyStream(this.client, this.name, opts);
     this.client.streams.delete(this.name);
+    return r;
   }
 
   /** Sends a produce statement with transient retries and missing-partition recovery (SPEC §3.7, §3.8). */
@@ -359,15 +360,21 @@ export class Stream<T = unknown> {
     const size = info.partitionSize;
     const x = BigInt(ids[ids.length - 1]);
     const k = x / size;
-    if ((x - k * size) * 10n < 9n * size || this.seenPartitions.has(k + 1n)) return;
+    // The next partition once this one is 90 % used, and every partition the next call of the
+    // same size would reach, so a batch as large as a partition does not fail and burn its ids.
+    let last = (x + BigInt(ids.length)) / size;
+    if ((x - k * size) * 10n >= 9n * size && last < k + 1n) last = k + 1n;
     try {
-      await ensurePartition(this.client.db, info.id, size, k + 1n);
-      this.seenPartitions.add(k + 1n);
+      for (let j = k + 1n; j <= last; j++) {
+        if (this.seenPartitions.has(j)) continue;
+        await ensurePartition(this.client.db, info.id, size, j);
+        this.seenPartitions.add(j);
+      }
     } catch (e) {
       this.client.db.events.emit({
         level: "warn",
         code: "SQL0041",
-        message: `create-ahead of partition ${k + 1n} of ${info.name} failed: ${(e as Error).message}`,
+        message: `create-ahead of partitions after ${k} of ${info.name} failed: ${(e as Error).message}`,
         stream: info.name,
       });
     }
