@@ -1,0 +1,321 @@
+// Crash recovery of the range path (SPEC §5.3.2, §5.3.5, §5.3.7, §9.3; C10, C26), proven with
+// real child processes: a poller is SIGKILLed mid-range, or frozen past its lease and then let
+// go, and the parent test (a second poller) reclaims the range and checks the tables.
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { beforeAll, describe, expect, it, vi } from "vitest";
+import type { Consumer, CycleReport, Handler, Message, PollOptions } from "@sqlstreams/core";
+import { useFreshDatabase } from "./support/db.js";
+import { spawnNode, type NodeChild } from "./support/processes.js";
+import { S, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, streamIdOf, testClient } from "./support/streams.js";
+
+const url = useFreshDatabase();
+
+// ---------------------------------------------------------------------------------------------
+// A poller in a child process. Per message id the handler can: "ok" (default), "fail" (throw),
+// "crash" (SIGKILL itself), "hang" (block the event loop until killed), "wait" (await a "go"
+// line on stdin), "spin" (block the event loop until cfg.file exists: a frozen process).
+// Every start and every settled run is printed as a JSON line, then the poll's report.
+// ---------------------------------------------------------------------------------------------
+interface ChildCfg {
+  stream: string;
+  group: string;
+  method?: "poll" | "drain";
+  opts?: Record<string, unknown>;
+  actions?: Record<string, "ok" | "fail" | "crash" | "hang" | "wait" | "spin">;
+  file?: string;
+}
+
+const CHILD = `
+import { SqlStreams } from "@sqlstreams/core";
+import { existsSync } from "node:fs";
+import { createInterface } from "node:readline";
+const cfg = JSON.parse(process.env.CHILD_CFG);
+const out = (o) => process.stdout.write(JSON.stringify(o) + "\\n");
+const lines = [];
+let wake = () => {};
+createInterface({ input: process.stdin }).on("line", (l) => { lines.push(l.trim()); wake(); });
+const waitGo = () => new Promise((r) => { const check = () => (lines.includes("go") ? r() : (wake = check)); check(); });
+const nap = (ms) => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+const client = new SqlStreams({
+  connectionString: process.env.DATABASE_URL,
+  logger: (e) => out({ event: "log", code: e.code, level: e.level, message: e.message }),
+});
+const g = client.stream(cfg.stream).consumer(cfg.group);
+const handler = async (m) => {
+  out({ event: "start", id: m.id, attempt: m.attempt, pid: process.pid });
+  const a = (cfg.actions ?? {})[m.id] ?? "ok";
+  if (a === "crash") process.kill(process.pid, "SIGKILL");
+  if (a === "hang") for (;;) nap(50);
+  if (a === "spin") while (!existsSync(cfg.file)) nap(10);
+  if (a === "wait") await waitGo();
+  if (a === "fail") { out({ event: "end", id: m.id, attempt: m.attempt, ok: false }); throw new Error("boom " + m.id); }
+  out({ event: "end", id: m.id, attempt: m.attempt, ok: true });
+};
+const report = await g[cfg.method ?? "poll"](handler, cfg.opts ?? {});
+out({ event: "report", report });
+await client.close();
+process.exit(0);
+`;
+
+function poller(cfg: ChildCfg): NodeChild {
+  return spawnNode({ name: `poller ${cfg.stream}`, source: CHILD, env: { DATABASE_URL: url(), CHILD_CFG: JSON.stringify(cfg) } });
+}
+
+const started = (c: NodeChild) => c.messages.filter((m) => m.event === "start").map((m) => m.id);
+const ended = (c: NodeChild) => c.messages.filter((m) => m.event === "end").map((m) => m.id);
+const childEvents = (c: NodeChild) => c.messages.filter((m) => m.event === "log").map((m) => m.code);
+const childReport = async (c: NodeChild) => (await c.waitFor({ event: "report" })).report as CycleReport;
+
+interface Lease {
+  token: string;
+  low: string;
+  high: string;
+  reclaims: number;
+  released: boolean;
+  expires_at: Date;
+  lease_ms: number;
+  expired: boolean;
+}
+
+async function leases(t: TestClient, n: string, gid: string): Promise<Lease[]> {
+  return t.sql<Lease>(
+    `SELECT token::text, low::text, high::text, reclaims, released, expires_at,
+            (EXTRACT(EPOCH FROM (expires_at - created_at)) * 1000)::float8 AS lease_ms, expires_at < now() AS expired
+       FROM ${S}.claim_lease_${n} WHERE consumer_group_id = $1 ORDER BY low`,
+    [gid],
+  );
+}
+
+/** SPEC §13.3 I1–I4 for one group. */
+async function invariants(t: TestClient, n: string, gid: string): Promise<void> {
+  const c = await cursor(t, n, gid);
+  const [committed, claimed, settled] = [BigInt(c.committed), BigInt(c.claimed), BigInt(c.settled_head)];
+  expect(committed >= 0n && committed <= claimed && claimed <= settled, `I1 ${JSON.stringify(c)}`).toBe(true);
+  const ls = await leases(t, n, gid);
+  let prevHigh = -1n;
+  for (const l of ls) {
+    expect(BigInt(l.low) >= committed && BigInt(l.low) < BigInt(l.high) && BigInt(l.high) <= claimed, `I2 ${JSON.stringify(l)}`).toBe(true);
+    expect(BigInt(l.low) >= prevHigh, "I2 leases overlap").toBe(true);
+    prevHigh = BigInt(l.high);
+  }
+  const bad = await t.sql(
+    `SELECT message_id FROM ${S}.exception_queue_${n} WHERE consumer_group_id = $1 AND (
+        (status IN ('ready', 'inflight', 'deferred') AND message_id <= $2)
+     OR (status = 'inflight' AND lease_token IS NULL)
+     OR (status IN ('dead', 'superseded') AND lease_token IS NOT NULL))`,
+    [gid, c.committed],
+  );
+  expect(bad, "I3/I4").toEqual([]);
+}
+
+/** Resolves once the database clock has passed `at` + ms (the lease clock is the database's). */
+async function untilDbTime(t: TestClient, at: Date, ms: number): Promise<void> {
+  const [{ wait }] = await t.sql<{ wait: number }>(
+    `SELECT (EXTRACT(EPOCH FROM ($1::timestamptz + $2 * interval '1 millisecond' - clock_timestamp())) * 1000)::float8 AS wait`,
+    [at, ms],
+  );
+  if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+  await vi.waitUntil(async () => (await t.sql<{ ok: boolean }>(`SELECT clock_timestamp() >= $1::timestamptz + $2 * interval '1 millisecond' AS ok`, [at, ms]))[0].ok, { timeout: 5_000, interval: 10 });
+}
+
+/**
+ * A poll that must claim fresh work. The snapshot fence holds a claim back while any older write
+ * transaction of the server is open (other test files share it), so an idle poll, which changed
+ * nothing, is repeated.
+ */
+async function pollWork<T>(g: Consumer<T>, h: Handler<T>, opts: () => PollOptions): Promise<CycleReport> {
+  for (let i = 0; ; i++) {
+    const r = await g.poll(h, opts());
+    if (!r.idle || i >= 200) return r;
+    await new Promise((res) => setTimeout(res, 50));
+  }
+}
+
+async function setup(t: TestClient, name: string, config: Record<string, unknown>, n: number) {
+  const s = t.client.stream<{ i: number }>(name);
+  await s.register();
+  const g = s.consumer("g");
+  await g.register(config);
+  for (let i = 1; i <= n; i++) await s.produce({ i });
+  return { s, g, n: await streamIdOf(t, name), gid: await groupIdOf(t, "g", name) };
+}
+
+let t: TestClient;
+beforeAll(async () => {
+  t = testClient(url());
+  await t.client.migrate();
+});
+
+describe("range crash recovery with SIGKILLed pollers", () => {
+  it("C10: the lease of a killed poller stays until it expires; the next poll reclaims the same range with a new token and reclaims 1 before fresh work", async () => {
+    const { s, g, n, gid } = await setup(t, "c10", { message: { timeout: 200 } }, 4);
+    const child = poller({ stream: "c10", group: "g", method: "drain", opts: { batchLimit: 4 }, actions: { "3": "hang" } });
+    await child.waitFor({ event: "start", id: "3" });
+    expect(ended(child)).toEqual(["1", "2"]);
+    expect((await child.kill()).signal).toBe("SIGKILL");
+
+    // What the crash leaves: the whole range under the dead poller's lease, nothing recorded.
+    const [l0] = await leases(t, n, gid);
+    expect(l0).toMatchObject({ low: "0", high: "4", reclaims: 0, released: false, expired: false });
+    expect(l0.lease_ms).toBe(200 * 4 + 2_000); // Tmax × ceil(n / c) + recordMargin, c = 1
+    expect(await cursor(t, n, gid)).toMatchObject({ claimed: "4", committed: "0" });
+    expect(await count(t, `exception_queue_${n}`)).toBe(0);
+    await invariants(t, n, gid);
+
+    // A poll before expiry leaves it alone (and finds no fresh work: the range holds the head).
+    const calls: Message<{ i: number }>[] = [];
+    const before = await g.poll((m) => void calls.push(m), { batchLimit: 4 });
+    expect(before).toMatchObject({ idle: true, rangesReclaimed: 0, rangesClaimed: 0, started: 0 });
+    expect(await leases(t, n, gid)).toEqual([l0]);
+
+    // A message produced now lies above the range: the reclaim must come first.
+    await s.produce({ i: 5 });
+    await t.sql(`UPDATE ${S}.claim_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
+    t.events.length = 0;
+    let during: Lease[] = [];
+    let staleRecord: unknown = "not run";
+    const r = await g.poll(async (m) => {
+      calls.push(m);
+      if (calls.length === 1) {
+        during = await leases(t, n, gid);
+        // The killed poller's token writes nothing any more: neither a lease extension nor a record.
+        const ext = await t.pool.query(`UPDATE ${S}.claim_lease_${n} SET expires_at = now() + interval '1 hour' WHERE token = $1`, [l0.token]);
+        expect(ext.rowCount).toBe(0);
+        const eq = JSON.stringify([{ message_id: 3, status: "dead", message_key: null, concurrency: "parallel", attempts: 0, delays: 0, run_after_ms: 0, last_error: "late" }]);
+        const dl = JSON.stringify([{ message_id: 3, attempt: 0, status: "failure", error: "late" }]);
+        staleRecord = (await t.sql<{ r: string | null }>(`SELECT ${S}.record_range_${n}($1, $2, NULL, NULL, $3::jsonb, $4::jsonb, NULL)::text AS r`, [gid, l0.token, eq, dl]))[0].r;
+      }
+    }, { batchLimit: 4 });
+    expect(during).toHaveLength(1);
+    expect(during[0]).toMatchObject({ low: "0", high: "4", reclaims: 1, released: false, expired: false });
+    expect(during[0].token).not.toBe(l0.token);
+    expect(staleRecord).toBeNull();
+    expect(r).toMatchObject({ rangesReclaimed: 1, rangesClaimed: 0, succeeded: 4, leaseLost: 0, committedAfter: "4" });
+    expect(calls.map((m) => [m.id, m.attempt])).toEqual([["1", 0], ["2", 0], ["3", 0], ["4", 0]]);
+    expect(t.events.filter((e) => e.code === "SQL0035")).toHaveLength(1);
+    // Ids 1 and 2 ran twice in total (once in the killed process), 3 and 4 once each here; no rows.
+    expect(await count(t, `exception_queue_${n}`)).toBe(0);
+    expect(await dlRows(t, n, gid)).toEqual([]);
+    expect(await leases(t, n, gid)).toEqual([]);
+    await invariants(t, n, gid);
+
+    // Fresh work resumes after the reclaimed range.
+    const next = await g.drain((m) => void calls.push(m), { batchLimit: 4 });
+    expect(next).toMatchObject({ rangesClaimed: 1, succeeded: 1, committedAfter: "5" });
+    expect(calls.map((m) => m.id)).toEqual(["1", "2", "3", "4", "5"]);
+  });
+
+  it("a stalled poller whose lease expired and was reclaimed commits nothing late (record guarded by the token)", async () => {
+    // Long timeout: the stalled handler is not timed out; the lease is expired by hand (§13.1).
+    const { g, n, gid } = await setup(t, "late.commit", { message: { timeout: 10_000 } }, 4);
+    const child = poller({ stream: "late.commit", group: "g", method: "drain", opts: { batchLimit: 4 }, actions: { "2": "wait", "3": "fail" } });
+    await child.waitFor({ event: "start", id: "2" });
+    const [l0] = await leases(t, n, gid);
+    expect(l0.lease_ms).toBe(10_000 * 4 + 2_000);
+    await t.sql(`UPDATE ${S}.claim_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
+
+    const seen: string[] = [];
+    const r = await g.poll((m) => void seen.push(m.id), { batchLimit: 4 });
+    expect(r).toMatchObject({ rangesReclaimed: 1, succeeded: 4, committedAfter: "4" });
+    expect(seen).toEqual(["1", "2", "3", "4"]);
+
+    // Let the stalled poller go on: it runs 2, 3 (fails) and 4, then tries to record (0, 4].
+    child.send("go");
+    const rep = await childReport(child);
+    expect(started(child)).toEqual(["1", "2", "3", "4"]);
+    expect(rep).toMatchObject({ leaseLost: 1, succeeded: 0, failed: 0, rangesClaimed: 1 });
+    expect(childEvents(child)).toContain("SQL0034");
+    expect((await child.exited).code).toBe(0);
+    // Its failure of 3 was discarded: no exception row, no delivery-log row; the range stays done.
+    expect(await count(t, `exception_queue_${n}`)).toBe(0);
+    expect(await dlRows(t, n, gid)).toEqual([]);
+    expect(await leases(t, n, gid)).toEqual([]);
+    expect(await cursor(t, n, gid)).toMatchObject({ claimed: "4", committed: "4" });
+    await invariants(t, n, gid);
+  });
+
+  it("a frozen poller that wakes after its lease expired on the real clock starts nothing more (extension guarded by the token)", async () => {
+    const { g, n, gid } = await setup(t, "frozen", { message: { timeout: 200 } }, 4);
+    const file = join(mkdtempSync(join(tmpdir(), "sqlstreams-frozen-")), "wake");
+    const child = poller({ stream: "frozen", group: "g", method: "drain", opts: { batchLimit: 4 }, actions: { "2": "spin" }, file });
+    await child.waitFor({ event: "start", id: "2" });
+    const [l0] = await t.sql<{ created_at: Date; lease_ms: number }>(
+      `SELECT created_at, (EXTRACT(EPOCH FROM (expires_at - created_at)) * 1000)::float8 AS lease_ms FROM ${S}.claim_lease_${n}`,
+    );
+    expect(l0.lease_ms).toBe(2_800);
+    await untilDbTime(t, l0.created_at, 2_800);
+
+    const seen: string[] = [];
+    const r = await g.poll((m) => void seen.push(m.id), { batchLimit: 4 });
+    expect(r).toMatchObject({ rangesReclaimed: 1, succeeded: 4, committedAfter: "4" });
+    expect(seen).toEqual(["1", "2", "3", "4"]);
+
+    writeFileSync(file, "wake");
+    const rep = await childReport(child);
+    // Message 3 needed the lease extended; the token no longer matched, so nothing more started.
+    expect(started(child)).toEqual(["1", "2"]);
+    expect(rep).toMatchObject({ leaseLost: 1, started: 2, succeeded: 0 });
+    expect(childEvents(child)).toContain("SQL0034");
+    expect(await count(t, `exception_queue_${n}`)).toBe(0);
+    expect(await leases(t, n, gid)).toEqual([]);
+    expect(await cursor(t, n, gid)).toMatchObject({ claimed: "4", committed: "4" });
+    await invariants(t, n, gid);
+  });
+
+  it("C26: with timeout 200 and concurrency 4 the lease is 2 200 ms: not reclaimable 1 500 ms after the claim, reclaimed by 2 500 ms (real clock)", async () => {
+    const { g, n, gid } = await setup(t, "c26", { message: { timeout: 200 } }, 4);
+    const child = poller({ stream: "c26", group: "g", method: "drain", opts: { batchLimit: 4, concurrency: 4 }, actions: { "3": "hang" } });
+    await child.waitFor({ event: "start", id: "3" });
+    expect((await child.kill()).signal).toBe("SIGKILL");
+    const [l0] = await t.sql<{ created_at: Date; lease_ms: number }>(
+      `SELECT created_at, (EXTRACT(EPOCH FROM (expires_at - created_at)) * 1000)::float8 AS lease_ms FROM ${S}.claim_lease_${n}`,
+    );
+    expect(Math.abs(l0.lease_ms - 2_200)).toBeLessThanOrEqual(250);
+
+    const seen: string[] = [];
+    await untilDbTime(t, l0.created_at, 1_500);
+    const early = await g.poll((m) => void seen.push(m.id), { batchLimit: 4, concurrency: 4 });
+    expect(early).toMatchObject({ idle: true, rangesReclaimed: 0 });
+    expect(seen).toEqual([]);
+
+    await untilDbTime(t, l0.created_at, 2_500);
+    const late = await g.poll((m) => void seen.push(m.id), { batchLimit: 4, concurrency: 4 });
+    expect(late).toMatchObject({ rangesReclaimed: 1, succeeded: 4, committedAfter: "4" });
+    expect([...seen].sort()).toEqual(["1", "2", "3", "4"]);
+    expect(await leases(t, n, gid)).toEqual([]);
+    await invariants(t, n, gid);
+  });
+
+  it("a crash after a partial commit: only the released remainder is redelivered, the takeover is no reclaim, and eqRows of the prefix survive", async () => {
+    // Poller 1 stops at its deadline after message 1 (which fails) and releases (1, 4]; poller 2
+    // takes the released range and is SIGKILLed on 3; the next poll reclaims (1, 4] (reclaims 1).
+    const { g, n, gid } = await setup(t, "partial.crash", { message: { timeout: 1_000 } }, 4);
+    const first = await pollWork(g, async (m) => {
+      await new Promise((r) => setTimeout(r, 400));
+      throw new Error("first " + m.id);
+    }, () => ({ batchLimit: 4, deadline: Date.now() + 3_300 }));
+    expect(first).toMatchObject({ rangesPartial: 1, failed: 1, notStarted: 3 });
+    expect(await leases(t, n, gid)).toMatchObject([{ low: "1", high: "4", released: true, reclaims: 0, expired: true }]);
+
+    const child = poller({ stream: "partial.crash", group: "g", opts: { batchLimit: 4 }, actions: { "3": "hang" } });
+    await child.waitFor({ event: "start", id: "3" });
+    expect((await child.kill()).signal).toBe("SIGKILL");
+    expect(started(child)).toEqual(["2", "3"]);
+    const [l1] = await leases(t, n, gid);
+    expect(l1).toMatchObject({ low: "1", high: "4", released: false, reclaims: 0 });
+
+    await t.sql(`UPDATE ${S}.claim_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
+    const seen: string[] = [];
+    t.events.length = 0;
+    const r = await g.poll((m) => void seen.push(m.id), { batchLimit: 4 });
+    expect(r).toMatchObject({ rangesReclaimed: 1, rangesResumed: 0, succeeded: 3 });
+    expect(seen).toEqual(["2", "3", "4"]);
+    expect(t.events.filter((e) => e.code === "SQL0035")).toHaveLength(1);
+    // Message 1's recorded failure is untouched by the crash and the replay.
+    expect((await eqRows(t, n, gid)).map((e) => [e.message_id, e.status, e.attempts])).toEqual([["1", "ready", 1]]);
+    expect(await leases(t, n, gid)).toEqual([]);
+    await invariants(t, n, gid);
+  });
+});
