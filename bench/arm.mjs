@@ -25,7 +25,7 @@ async function main() {
   const ctx = JSON.parse(process.env.BENCH_ARM_CTX ?? "{}");
   ctx.errors = [];
   if (ctx.profile) enableProfiling(ctx.arm);
-  setBenchDatabase(ctx.dbName);
+  setBenchDatabase(ctx.dbName, ctx.nice ?? null);
   const arm = ARMS[ctx.arm];
   if (!arm) throw new Error(`unknown arm ${ctx.arm}`);
   if (arm.setup) await arm.setup(ctx);

@@ -53,6 +53,7 @@ export async function produceRange(stream, from, to, opts = {}) {
 /** Setup, untimed: schema, stream, groups, and optionally the first n messages. */
 async function setup(ctx, { groups = [], produce = 0, keyed = 0 } = {}) {
   currentDb = ctx.dbName;
+  currentNice = ctx.nice ?? null;
   profileLabel = ctx.profile ? ctx.arm : null;
   const { client, close } = await openClient(ctx.url, PRODUCE_CONNECTIONS, null, ctx.errors);
   try {
@@ -190,10 +191,11 @@ export async function consume(ctx) {
 // own thread (its own event loop), as it would in its own Lambda.
 
 let currentDb = null;
+let currentNice = null;
 let profileLabel = null;
 function runWorker(role, data) {
   return new Promise((resolve, reject) => {
-    const w = new Worker(new URL("../lib/worker.mjs", import.meta.url), { workerData: { role, dbName: currentDb, profileLabel, ...data } });
+    const w = new Worker(new URL("../lib/worker.mjs", import.meta.url), { workerData: { role, dbName: currentDb, nice: currentNice, profileLabel, ...data } });
     let result;
     w.on("message", (m) => {
       if (m?.type === "result") result = m.result;

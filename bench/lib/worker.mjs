@@ -9,7 +9,7 @@ import { STREAM, drainAll, openClient, produceRange } from "../arms/ours.mjs";
 const d = workerData;
 const sh = new Int32Array(d.shared);
 const errors = [];
-setBenchDatabase(d.dbName);
+setBenchDatabase(d.dbName, d.nice ?? null);
 enableProfiling(d.profileLabel ? `${d.profileLabel}-${d.role}${d.group ? "-" + d.group : ""}` : null);
 
 async function startLine() {
