@@ -288,6 +288,31 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     await invariants(t, n, gid);
   });
 
+  it("a crash inside an exclusive chain: when the range lease expires (real clock) its key leases have too, so the reclaim runs the chain without deferring", async () => {
+    const s = t.client.stream<{ i: number }>("chain.crash");
+    await s.register();
+    const g = s.consumer("g");
+    await g.register({ message: { timeout: 200, concurrency: "exclusive" } });
+    for (let i = 1; i <= 4; i++) await s.produce({ i }, { key: "k" });
+    const n = await streamIdOf(t, "chain.crash");
+    const gid = await groupIdOf(t, "g", "chain.crash");
+    const child = poller({ stream: "chain.crash", group: "g", method: "drain", opts: { batchLimit: 4 }, actions: { "2": "hang" } });
+    await child.waitFor({ event: "start", id: "2" });
+    expect((await child.kill()).signal).toBe("SIGKILL");
+    const [l0] = await t.sql<{ created_at: Date; expires_at: Date }>(`SELECT created_at, expires_at FROM ${S}.claim_lease_${n}`);
+    const keys = await t.sql<{ ok: boolean }>(`SELECT expires_at <= $1::timestamptz AS ok FROM ${S}.message_key_lease_${n}`, [l0.expires_at]);
+    expect(keys).toEqual([{ ok: true }]); // the key lease never outlives the range lease
+
+    await untilDbTime(t, l0.expires_at, 1);
+    const seen: string[] = [];
+    const r = await g.poll((m) => void seen.push(m.id), { batchLimit: 4 });
+    expect(r).toMatchObject({ rangesReclaimed: 1, succeeded: 4, deferred: 0, committedAfter: "4" });
+    expect(seen).toEqual(["1", "2", "3", "4"]);
+    expect(await eqRows(t, n, gid)).toEqual([]);
+    expect(await t.sql(`SELECT 1 FROM ${S}.message_key_lease_${n}`)).toEqual([]);
+    await invariants(t, n, gid);
+  });
+
   it("a crash after a partial commit: only the released remainder is redelivered, the takeover is no reclaim, and eqRows of the prefix survive", async () => {
     // Poller 1 stops at its deadline after message 1 (which fails) and releases (1, 4]; poller 2
     // takes the released range and is SIGKILLed on 3; the next poll reclaims (1, 4] (reclaims 1).
