@@ -1,0 +1,237 @@
+// The `sqlstreams` command: argument parsing (node:util parseArgs), help, dispatch, and the one
+// place where errors become "error SQLnnnn: … / fix: …" and exit code 1.
+import { parseArgs, type ParseArgsConfig } from "node:util";
+import { LIBRARY_VERSION } from "@sqlstreams/core";
+import * as C from "./commands.js";
+import { Ctx, type Common, type Io, processIo } from "./context.js";
+import { describeError, formatError, usageError } from "./errors.js";
+
+type Options = NonNullable<ParseArgsConfig["options"]>;
+
+interface Command {
+  summary: string;
+  usage: string;
+  help: string;
+  options: Options;
+  /** Returns the exit code (default 0). */
+  run(ctx: Ctx, values: C.Values): Promise<number | void>;
+}
+
+const COMMON: Options = {
+  "database-url": { type: "string" },
+  schema: { type: "string" },
+  json: { type: "boolean" },
+  verbose: { type: "boolean" },
+  help: { type: "boolean", short: "h" },
+};
+
+const COMMON_HELP = `Common options:
+  --database-url URL   Postgres connection string (default: env DATABASE_URL)
+  --schema NAME        schema of the SQLStreams tables (default: env SQLSTREAMS_SCHEMA, else sqlstreams)
+  --json               machine-readable output (one JSON document on stdout)
+  --verbose            also print the library's info events (JSON lines on stderr)
+  -h, --help           show this help`;
+
+const STREAM = { stream: { type: "string" as const } };
+const GROUP = { group: { type: "string" as const } };
+
+export const COMMANDS: Record<string, Command> = {
+  migrate: {
+    summary: "create or upgrade the control plane (idempotent, safe to race)",
+    usage: "sqlstreams migrate",
+    help: "Creates the schema's control plane tables, or upgrades them, and every stream's table family.",
+    options: {},
+    run: (ctx) => C.migrate(ctx),
+  },
+  status: {
+    summary: "progress of consumer groups: head, committed, lag, leases, exceptions",
+    usage: "sqlstreams status [--stream S] [--group G]",
+    help: `Shows every consumer group (or those of --stream / named --group): head, committed cursor, lag
+(in ids), open/expired claim leases, exception rows by status (ready, deferred, inflight, dead,
+superseded), the age of the oldest unresolved message, and whether the group is paused.
+Lag 0 with dead rows is not success: dead messages do not hold the cursor.`,
+    options: { ...STREAM, ...GROUP },
+    run: (ctx, v) => C.status(ctx, v),
+  },
+  failures: {
+    summary: "list a group's dead (or ready/deferred/inflight) exception rows",
+    usage: "sqlstreams failures --stream S --group G [--status dead|ready|deferred|inflight] [--limit N]",
+    help: "Lists the group's exception rows of one status (default dead), newest first, with payload and last error.\n  --limit N            1 … 1000 rows (default 100)",
+    options: { ...STREAM, ...GROUP, status: { type: "string" }, limit: { type: "string" } },
+    run: (ctx, v) => C.failures(ctx, v),
+  },
+  redrive: {
+    summary: "put dead rows back to work with a fresh retry budget",
+    usage: "sqlstreams redrive --stream S --group G (--ids 1,2 | --error-contains X | --all) [--reason R]",
+    help: `Selects dead rows by id, or by a filter, and makes them ready again (attempts and delays reset).
+  --ids 1,2,3          these message ids (1 … 10000)
+  --error-contains X   dead rows whose last error contains X (case-insensitive)
+  --dead-since TIME    dead rows last updated at or after TIME (ISO-8601)
+  --dead-before TIME   dead rows last updated before TIME
+  --all                every dead row (up to --limit)
+  --limit N            filter cap, 1 … 10000 (default 1000)
+  --reason R           recorded in the delivery log`,
+    options: {
+      ...STREAM, ...GROUP, ids: { type: "string" }, "error-contains": { type: "string" }, "dead-since": { type: "string" },
+      "dead-before": { type: "string" }, all: { type: "boolean" }, limit: { type: "string" }, reason: { type: "string" },
+    },
+    run: (ctx, v) => C.redrive(ctx, v),
+  },
+  seek: {
+    summary: "move a group's position to a message id or a time",
+    usage: "sqlstreams seek --stream S --group G (--id N | --time ISO) [--force]",
+    help: `The next delivered message becomes the first id >= N, or the first message created at or after TIME.
+Back replays history for this group; forward skips messages. Refused while the group holds leases
+(SQL0028): pause it, wait for the leases to end, seek, resume — or pass --force.`,
+    options: { ...STREAM, ...GROUP, id: { type: "string" }, time: { type: "string" }, force: { type: "boolean" } },
+    run: (ctx, v) => C.seek(ctx, v),
+  },
+  pause: {
+    summary: "pause a group (polls return at once and claim nothing)",
+    usage: "sqlstreams pause --stream S --group G",
+    help: "While paused, every poll returns at once; leases already taken run out. Idempotent.",
+    options: { ...STREAM, ...GROUP },
+    run: (ctx, v) => C.setPaused(ctx, v, true),
+  },
+  resume: {
+    summary: "resume a paused group",
+    usage: "sqlstreams resume --stream S --group G",
+    help: "Clears the pause. Idempotent.",
+    options: { ...STREAM, ...GROUP },
+    run: (ctx, v) => C.setPaused(ctx, v, false),
+  },
+  destroy: {
+    summary: "delete a consumer group, or a stream with its whole table family",
+    usage: "sqlstreams destroy --stream S [--group G] [--force]",
+    help: "Without --group, drops the stream and all its tables. Refused while there is live work unless --force.",
+    options: { ...STREAM, ...GROUP, force: { type: "boolean" } },
+    run: (ctx, v) => C.destroy(ctx, v),
+  },
+  maintain: {
+    summary: "run maintenance now: partitions, retention, sweeps",
+    usage: "sqlstreams maintain [--stream S]",
+    help: "Runs the maintenance steps for every stream (or one). Exit code 1 when a step failed.",
+    options: { ...STREAM },
+    run: (ctx, v) => C.maintain(ctx, v),
+  },
+  dev: {
+    summary: "run functions/groups.ts locally: migrate, demo workload, handlers on their schedules",
+    usage: "sqlstreams dev [--once] [--tick MS | --speed N] [--messages N] [--no-demo]",
+    help: `The local stand-in for EventBridge. Loads the bundles of \`npm run build\` (.build/functions), migrates,
+registers the streams and groups of groups.ts (through the migrate function), produces a demo
+workload, and invokes each group's handler with { stream, group } and a fake Lambda context on
+its schedule, and the maintain function on its own, with a live progress view. Ctrl-C stops
+scheduling, lets running invocations finish, stops the embedded Postgres and exits 0.
+Without DATABASE_URL it runs an embedded Postgres kept in --data-dir (reused across runs).
+
+  --once               run the demo to completion and exit 0 when every group has lag 0 and no
+                       ready/deferred/inflight rows (dead rows are fine); exit 1 after --timeout
+  --timeout S          --once gives up after S seconds (default 120)
+  --tick MS            invoke every group every MS milliseconds (default 2000)
+  --speed N            follow the declared schedules (rate and cron) on a clock N times faster;
+                       --speed 1 is the deployed timing
+  --budget MS          invocation budget of the fake context (default: the group's timeout)
+  --messages N         demo messages per stream (default 300)
+  --no-demo            produce nothing and start no demo services; just drive the handlers
+  --build DIR          where the bundles are (default .build)
+  --data-dir DIR       embedded Postgres data directory (default .sqlstreams/dev-pg)
+  --port N             embedded Postgres port (default 54329, or a free one)
+  --log-file PATH      handler and library log lines (default .sqlstreams/dev.log)`,
+    options: {
+      once: { type: "boolean" }, timeout: { type: "string" }, tick: { type: "string" }, speed: { type: "string" },
+      budget: { type: "string" }, messages: { type: "string" }, "no-demo": { type: "boolean" }, build: { type: "string" },
+      "data-dir": { type: "string" }, port: { type: "string" }, "log-file": { type: "string" },
+    },
+    run: async (ctx, v) => (await import("./dev/dev.js")).dev(ctx, v),
+  },
+};
+
+function topHelp(): string {
+  const width = Math.max(...Object.keys(COMMANDS).map((k) => k.length));
+  return `sqlstreams ${LIBRARY_VERSION} — durable message streams on Postgres
+
+Usage: sqlstreams <command> [options]
+
+Commands:
+${Object.entries(COMMANDS)
+  .map(([k, c]) => `  ${k.padEnd(width)}  ${c.summary}`)
+  .join("\n")}
+
+Run \`sqlstreams <command> --help\` for a command's options.
+
+${COMMON_HELP}
+`;
+}
+
+function commandHelp(name: string): string {
+  const c = COMMANDS[name];
+  return `${c.usage}\n\n${c.summary}.\n\n${c.help}\n\n${COMMON_HELP}\n`;
+}
+
+/** Runs the command line; resolves with the process exit code. Never throws. */
+export async function main(argv: string[], io: Io = processIo()): Promise<number> {
+  const [first, ...rest] = argv;
+  let json = argv.includes("--json");
+  let ctx: Ctx | undefined;
+  const secrets = [passwordOf(io.env.DATABASE_URL), passwordOf(optionValue(argv, "--database-url"))];
+  try {
+    if (first === undefined || first === "--help" || first === "-h" || first === "help") {
+      const which = first === "help" ? rest[0] : undefined;
+      if (which && !COMMANDS[which]) throw usageError(`unknown command ${JSON.stringify(which)}`);
+      io.out(which ? commandHelp(which) : topHelp());
+      return 0;
+    }
+    if (first === "--version" || first === "-v" || first === "version") {
+      io.out(`${LIBRARY_VERSION}\n`);
+      return 0;
+    }
+    const command = COMMANDS[first];
+    if (!command) throw usageError(first.startsWith("-") ? `expected a command before ${first}` : `unknown command ${JSON.stringify(first)}`);
+    let values: C.Values;
+    try {
+      const parsed = parseArgs({ args: rest, options: { ...COMMON, ...command.options }, strict: true, allowPositionals: false });
+      values = parsed.values as C.Values;
+    } catch (e) {
+      throw usageError((e as Error).message.replace(/\. To specify a positional argument.*$/s, ""), first);
+    }
+    json = values.json === true;
+    if (values.help) {
+      io.out(commandHelp(first));
+      return 0;
+    }
+    const common: Common = {
+      databaseUrl: (values["database-url"] as string | undefined) || io.env.DATABASE_URL || undefined,
+      schema: (values.schema as string | undefined) || io.env.SQLSTREAMS_SCHEMA || "sqlstreams",
+      json,
+      verbose: values.verbose === true,
+    };
+    ctx = new Ctx(io, common);
+    const code = await command.run(ctx, values);
+    return typeof code === "number" ? code : 0;
+  } catch (e) {
+    const p = describeError(e, secrets);
+    if (json) io.out(JSON.stringify({ error: p }, null, 2) + "\n");
+    else io.err(formatError(p) + "\n");
+    return 1;
+  } finally {
+    await ctx?.close();
+  }
+}
+
+function optionValue(argv: string[], name: string): string | undefined {
+  for (let i = 0; i < argv.length; i++) {
+    if (argv[i] === name) return argv[i + 1];
+    if (argv[i].startsWith(name + "=")) return argv[i].slice(name.length + 1);
+  }
+  return undefined;
+}
+
+function passwordOf(url: string | undefined): string | undefined {
+  if (!url) return undefined;
+  try {
+    const p = new URL(url).password;
+    return p ? decodeURIComponent(p) : undefined;
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,117 @@
+// What every command gets: where output goes, the parsed common options, and a database
+// connection opened on demand (and always closed).
+import pg from "pg";
+import { SqlStreams, SqlStreamsError, type LogEvent } from "@sqlstreams/core";
+
+export interface Io {
+  /** stdout, one call per chunk (include the newline). */
+  out(text: string): void;
+  /** stderr. */
+  err(text: string): void;
+  env: Record<string, string | undefined>;
+  cwd: string;
+  /** stdout is a terminal (live views redraw only then). */
+  isTTY: boolean;
+  /** Terminal width when known. */
+  columns?: number;
+}
+
+/**
+ * The process's stdout/stderr. The write functions are bound now, so output keeps reaching the
+ * terminal while `dev` routes everyone else's process.stdout.write to its log file.
+ */
+export const processIo = (): Io => {
+  const out = process.stdout.write.bind(process.stdout);
+  const err = process.stderr.write.bind(process.stderr);
+  return {
+    out: (t) => void out(t),
+    err: (t) => void err(t),
+    env: process.env,
+    cwd: process.cwd(),
+    isTTY: process.stdout.isTTY === true,
+    get columns() {
+      return process.stdout.columns;
+    },
+  };
+};
+
+export interface Common {
+  databaseUrl?: string;
+  schema: string;
+  json: boolean;
+  verbose: boolean;
+}
+
+export class Ctx {
+  private pool: pg.Pool | undefined;
+  private clientInstance: SqlStreams | undefined;
+
+  constructor(
+    readonly io: Io,
+    readonly common: Common,
+  ) {}
+
+  get json(): boolean {
+    return this.common.json;
+  }
+
+  /** Writes a line (or a JSON document with --json) to stdout. */
+  print(text: string): void {
+    this.io.out(text.endsWith("\n") ? text : text + "\n");
+  }
+
+  printJson(value: unknown): void {
+    this.io.out(JSON.stringify(value, null, 2) + "\n");
+  }
+
+  /** The connection string; SQL0032 when there is none. */
+  url(): string {
+    const url = this.common.databaseUrl;
+    if (!url) {
+      throw new SqlStreamsError(
+        "SQL0032",
+        "no database given: set DATABASE_URL or pass --database-url URL",
+      );
+    }
+    return url;
+  }
+
+  /** Library events: warnings to stderr, info only with --verbose; never on stdout. */
+  readonly logger = (e: LogEvent): void => {
+    if (e.level === "info" && !this.common.verbose) return;
+    if (this.common.verbose) this.io.err(JSON.stringify({ time: new Date().toISOString(), ...e }) + "\n");
+    else this.io.err(`${e.level} ${e.code}: ${e.message}\n`);
+  };
+
+  /** The shared pool (created on first use). */
+  db(): pg.Pool {
+    if (!this.pool) {
+      this.pool = new pg.Pool({
+        connectionString: this.url(),
+        max: 4,
+        connectionTimeoutMillis: 10_000,
+        application_name: "sqlstreams-cli",
+      });
+      this.pool.on("error", () => {});
+    }
+    return this.pool;
+  }
+
+  client(): SqlStreams {
+    this.clientInstance ??= new SqlStreams({ pool: this.db(), schema: this.common.schema, logger: this.logger });
+    return this.clientInstance;
+  }
+
+  /** The schema quoted for SQL (the client validated the name). */
+  q(): string {
+    this.client();
+    return pg.escapeIdentifier(this.common.schema);
+  }
+
+  async close(): Promise<void> {
+    await this.clientInstance?.close().catch(() => {});
+    const p = this.pool;
+    this.pool = undefined;
+    await p?.end().catch(() => {});
+  }
+}

@@ -1,0 +1,73 @@
+// Human output: aligned tables, ages, masked URLs. Pure.
+
+/** Right-aligns a column when every non-empty cell looks like a number (ids, counts, "1/0"). */
+const NUMERIC = /^-?[0-9][0-9,./]*$/;
+
+/**
+ * Renders rows as an aligned table, two spaces between columns. Columns whose cells are all
+ * numbers are right-aligned; `maxWidth` truncates the last column (e.g. an error text).
+ */
+export function table(headers: string[], rows: string[][], opts: { maxLast?: number } = {}): string {
+  const cells = rows.map((r) => r.map((c, i) => (i === headers.length - 1 && opts.maxLast ? truncate(c, opts.maxLast) : c)));
+  const widths = headers.map((h, i) => Math.max(h.length, ...cells.map((r) => (r[i] ?? "").length)));
+  const right = headers.map((_, i) => cells.length > 0 && cells.every((r) => (r[i] ?? "") === "" || r[i] === "-" || NUMERIC.test(r[i] ?? "")));
+  const line = (r: string[]) =>
+    r
+      .map((c, i) => (i === r.length - 1 && !right[i] ? c : right[i] ? c.padStart(widths[i]) : c.padEnd(widths[i])))
+      .join("  ")
+      .trimEnd();
+  return [line(headers), ...cells.map(line)].join("\n");
+}
+
+export function truncate(s: string, max: number): string {
+  const one = s.replace(/\s+/g, " ");
+  return one.length <= max ? one : one.slice(0, Math.max(0, max - 1)) + "…";
+}
+
+/** Cuts a line to a width without touching its spacing. */
+export function clip(s: string, max: number): string {
+  return s.length <= max ? s : s.slice(0, Math.max(0, max - 1)) + "…";
+}
+
+/** 850ms, 12s, 3m05s, 2h03m, 4d02h. */
+export function age(ms: number | null | undefined): string {
+  if (ms === null || ms === undefined || !Number.isFinite(ms)) return "-";
+  if (ms < 1_000) return `${Math.max(0, Math.round(ms))}ms`;
+  const s = Math.floor(ms / 1_000);
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m${String(s % 60).padStart(2, "0")}s`;
+  const h = Math.floor(m / 60);
+  if (h < 48) return `${h}h${String(m % 60).padStart(2, "0")}m`;
+  return `${Math.floor(h / 24)}d${String(h % 24).padStart(2, "0")}h`;
+}
+
+/** A connection string with its password (and any password= parameter) replaced by ***. */
+export function maskUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = "***";
+    for (const k of [...u.searchParams.keys()]) if (/pass/i.test(k)) u.searchParams.set(k, "***");
+    return u.toString().replace("%2A%2A%2A", "***");
+  } catch {
+    return url.replace(/\/\/([^:@/]*):[^@/]*@/, "//$1:***@").replace(/(pass\w*=)[^&\s]*/gi, "$1***");
+  }
+}
+
+/** Removes a secret from a text (error messages may quote a connection string). */
+export function scrub(text: string, secrets: (string | undefined)[]): string {
+  let out = text;
+  for (const s of secrets) if (s && s.length >= 3) out = out.split(s).join("***");
+  return out.replace(/(postgres(?:ql)?:\/\/[^:@/\s]*):[^@/\s]*@/gi, "$1:***@");
+}
+
+/** `[########      ]` for a fraction 0…1. */
+export function bar(fraction: number, width = 16): string {
+  const f = Number.isFinite(fraction) ? Math.min(1, Math.max(0, fraction)) : 0;
+  const n = Math.round(f * width);
+  return "[" + "#".repeat(n) + " ".repeat(width - n) + "]";
+}
+
+export function yesNo(b: boolean): string {
+  return b ? "yes" : "no";
+}
