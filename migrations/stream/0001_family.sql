@@ -151,14 +151,15 @@ $fn$;
 
 -- Fresh range claim with the snapshot fence (SPEC §5.3.4 steps 1-6 and the lease of §5.3.5).
 -- Returns no row when nothing was claimed (low = high), one row with id NULL for an empty range
--- (no lease kept), else the range's deliverable messages (the caller orders them by id).
--- The lease length uses the group's timeout ceiling (p_timeout_max, which bounds every resolved
--- timeout) and the id span (which bounds the message count): an upper bound of the SPEC's
--- Tmax × ceil(n / c) that lets the range stream out in one pass instead of being buffered twice.
+-- (no lease written), else the range's deliverable messages (the caller orders them by id).
+-- The range streams out in one pass; the lease, Tmax × ceil(n / c) + margin, is written after
+-- it with n = the rows returned. Tmax is the group default unless a message may ask for more
+-- (p_timeout_max > p_timeout_default): then it is read from the messages' options.
 CREATE OR REPLACE FUNCTION {{schema}}.claim_{{N}}(
   p_group BIGINT, p_batch BIGINT, p_head BIGINT, p_obs XID8, p_token UUID,
-  p_timeout_max BIGINT, p_concurrency INTEGER, p_margin BIGINT, p_cap_ms BIGINT)
-RETURNS TABLE (r_low BIGINT, r_high BIGINT, r_lease_ms BIGINT, id BIGINT, message_key TEXT,
+  p_timeout_default BIGINT, p_timeout_min BIGINT, p_timeout_max BIGINT,
+  p_concurrency INTEGER, p_margin BIGINT, p_cap_ms BIGINT)
+RETURNS TABLE (r_low BIGINT, r_high BIGINT, id BIGINT, message_key TEXT,
                compaction_rank BIGINT, payload JSONB, options JSONB, created_at TIMESTAMPTZ)
 LANGUAGE plpgsql VOLATILE AS $fn$
 #variable_conflict use_column
@@ -168,7 +169,8 @@ DECLARE
   v_gate BIGINT;
   v_low BIGINT;
   v_high BIGINT;
-  v_ms BIGINT;
+  v_n BIGINT;
+  v_tmax BIGINT;
 BEGIN
   SELECT cur.claimed, cur.settled_head, cur.pending_head, cur.pending_xid INTO c
     FROM {{schema}}.consumer_group_cursor_{{N}} cur WHERE cur.consumer_group_id = p_group FOR UPDATE;
@@ -192,25 +194,35 @@ BEGIN
    WHERE consumer_group_id = p_group;
   IF v_high = v_low THEN RETURN; END IF;
 
-  v_ms := GREATEST(1, LEAST(p_timeout_max * ceil((v_high - v_low)::numeric / p_concurrency)::bigint + p_margin,
-                            COALESCE(p_cap_ms, 9223372036854775807)));
-  INSERT INTO {{schema}}.claim_lease_{{N}} (consumer_group_id, token, low, high, expires_at)
-  VALUES (p_group, p_token, v_low, v_high, now() + v_ms * interval '1 millisecond');
-
   -- This statement's fresh snapshot sees every id <= the gate that will ever commit.
   RETURN QUERY
-  SELECT v_low, v_high, v_ms, m.id, m.message_key, m.compaction_rank, m.payload, m.options, m.created_at
+  SELECT v_low, v_high, m.id, m.message_key, m.compaction_rank, m.payload, m.options, m.created_at
     FROM {{schema}}.message_log_{{N}} m
    WHERE m.id > v_low AND m.id <= v_high
      AND (m.compaction_rank IS NULL OR EXISTS (
            SELECT 1 FROM {{schema}}.compaction_head_{{N}} h
             WHERE h.compaction_key = m.message_key AND h.message_id = m.id));
-  IF NOT FOUND THEN
+  GET DIAGNOSTICS v_n = ROW_COUNT;
+  IF v_n = 0 THEN
     -- Nothing to deliver (gaps, filtered non-heads): no lease; the cursor advance passes the ids.
-    DELETE FROM {{schema}}.claim_lease_{{N}} WHERE consumer_group_id = p_group AND token = p_token;
-    RETURN QUERY SELECT v_low, v_high, NULL::bigint, NULL::bigint, NULL::text, NULL::bigint, NULL::jsonb,
+    RETURN QUERY SELECT v_low, v_high, NULL::bigint, NULL::text, NULL::bigint, NULL::jsonb,
                         NULL::jsonb, NULL::timestamptz;
+    RETURN;
   END IF;
+  v_tmax := p_timeout_default;
+  IF p_timeout_max > p_timeout_default THEN
+    SELECT GREATEST(
+             max(LEAST(GREATEST((m.options->>'timeout')::bigint, p_timeout_min), p_timeout_max)),
+             CASE WHEN count(*) < v_n THEN p_timeout_default END)
+      INTO v_tmax
+      FROM {{schema}}.message_log_{{N}} m
+     WHERE m.id > v_low AND m.id <= v_high AND m.options ? 'timeout';
+    v_tmax := COALESCE(v_tmax, p_timeout_default);
+  END IF;
+  INSERT INTO {{schema}}.claim_lease_{{N}} (consumer_group_id, token, low, high, expires_at)
+  VALUES (p_group, p_token, v_low, v_high,
+          now() + GREATEST(1, LEAST(v_tmax * ceil(v_n::numeric / p_concurrency)::bigint + p_margin,
+                                    COALESCE(p_cap_ms, 9223372036854775807))) * interval '1 millisecond');
 END
 $fn$;
 

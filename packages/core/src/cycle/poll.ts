@@ -223,11 +223,11 @@ async function claimPhase<T>(ctx: Ctx<T>, L: LoadRow): Promise<boolean> {
   const tb = timeoutBounds(ctx.g);
   const token = randomUUID();
   let sentAt: number;
-  let r: pg.QueryResult<RawMessage & { low: string; high: string; lease_ms: string | null }>;
+  let r: pg.QueryResult<RawMessage & { low: string; high: string }>;
   for (let wait = 0; ; wait++) {
     sentAt = Date.now();
-    r = await queryRetry<RawMessage & { low: string; high: string; lease_ms: string | null }>(ctx.db, S.claim(ctx.t), [
-      ctx.groupId, ctx.o.batchLimit, L.head, L.obs, token, tb.max, ctx.o.concurrency, ctx.o.recordMargin, leaseCap(ctx),
+    r = await queryRetry<RawMessage & { low: string; high: string }>(ctx.db, S.claim(ctx.t), [
+      ctx.groupId, ctx.o.batchLimit, L.head, L.obs, token, tb.def, tb.min, tb.max, ctx.o.concurrency, ctx.o.recordMargin, leaseCap(ctx),
     ]);
     // No row with a non-idle observation means the fence could not prove the head yet: a write
     // transaction older than the observation is still open somewhere in the cluster. They are
@@ -246,7 +246,10 @@ async function claimPhase<T>(ctx: Ctx<T>, L: LoadRow): Promise<boolean> {
     ctx.advance = true; // an empty range: no lease, the advance passes its ids
     return true;
   }
-  await runRange(ctx, { token, low: first.low, high: first.high, leaseMs: Number(first.lease_ms), msgs: byId(r.rows) }, sentAt);
+  const msgs = byId(r.rows);
+  // The same formula the function used, from this side's resolutions: never longer than the lease.
+  const leaseMs = rangeLeaseMs(ctx, msgs.map((m) => resolve(ctx, m).timeout));
+  await runRange(ctx, { token, low: first.low, high: first.high, leaseMs, msgs }, sentAt);
   return true;
 }
 
@@ -327,11 +330,14 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
   const outcomes = new Map<string, RunOutcome>();
   const keyLeases: { k: string; t: string }[] = [];
   let leaseExpiry = sentAt + range.leaseMs;
+  // A lease sized for exactly one run (n <= c) is always a few ms short of timeout + margin by
+  // the time its messages start; that slack comes out of the recording margin, not a round trip.
+  const slack = Math.min(250, o.recordMargin / 4);
   let lost = false;
   let extending: Promise<boolean> | null = null;
 
   const fits = async (timeout: number): Promise<boolean> => {
-    while (Date.now() + timeout + o.recordMargin > leaseExpiry) {
+    while (Date.now() + timeout + o.recordMargin - slack > leaseExpiry) {
       if (!extending) {
         const cap = leaseCap(ctx);
         const ms = cap === null ? timeout + o.recordMargin : Math.min(timeout + o.recordMargin, cap);
@@ -361,7 +367,7 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
         continue;
       }
       if (!mayStart(ctx, m.resolved.timeout)) return;
-      if (Date.now() + m.resolved.timeout + o.recordMargin > leaseExpiry && !(await fits(m.resolved.timeout))) {
+      if (Date.now() + m.resolved.timeout + o.recordMargin - slack > leaseExpiry && !(await fits(m.resolved.timeout))) {
         lost = true;
         ctx.stop = true;
         return;
