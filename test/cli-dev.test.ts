@@ -142,7 +142,7 @@ describe("sqlstreams dev", () => {
 
     const dir = fixture(
       "bad-schedule",
-      `export const groups = [{ stream: "fx.events", group: "fx-cron", function: "functions/handlers/fx.poll", schedule: "rate(2 fortnights)", timeout: 8000,
+      `export const groups = [{ stream: "fx.events", group: "fx-cron", function: "functions/handlers/fx.poll", schedule: "rate(2 fortnights)", timeout: 10000,
         config: { message: { timeout: 3000 } } }];`,
       { fx: FIXTURE_HANDLER },
     );

@@ -146,12 +146,15 @@ export function validateGroups<T extends readonly GroupDeclaration[]>(groups: T)
       d.config?.message?.timeout ?? DEFAULTS.messageTimeout,
       d.config?.messageMax?.timeout ?? 0,
     );
-    if (window - 2 * r.recordMargin < 0 || messageTimeout + r.recordMargin > window) {
+    // One more second for what precedes the first start (cold start, connecting, the load
+    // statement): at the bare edge no message would ever start.
+    const STARTUP = 1_000;
+    if (window - 2 * r.recordMargin < 0 || messageTimeout + r.recordMargin + STARTUP > window) {
       bad(
         "SQL0015",
         `${at}.timeout`,
         r.timeout,
-        `the function budget leaves ${window} ms per invocation, too short for a message timeout of ${messageTimeout} ms plus recordMargin ${r.recordMargin} ms; raise timeout to at least ${messageTimeout + 2 * r.recordMargin + 1_000} or lower the message timeout`,
+        `the function budget leaves ${window} ms per invocation, too short for a message timeout of ${messageTimeout} ms plus recordMargin ${r.recordMargin} ms; raise timeout to at least ${messageTimeout + 2 * r.recordMargin + 1_000 + STARTUP} or lower the message timeout`,
       );
     }
     const key = groupKey(d.stream, d.group);
