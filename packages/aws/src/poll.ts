@@ -128,7 +128,8 @@ export function createPollHandler<T = unknown>(opts: PollHandlerOptions<T>): Pol
         let last = total;
         if (mode === "continuous") {
           // Keep polling while another idle wait and a drain still fit before the deadline.
-          while (!last.paused && deadline - Date.now() - idleWait >= 2 * recordMargin) {
+          // A drain that could not start a message for the deadline ends it: later ones could not either.
+          while (!last.paused && last.notStarted === 0 && deadline - Date.now() - idleWait >= 2 * recordMargin) {
             await sleep(idleWait);
             last = await consumer.drain(handle, pollOpts);
             total = mergeReports(total, last);
