@@ -1,7 +1,7 @@
 // Runs ONE arm in a fresh process (spawned by bench/run.mjs) against the database it was given,
 // and prints its result as one line `BENCH_RESULT {...}` on stdout. A fresh process per arm keeps
 // one arm's timers, pools, JIT state and garbage out of the next arm's figures.
-import { floorInsert, floorRead, floorReadSetup } from "./arms/floors.mjs";
+import { floorInsert, floorRead, floorReadSetup, floorReadTwo } from "./arms/floors.mjs";
 import { graphileWorker, pgBoss } from "./arms/peers.mjs";
 import { enableProfiling, setBenchDatabase } from "./lib/common.mjs";
 
@@ -10,6 +10,7 @@ const ours = () => import("./arms/ours.mjs");
 export const ARMS = {
   "floor-insert": { run: floorInsert },
   "floor-read": { setup: floorReadSetup, run: floorRead },
+  "floor-read-2x": { setup: floorReadSetup, run: floorReadTwo },
   produce: { run: async (ctx) => (await ours()).produce(ctx) },
   consume: { run: async (ctx) => (await ours()).consume(ctx) },
   "consume-2groups": { run: async (ctx) => (await ours()).consumeTwoGroups(ctx) },

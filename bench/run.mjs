@@ -18,11 +18,12 @@ import { fileURLToPath } from "node:url";
 import pg from "pg";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
-const ALL_ARMS = ["floor-insert", "floor-read", "produce", "consume", "consume-2groups", "produce-consume", "ordered", "failing", "latency", "pgboss", "graphile"];
+const ALL_ARMS = ["floor-insert", "floor-read", "floor-read-2x", "produce", "consume", "consume-2groups", "produce-consume", "ordered", "failing", "latency", "pgboss", "graphile"];
 // Messages per arm in a full run, sized so that 3 repetitions of everything stay near 10 minutes on 2 cores.
 const FULL_N = {
   "floor-insert": 100_000,
   "floor-read": 100_000,
+  "floor-read-2x": 100_000,
   produce: 100_000,
   consume: 100_000,
   "consume-2groups": 100_000,
@@ -37,6 +38,7 @@ const QUICK_N = 2_000;
 const PRIMARY = {
   "floor-insert": "produce",
   "floor-read": "consume",
+  "floor-read-2x": "slowerReader",
   produce: "produce",
   consume: "consume",
   "consume-2groups": "slowerGroup",
@@ -305,6 +307,7 @@ export function ratios(byArm) {
     { name: "produce / pg-boss produce", value: div(m("produce", "produce"), m("pgboss", "produce")), target: null, kind: "ratio" },
     { name: "produce / graphile produce", value: div(m("produce", "produce"), m("graphile", "produce")), target: null, kind: "ratio" },
     { name: "two groups: slower group / one group", value: div(m("consume-2groups", "slowerGroup"), m("consume", "consume")), target: 0.7, kind: "ratio" },
+    { name: "  reference: two floor readers / one", value: div(m("floor-read-2x", "slowerReader"), m("floor-read", "consume")), target: null, kind: "ratio" },
     { name: "sustained produce (msg/s)", value: m("produce-consume", "produce"), target: 25_000, kind: "rate" },
     { name: "sustained consume (msg/s)", value: m("produce-consume", "consume"), target: 25_000, kind: "rate" },
     { name: "ordered (1,000 keys) / consume", value: div(m("ordered", "consume"), m("consume", "consume")), target: null, kind: "ratio" },

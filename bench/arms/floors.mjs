@@ -84,7 +84,7 @@ export async function floorReadSetup(ctx) {
   try {
     await pool.query(TABLE);
     await pool.query("CREATE TABLE plain_cursor (id int PRIMARY KEY, pos bigint NOT NULL)");
-    await pool.query("INSERT INTO plain_cursor VALUES (1, 0)");
+    await pool.query("INSERT INTO plain_cursor VALUES (1, 0), (2, 0)");
     await insertAll(pool, ctx.n, INSERT_CONNECTIONS, INSERT_ROWS_PER_TX);
     await pool.query("VACUUM ANALYZE plain_log");
   } finally {
@@ -108,11 +108,13 @@ export async function floorRead(ctx) {
   const meter = await new WriteMeter(ctx).start();
   let where;
   let ranges = 0;
+  const cursorId = ctx.cursorId ?? 1;
   try {
     await pool.query("SELECT 1");
+    if (ctx.startSignal) await ctx.startSignal();
     stats.reset();
     const cpu = new CpuMeter().start();
-    let pos = Number((await pool.query("SELECT pos FROM plain_cursor WHERE id = 1")).rows[0].pos);
+    let pos = Number((await pool.query("SELECT pos FROM plain_cursor WHERE id = $1", [cursorId])).rows[0].pos);
     for (;;) {
       const hi = pos + range;
       // pg parses jsonb with JSON.parse: the payload arrives as an object, as it does for us.
@@ -122,7 +124,7 @@ export async function floorRead(ctx) {
       );
       if (rows.length === 0) break;
       for (const row of rows) handler({ id: row.id, payload: row.payload, createdAt: row.created_at });
-      await pool.query("UPDATE plain_cursor SET pos = $1 WHERE id = 1", [hi]);
+      await pool.query("UPDATE plain_cursor SET pos = $1 WHERE id = $2", [hi, cursorId]);
       pos = hi;
       ranges++;
     }
@@ -137,5 +139,28 @@ export async function floorRead(ctx) {
     check: tally.result(),
     where: { ...where, roundTrips, roundTripsPerMsg: roundTrips / n, ranges, statementsPerRange: roundTrips / Math.max(1, ranges), stmtMs: Math.round(stats.ms), ...writes, statements: stats.top(5) },
     settings: { range },
+  };
+}
+
+/**
+ * Two read floors at once, each in its own thread with its own cursor over the same table: the
+ * machine's own scaling limit, the reference for the two-group arm (which cannot scale better
+ * than plain SQL does on the same cores).
+ */
+export async function floorReadTwo(ctx) {
+  const { runWorker } = await import("./ours.mjs");
+  const shared = new SharedArrayBuffer(16);
+  const base = { url: ctx.url, n: ctx.n, shared, parties: 2, dbName: ctx.dbName, nice: ctx.nice ?? null, batchLimit: ctx.batchLimit };
+  const cpu = new CpuMeter().start({ profile: false });
+  const [a, b] = await Promise.all([runWorker("floor-read", { ...base, cursorId: 1 }), runWorker("floor-read", { ...base, cursorId: 2 })]);
+  const all = cpu.stop();
+  const ra = a.metrics?.consume ?? null;
+  const rb = b.metrics?.consume ?? null;
+  return {
+    metrics: { reader1: ra, reader2: rb, slowerReader: ra != null && rb != null ? Math.min(ra, rb) : null, total: rate(2 * ctx.n, all.wallMs) },
+    check: { ok: a.check?.ok === true && b.check?.ok === true, expected: 2 * ctx.n, missing: (a.check?.missing ?? ctx.n) + (b.check?.missing ?? ctx.n), duplicates: (a.check?.duplicates ?? 0) + (b.check?.duplicates ?? 0), reader1: a.check, reader2: b.check },
+    where: { ...all, roundTrips: (a.where?.roundTrips ?? 0) + (b.where?.roundTrips ?? 0), reader1: a.where, reader2: b.where },
+    errors: [a.error, b.error].filter(Boolean),
+    settings: { range: ctx.batchLimit ?? READ_RANGE },
   };
 }

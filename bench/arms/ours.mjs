@@ -193,7 +193,7 @@ export async function consume(ctx) {
 let currentDb = null;
 let currentNice = null;
 let profileLabel = null;
-function runWorker(role, data) {
+export function runWorker(role, data) {
   return new Promise((resolve, reject) => {
     const w = new Worker(new URL("../lib/worker.mjs", import.meta.url), { workerData: { role, dbName: currentDb, nice: currentNice, profileLabel, ...data } });
     let result;

@@ -371,11 +371,13 @@ export class WriteMeter {
     this.ctx = ctx;
   }
   async start() {
+    if (!this.ctx.adminUrl) return this; // inside a worker thread: the arm measures writes as a whole
     this.s0 = await dbWriteStats(this.ctx.adminUrl, this.ctx.dbName);
     this.w0 = await walBytes(this.ctx.adminUrl);
     return this;
   }
   async stop(n) {
+    if (!this.ctx.adminUrl) return {};
     const s1 = await dbWriteStats(this.ctx.adminUrl, this.ctx.dbName);
     const w1 = await walBytes(this.ctx.adminUrl);
     if (!this.s0 || !s1) return {};

@@ -5,6 +5,7 @@
 import { parentPort, workerData } from "node:worker_threads";
 import { CpuMeter, QueryStats, Tally, enableProfiling, makePayload, setBenchDatabase, sleep } from "./common.mjs";
 import { STREAM, drainAll, openClient, produceRange } from "../arms/ours.mjs";
+import { floorRead } from "../arms/floors.mjs";
 
 const d = workerData;
 const sh = new Int32Array(d.shared);
@@ -100,7 +101,11 @@ async function pacedRole() {
   }
 }
 
-const roles = { drain: drainRole, produce: produceRole, paced: pacedRole };
+async function floorReadRole() {
+  return floorRead({ url: d.url, n: d.n, cursorId: d.cursorId, batchLimit: d.batchLimit, adminUrl: null, dbName: d.dbName, startSignal: startLine });
+}
+
+const roles = { drain: drainRole, produce: produceRole, paced: pacedRole, "floor-read": floorReadRole };
 try {
   const result = await roles[d.role]();
   parentPort.postMessage({ type: "result", result });
