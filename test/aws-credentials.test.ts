@@ -153,8 +153,25 @@ describe("secret parsing and sources", () => {
   });
 });
 
+/** False on servers that let the role in whatever its password (trust auth, as on CI's PG 15). */
+async function passwordsChecked(): Promise<boolean> {
+  const u = new URL(url());
+  u.username = role;
+  u.password = "certainly-not-the-password";
+  const c = new pg.Client({ connectionString: u.toString() });
+  try {
+    await c.connect();
+    await c.end();
+    return false;
+  } catch {
+    return true;
+  }
+}
+
 describe("rotation", () => {
-  it("fetches the secret once per container, and once more after the database rejects a rotated password", async () => {
+  it("fetches the secret once per container, and once more after the database rejects a rotated password", async (ctx) => {
+    // Rotation can only be observed where the server checks passwords (the embedded Postgres does).
+    if (!(await passwordsChecked())) ctx.skip();
     sm.on(GetSecretValueCommand, { SecretId: ARN })
       .resolvesOnce({ SecretString: secretFor(password1) })
       .resolves({ SecretString: secretFor(password2) });

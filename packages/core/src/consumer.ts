@@ -161,7 +161,7 @@ export class Consumer<T = unknown> {
       lag: (lag < 0n ? 0n : lag).toString(), openLeases: x.open_leases, expiredLeases: x.expired_leases,
       exceptions: { ready: 0, deferred: 0, inflight: 0, dead: 0, superseded: 0, ...x.counts },
       oldestUnresolvedAgeMs: x.oldest_ms === null ? null : Math.max(0, Math.round(x.oldest_ms)),
-      retention: { floor: ret.floor.toString(), heldBy: ret.heldBy?.group ?? null, held: ret.held, heldForMs: ret.heldForMs },
+      retention: { floor: ret.floor.toString(), heldBy: ret.held ? ret.heldBy?.group ?? null : null, held: ret.held, heldForMs: ret.heldForMs },
     };
   }
 
