@@ -1,12 +1,11 @@
 // Destroying groups and streams: guarded by SQL0042 while there is live work (leases, unresolved
 // rows) or retained messages, unless forced; everything of the group or stream goes, nothing else.
 import { describe, expect, it } from "vitest";
-import type { Consumer, Handler, PollOptions, Progress } from "@sqlstreams/core";
 import { isSqlStreamsError } from "@sqlstreams/core";
 // Internal entry points (the API wires them into consumer.destroy() and stream.destroy()).
 import { destroyGroup, destroyStream } from "../packages/core/dist/destroy.js";
 import { useFreshDatabase } from "./support/db.js";
-import { S, count, expireLeases, groupIdOf, streamIdOf, testClient } from "./support/streams.js";
+import { S, committed, count, drainUntil, expireLeases, groupIdOf, streamIdOf, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -29,21 +28,6 @@ async function functionsOf(t: ReturnType<typeof testClient>, n: string): Promise
   );
   return r.map((x) => x.name);
 }
-
-/**
- * drain() until `done` holds. Under a parallel test run the snapshot fence may hold a claim back
- * while a transaction of another test database is open (xids are cluster-wide), and drain() then
- * returns before the work is done; the tests wait for the state they need instead.
- */
-async function drainUntil<T>(g: Consumer<T>, done: (p: Progress) => boolean, handler: Handler<T> = () => {}, opts: PollOptions = {}): Promise<void> {
-  for (let i = 0; i < 600; i++) {
-    await g.drain(handler, opts);
-    if (done(await g.progress())) return;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error(`group ${g.name} did not reach the expected state`);
-}
-const committed = (c: string) => (p: Progress) => p.committed === c;
 
 describe("destroy", () => {
   it("a group with unresolved rows or leases is refused unless forced; a clean one goes with all its rows", async () => {

@@ -2,46 +2,12 @@
 // independent steps, the deadline, lock-timeout skips, concurrent runs, and the cost of a run with
 // nothing to do.
 import { describe, expect, it } from "vitest";
-import type { Consumer, Handler, PollOptions, Progress } from "@sqlstreams/core";
 import pg from "pg";
 import { Permanent, isSqlStreamsError } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
-import { S, type TestClient, count, streamIdOf, testClient } from "./support/streams.js";
+import { S, committed, count, drainUntil, partitions, precreate, range, streamIdOf, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
-
-async function partitions(t: TestClient, n: string): Promise<number[]> {
-  const r = await t.sql<{ name: string }>(
-    `SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = to_regclass($1)`,
-    [`${S}.message_log_${n}`],
-  );
-  return r.map((x) => Number(x.name.slice(`message_log_${n}_`.length))).sort((a, b) => a - b);
-}
-
-async function precreate(t: TestClient, n: string, size: number, last: number): Promise<void> {
-  for (let k = 0; k <= last; k++) {
-    await t.sql(
-      `CREATE TABLE IF NOT EXISTS ${S}.message_log_${n}_${k} PARTITION OF ${S}.message_log_${n} FOR VALUES FROM (${k * size}) TO (${(k + 1) * size})`,
-    );
-  }
-}
-
-const range = (a: number, b: number) => Array.from({ length: b - a + 1 }, (_, i) => a + i);
-
-/**
- * drain() until `done` holds. Under a parallel test run the snapshot fence may hold a claim back
- * while a transaction of another test database is open (xids are cluster-wide), and drain() then
- * returns before the work is done; the tests wait for the state they need instead.
- */
-async function drainUntil<T>(g: Consumer<T>, done: (p: Progress) => boolean, handler: Handler<T> = () => {}, opts: PollOptions = {}): Promise<void> {
-  for (let i = 0; i < 600; i++) {
-    await g.drain(handler, opts);
-    if (done(await g.progress())) return;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error(`group ${g.name} did not reach the expected state`);
-}
-const committed = (c: string) => (p: Progress) => p.committed === c;
 
 describe("maintain() (SPEC §10)", () => {
   it("creates partitions K and K+1 of the next id, and recreates one dropped by hand", async () => {

@@ -3,23 +3,13 @@
 // messages, the active partition is never touched. Time is moved by rewriting created_at, never
 // by sleeping.
 import { describe, expect, it } from "vitest";
-import type { Consumer, Handler, PollOptions, Progress } from "@sqlstreams/core";
 import { Permanent, type SqlStreams } from "@sqlstreams/core";
 // Internal (not exported by the package): the retention floor, read from the built library.
 import { floorOf, retentionStatus } from "../packages/core/dist/sql/maintain.js";
 import { useFreshDatabase } from "./support/db.js";
-import { S, type TestClient, count, cursor, groupIdOf, streamIdOf, testClient } from "./support/streams.js";
+import { S, type TestClient, committed, count, cursor, drainUntil, groupIdOf, partitions, precreate, range, streamIdOf, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
-
-async function partitions(t: TestClient, n: string): Promise<number[]> {
-  const r = await t.sql<{ name: string }>(
-    `SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-      WHERE i.inhparent = to_regclass($1)`,
-    [`${S}.message_log_${n}`],
-  );
-  return r.map((x) => Number(x.name.slice(`message_log_${n}_`.length))).sort((a, b) => a - b);
-}
 
 async function ids(t: TestClient, n: string): Promise<number[]> {
   return (await t.sql<{ id: string }>(`SELECT id FROM ${S}.message_log_${n} ORDER BY id`)).map((r) => Number(r.id));
@@ -30,41 +20,12 @@ async function age(t: TestClient, n: string, ms: number, where = "TRUE"): Promis
   await t.sql(`UPDATE ${S}.message_log_${n} SET created_at = created_at - $1::bigint * interval '1 millisecond' WHERE ${where}`, [ms]);
 }
 
-/**
- * Creates partitions 0..last up front, so that batches never hit a missing partition (a failed
- * insert burns sequence values and the ids the test expects would shift).
- */
-async function precreate(t: TestClient, n: string, size: number, last: number): Promise<void> {
-  for (let k = 0; k <= last; k++) {
-    await t.sql(
-      `CREATE TABLE IF NOT EXISTS ${S}.message_log_${n}_${k} PARTITION OF ${S}.message_log_${n} FOR VALUES FROM (${k * size}) TO (${(k + 1) * size})`,
-    );
-  }
-}
-
-const range = (a: number, b: number) => Array.from({ length: b - a + 1 }, (_, i) => a + i);
-
 /** Every message id above the floor must still exist after maintain() (I11). */
 async function assertI11(t: TestClient, client: SqlStreams, n: string, before: number[]): Promise<void> {
   const f = await floorOf(client.db, n);
   const after = new Set(await ids(t, n));
   for (const id of before) if (BigInt(id) > f.floor) expect(after.has(id), `message ${id} above floor ${f.floor} was removed`).toBe(true);
 }
-
-/**
- * drain() until `done` holds. Under a parallel test run the snapshot fence may hold a claim back
- * while a transaction of another test database is open (xids are cluster-wide), and drain() then
- * returns before the work is done; the tests wait for the state they need instead.
- */
-async function drainUntil<T>(g: Consumer<T>, done: (p: Progress) => boolean, handler: Handler<T> = () => {}, opts: PollOptions = {}): Promise<void> {
-  for (let i = 0; i < 600; i++) {
-    await g.drain(handler, opts);
-    if (done(await g.progress())) return;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error(`group ${g.name} did not reach the expected state`);
-}
-const committed = (c: string) => (p: Progress) => p.committed === c;
 
 describe("retention (SPEC §10, C27)", () => {
   it("C27: drops behind the lowest group, sweeps the tail, never touches the active partition", async () => {

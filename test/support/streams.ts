@@ -1,7 +1,7 @@
 // Shared helpers for scenario tests: a client whose events are captured, and table readers.
 import pg from "pg";
 import { afterAll } from "vitest";
-import { SqlStreams, type LogEvent } from "@sqlstreams/core";
+import { SqlStreams, type Consumer, type Handler, type LogEvent, type PollOptions, type Progress } from "@sqlstreams/core";
 
 export interface TestClient {
   client: SqlStreams;
@@ -102,3 +102,45 @@ export async function expireLeases(t: TestClient, n: number | string): Promise<v
   await t.sql(`UPDATE ${S}.exception_queue_${n} SET lease_expires_at = now() - interval '1 millisecond' WHERE lease_token IS NOT NULL`);
   await t.sql(`UPDATE ${S}.message_key_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
 }
+
+/**
+ * drain() until `done` holds. Under a parallel test run the snapshot fence may hold a claim back
+ * while a transaction of another test database is open (xids are cluster-wide), and drain() then
+ * returns before the work is done; the tests wait for the state they need instead.
+ */
+export async function drainUntil<T>(g: Consumer<T>, done: (p: Progress) => boolean, handler: Handler<T> = () => {}, opts: PollOptions = {}): Promise<void> {
+  for (let i = 0; i < 600; i++) {
+    await g.drain(handler, opts);
+    if (done(await g.progress())) return;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  throw new Error(`group ${g.name} did not reach the expected state`);
+}
+
+/** A drainUntil() predicate: the group's committed id is `c`. */
+export const committed = (c: string) => (p: Progress) => p.committed === c;
+
+/** The partition numbers of a stream's message_log_N, ascending. */
+export async function partitions(t: TestClient, n: string): Promise<number[]> {
+  const r = await t.sql<{ name: string }>(
+    `SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+      WHERE i.inhparent = to_regclass($1)`,
+    [`${S}.message_log_${n}`],
+  );
+  return r.map((x) => Number(x.name.slice(`message_log_${n}_`.length))).sort((a, b) => a - b);
+}
+
+/**
+ * Creates partitions 0..last up front, so that batches never hit a missing partition (a failed
+ * insert burns sequence values and the ids the test expects would shift).
+ */
+export async function precreate(t: TestClient, n: string, size: number, last: number): Promise<void> {
+  for (let k = 0; k <= last; k++) {
+    await t.sql(
+      `CREATE TABLE IF NOT EXISTS ${S}.message_log_${n}_${k} PARTITION OF ${S}.message_log_${n} FOR VALUES FROM (${k * size}) TO (${(k + 1) * size})`,
+    );
+  }
+}
+
+/** The integers a..b inclusive. */
+export const range = (a: number, b: number) => Array.from({ length: b - a + 1 }, (_, i) => a + i);
