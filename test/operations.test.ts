@@ -1,46 +1,17 @@
 // Group independence, redeclaration, inspection and operations (SPEC §4.5, §11; scenarios C16,
 // C29, C31, C32, C33, C34).
 import { describe, expect, it } from "vitest";
-import { Permanent, type ConsumerConfig, type Consumer, type CycleReport, type Handler, type Message, type StreamOptions } from "@sqlstreams/core";
+import { Permanent, type ConsumerConfig, type Consumer, type Handler, type Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
 import { checkInvariants, tableSnapshot } from "./support/invariants.js";
-import { S, type TestClient, count, cursor, dlRows, eqRows, makeDue, streamIdOf, testClient } from "./support/streams.js";
+import { S, type SetupOptions, type TestClient, count, cursor, dlRows, eqRows, firstDelivery, groupOf, makeDue, setupGroup, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 let shared: TestClient | undefined;
 const T = () => (shared ??= testClient(url()));
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
-async function groupOf(t: TestClient, stream: string, group: string): Promise<string> {
-  const r = await t.sql<{ id: string }>(
-    `SELECT g.id::text FROM ${S}.consumer_group_config g JOIN ${S}.stream_config s ON s.id = g.stream_id WHERE s.name = $1 AND g.name = $2`,
-    [stream, group],
-  );
-  return r[0].id;
-}
-
-async function setup(stream: string, opts: { stream?: StreamOptions; group?: ConsumerConfig; groupName?: string } = {}) {
-  const t = T();
-  await t.client.migrate();
-  const s = t.client.stream(stream);
-  await s.register(opts.stream);
-  const name = opts.groupName ?? "g";
-  const g = s.consumer(name);
-  await g.register(opts.group);
-  const sid = await streamIdOf(t, stream);
-  const gid = await groupOf(t, stream, name);
-  return { t, s, g, sid, gid };
-}
-
-/** Polls until a poll took a range (the snapshot fence may need more than one poll on a busy server). */
-async function firstDelivery(g: Consumer, h: Handler, opts: Parameters<Consumer["poll"]>[1] = {}): Promise<CycleReport> {
-  for (let i = 0; i < 500; i++) {
-    const r = await g.poll(h, opts);
-    if (r.rangesClaimed + r.rangesReclaimed + r.rangesResumed + r.rangesQuarantined > 0) return r;
-    await sleep(10);
-  }
-  throw new Error("no range was claimed in 500 polls");
-}
+const setup = (stream: string, opts: SetupOptions = {}) => setupGroup(T(), stream, opts);
 
 /** Polls until the group's committed cursor reaches `target`. */
 async function pollUntilCommitted(t: TestClient, sid: string, gid: string, g: Consumer, h: Handler, target: string): Promise<void> {

@@ -2,50 +2,17 @@
 // Backoff values are asserted from the stored rows (can_run_after − updated_at); instead of
 // waiting, rows are made due by moving can_run_after into the past.
 import { describe, expect, it } from "vitest";
-import { Delay, Permanent, type ConsumerConfig, type Consumer, type CycleReport, type Handler, type Message, type StreamOptions } from "@sqlstreams/core";
+import { Delay, Permanent, type ConsumerConfig, type Handler, type Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
 import { checkInvariants, tableSnapshot } from "./support/invariants.js";
-import { S, type TestClient, cursor, dlRows, eqRows, makeDue, streamIdOf, testClient } from "./support/streams.js";
+import { S, type SetupOptions, type TestClient, cursor, dlRows, eqRows, firstDelivery, makeDue, setupGroup, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 let shared: TestClient | undefined;
 const T = () => (shared ??= testClient(url()));
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
-async function setup(stream: string, opts: { stream?: StreamOptions; group?: ConsumerConfig; groupName?: string } = {}) {
-  const t = T();
-  await t.client.migrate();
-  const s = t.client.stream(stream);
-  await s.register(opts.stream);
-  const name = opts.groupName ?? "g";
-  const g = s.consumer(name);
-  await g.register(opts.group);
-  const sid = await streamIdOf(t, stream);
-  const gid = await groupOf(t, stream, name);
-  return { t, s, g, sid, gid };
-}
-
-async function groupOf(t: TestClient, stream: string, group: string): Promise<string> {
-  const r = await t.sql<{ id: string }>(
-    `SELECT g.id::text FROM ${S}.consumer_group_config g JOIN ${S}.stream_config s ON s.id = g.stream_id WHERE s.name = $1 AND g.name = $2`,
-    [stream, group],
-  );
-  return r[0].id;
-}
-
-/**
- * Polls until a poll took a range. The snapshot fence (SPEC §5.3.4) proves a fresh head only once
- * every older transaction of the cluster has ended, so on a busy server the first poll may claim
- * nothing; it never delivers anything in that case.
- */
-async function firstDelivery(g: Consumer, h: Handler, opts: Parameters<Consumer["poll"]>[1] = {}): Promise<CycleReport> {
-  for (let i = 0; i < 500; i++) {
-    const r = await g.poll(h, opts);
-    if (r.rangesClaimed + r.rangesReclaimed + r.rangesResumed + r.rangesQuarantined > 0) return r;
-    await sleep(10);
-  }
-  throw new Error("no range was claimed in 500 polls");
-}
+const setup = (stream: string, opts: SetupOptions = {}) => setupGroup(T(), stream, opts);
 
 const GAP_TOLERANCE = 250;
 function expectGap(row: { gap_ms: number }, ms: number) {

@@ -5,16 +5,7 @@ import { expect } from "vitest";
 import type { CycleReport } from "@sqlstreams/core";
 import { S, type TestClient } from "./streams.js";
 
-/** The group's id, looked up by stream and group name (group names repeat across streams). */
-export async function groupOf(t: TestClient, stream: string, group: string): Promise<string> {
-  const r = await t.sql<{ id: string }>(
-    `SELECT g.id::text FROM ${S}.consumer_group_config g JOIN ${S}.stream_config s ON s.id = g.stream_id
-      WHERE s.name = $1 AND g.name = $2`,
-    [stream, group],
-  );
-  if (r.length !== 1) throw new Error(`no group ${stream}/${group}`);
-  return r[0].id;
-}
+export { groupOf } from "./streams.js";
 
 export interface Latch {
   promise: Promise<void>;

@@ -1,7 +1,9 @@
 // Shared helpers for scenario tests: a client whose events are captured, and table readers.
 import pg from "pg";
 import { afterAll } from "vitest";
-import { SqlStreams, type Consumer, type Handler, type LogEvent, type PollOptions, type Progress } from "@sqlstreams/core";
+import {
+  SqlStreams, type ConsumerConfig, type Consumer, type CycleReport, type Handler, type LogEvent, type PollOptions, type Progress, type StreamOptions,
+} from "@sqlstreams/core";
 
 export interface TestClient {
   client: SqlStreams;
@@ -57,6 +59,17 @@ export async function groupIdOf(t: TestClient, name: string, stream?: string): P
     [name, stream ?? null],
   );
   if (r.length !== 1) throw new Error(`groupIdOf(${name}${stream ? `, ${stream}` : ""}) matched ${r.length} groups: pass the stream name`);
+  return r[0].id;
+}
+
+/** The group's id, looked up by stream and group name (group names repeat across streams). */
+export async function groupOf(t: TestClient, stream: string, group: string): Promise<string> {
+  const r = await t.sql<{ id: string }>(
+    `SELECT g.id::text FROM ${S}.consumer_group_config g JOIN ${S}.stream_config s ON s.id = g.stream_id
+      WHERE s.name = $1 AND g.name = $2`,
+    [stream, group],
+  );
+  if (r.length !== 1) throw new Error(`no group ${stream}/${group}`);
   return r[0].id;
 }
 
@@ -144,3 +157,37 @@ export async function precreate(t: TestClient, n: string, size: number, last: nu
 
 /** The integers a..b inclusive. */
 export const range = (a: number, b: number) => Array.from({ length: b - a + 1 }, (_, i) => a + i);
+
+export interface SetupOptions {
+  stream?: StreamOptions;
+  group?: ConsumerConfig;
+  /** The group's name; "g" unless given. */
+  groupName?: string;
+}
+
+/** Migrates, registers the stream and one group, and looks up their ids. */
+export async function setupGroup(t: TestClient, stream: string, opts: SetupOptions = {}) {
+  await t.client.migrate();
+  const s = t.client.stream(stream);
+  await s.register(opts.stream);
+  const name = opts.groupName ?? "g";
+  const g = s.consumer(name);
+  await g.register(opts.group);
+  const sid = await streamIdOf(t, stream);
+  const gid = await groupOf(t, stream, name);
+  return { t, s, g, sid, gid };
+}
+
+/**
+ * Polls until a poll took a range. The snapshot fence (SPEC §5.3.4) proves a fresh head only once
+ * every older transaction of the cluster has ended, so on a busy server the first poll may claim
+ * nothing; it never delivers anything in that case.
+ */
+export async function firstDelivery(g: Consumer, h: Handler, opts: Parameters<Consumer["poll"]>[1] = {}): Promise<CycleReport> {
+  for (let i = 0; i < 500; i++) {
+    const r = await g.poll(h, opts);
+    if (r.rangesClaimed + r.rangesReclaimed + r.rangesResumed + r.rangesQuarantined > 0) return r;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error("no range was claimed in 500 polls");
+}
