@@ -4,6 +4,7 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import type { CycleReport, Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
+import { checkInvariants } from "./support/invariants.js";
 import { spawnNode, type NodeChild } from "./support/processes.js";
 import { S, type TestClient, cursor, dlRows, eqRows, groupIdOf, makeDue, streamIdOf, testClient } from "./support/streams.js";
 
@@ -39,19 +40,6 @@ process.exit(0);
 
 function poller(cfg: { stream: string; group: string; method?: string; opts?: Record<string, unknown>; actions?: Record<string, string> }): NodeChild {
   return spawnNode({ name: `poller ${cfg.stream}`, source: CHILD, env: { DATABASE_URL: url(), CHILD_CFG: JSON.stringify(cfg) } });
-}
-
-async function invariants(t: TestClient, n: string, gid: string): Promise<void> {
-  const c = await cursor(t, n, gid);
-  expect(BigInt(c.committed) <= BigInt(c.claimed) && BigInt(c.claimed) <= BigInt(c.settled_head), "I1").toBe(true);
-  const bad = await t.sql(
-    `SELECT message_id FROM ${S}.exception_queue_${n} WHERE consumer_group_id = $1 AND (
-        (status IN ('ready', 'inflight', 'deferred') AND message_id <= $2)
-     OR (status = 'inflight' AND lease_token IS NULL)
-     OR (status IN ('dead', 'superseded') AND lease_token IS NOT NULL))`,
-    [gid, c.committed],
-  );
-  expect(bad, "I3/I4").toEqual([]);
 }
 
 async function leaseMs(t: TestClient, n: string) {
@@ -100,7 +88,7 @@ describe("exception-row leases across a crash", () => {
     for (const r of ls.slice(1)) expect(Math.abs((r.res_ms as number) - 2_600)).toBeLessThanOrEqual(250);
     expect((await eqRows(t, n, gid)).map((e) => e.attempts)).toEqual([1, 1, 1]);
     const dlBefore = await dlRows(t, n, gid);
-    await invariants(t, n, gid);
+    await checkInvariants(t, n);
 
     // Before expiry no poll touches them.
     const calls: Message<{ i: number }>[] = [];
@@ -122,7 +110,7 @@ describe("exception-row leases across a crash", () => {
     expect(dlAfter.slice(dlBefore.length).map((d) => [d.message_id, d.attempt, d.status, d.error])).toEqual([
       ["1", 1, "expired", "lease expired before an outcome was recorded"],
     ]);
-    await invariants(t, n, gid);
+    await checkInvariants(t, n);
 
     // Once the reservations expire, 2 and 3 run at the attempt they had, with no DL row of their own.
     await t.sql(`UPDATE ${S}.exception_queue_${n} SET lease_expires_at = now() - interval '1 millisecond' WHERE lease_token IS NOT NULL`);
@@ -138,7 +126,7 @@ describe("exception-row leases across a crash", () => {
     expect(calls.map((m) => [m.id, m.attempt])).toEqual([["2", 1], ["3", 1], ["1", 2]]);
     expect(await eqRows(t, n, gid)).toEqual([]);
     expect(await cursor(t, n, gid)).toMatchObject({ committed: "3" });
-    await invariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 
   it("a run that outlived its lease records nothing: the row was charged, retried and deleted meanwhile", async () => {
@@ -165,7 +153,7 @@ describe("exception-row leases across a crash", () => {
     expect(await eqRows(t, n, gid)).toEqual([]);
     expect((await dlRows(t, n, gid)).map((d) => [d.attempt, d.status])).toEqual([[0, "failure"], [1, "expired"]]);
     expect(await cursor(t, n, gid)).toMatchObject({ committed: "1" });
-    await invariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 
   it("starting a reserved row is idempotent for its reservation token (a start retried after an unknown commit still runs)", async () => {
@@ -209,6 +197,6 @@ describe("exception-row leases across a crash", () => {
     expect(dl.map((d) => [d.message_id, d.status])).toEqual([["1", "killed"], ["2", "expired"], ["3", "killed"]]);
     expect(dl[0].error).toBe(rows[0].last_error);
     expect(t.events.filter((e) => e.code === "SQL0038")).toHaveLength(2);
-    await invariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 });

@@ -4,6 +4,7 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import type { CycleReport } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
+import { checkInvariants } from "./support/invariants.js";
 import { spawnNode, type ExitInfo, type NodeChild } from "./support/processes.js";
 import { S, type TestClient, count, cursor, dlRows, eqRows, expireLeases, groupIdOf, makeDue, streamIdOf, testClient } from "./support/streams.js";
 
@@ -57,21 +58,6 @@ async function run(stream: string, method: "poll" | "drain", crash: string[], op
 const crashed = (r: Run) => r.exit.signal === "SIGKILL";
 const QUARANTINED = "quarantined: range reclaimed too many times";
 
-async function invariants(t: TestClient, n: string, gid: string): Promise<void> {
-  const c = await cursor(t, n, gid);
-  expect(BigInt(c.committed) <= BigInt(c.claimed) && BigInt(c.claimed) <= BigInt(c.settled_head), "I1").toBe(true);
-  const bad = await t.sql(
-    `SELECT message_id FROM ${S}.exception_queue_${n} WHERE consumer_group_id = $1 AND (
-        (status IN ('ready', 'inflight', 'deferred') AND message_id <= $2)
-     OR (status = 'inflight' AND lease_token IS NULL)
-     OR (status IN ('dead', 'superseded') AND lease_token IS NOT NULL))`,
-    [gid, c.committed],
-  );
-  expect(bad, "I3/I4").toEqual([]);
-  const ls = await t.sql<{ low: string; high: string }>(`SELECT low::text, high::text FROM ${S}.claim_lease_${n} WHERE consumer_group_id = $1`, [gid]);
-  for (const l of ls) expect(BigInt(l.low) >= BigInt(c.committed) && BigInt(l.high) <= BigInt(c.claimed), "I2").toBe(true);
-}
-
 const expireRanges = (t: TestClient, n: string) => t.sql(`UPDATE ${S}.claim_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
 
 let t: TestClient;
@@ -105,7 +91,7 @@ describe("quarantine of a range that keeps crashing the process", () => {
       const [l] = await t.sql<{ low: string; high: string; reclaims: number }>(`SELECT low::text, high::text, reclaims FROM ${S}.claim_lease_${n}`);
       expect(l).toEqual({ low: "0", high: "4", reclaims: k });
       if (k > 0) expect(r.codes).toContain("SQL0035");
-      await invariants(t, n, gid);
+      await checkInvariants(t, n);
     }
 
     // Reclaim 3 quarantines instead of running: one ready row per message, attempts 0.
@@ -125,7 +111,7 @@ describe("quarantine of a range that keeps crashing the process", () => {
       ["1", "2", "3", "4"].map((id) => [id, 0, "failure", QUARANTINED]),
     );
     expect(await cursor(t, n, gid)).toMatchObject({ claimed: "4", committed: "0" });
-    await invariants(t, n, gid);
+    await checkInvariants(t, n);
 
     // Exception phase: 1 succeeds and is deleted, 2 kills the process while 3 and 4 are reserved.
     const x = await go("drain");
@@ -139,7 +125,7 @@ describe("quarantine of a range that keeps crashing the process", () => {
       `SELECT (EXTRACT(EPOCH FROM (lease_expires_at - updated_at)) * 1000)::float8 AS run_ms FROM ${S}.exception_queue_${n} WHERE message_id = 2`,
     );
     expect(run_ms).toBe(200 + 2_000); // the run lease: timeout + recordMargin
-    await invariants(t, n, gid);
+    await checkInvariants(t, n);
 
     // After the leases expire: 2 is charged (ready, attempts 1, initial backoff, DL expired);
     // 3 and 4 were only reserved, so they run at attempt 0 and succeed.
@@ -174,7 +160,7 @@ describe("quarantine of a range that keeps crashing the process", () => {
         expect(c.report).toMatchObject({ expired: 0, killed: 1, dead: 1 });
         expect(c.codes).toContain("SQL0038");
       }
-      await invariants(t, n, gid);
+      await checkInvariants(t, n);
     }
     const [dead] = await eqRows(t, n, gid);
     expect(dead).toMatchObject({ message_id: "2", status: "dead", attempts: 3, delays: 0, lease_token: null, last_error: `${QUARANTINED} [killed: crash-loop hit max attempts]` });
@@ -192,7 +178,7 @@ describe("quarantine of a range that keeps crashing the process", () => {
     expect(await cursor(t, n, gid)).toMatchObject({ claimed: "4", committed: "4" });
     const p = await g.progress();
     expect(p).toMatchObject({ lag: "0", openLeases: 0, exceptions: { ready: 0, inflight: 0, deferred: 0, dead: 1 } });
-    await invariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 
   it("C11 variant: a compacted non-head id in the range gets no row (maxRangeReclaims 1)", async () => {
@@ -217,7 +203,7 @@ describe("quarantine of a range that keeps crashing the process", () => {
       ["1", "ready", 0, "a"], ["2", "ready", 0, "b"], ["4", "ready", 0, null],
     ]);
     expect((await dlRows(t, n, gid)).map((d) => d.message_id)).toEqual(["1", "2", "4"]);
-    await invariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 
   it("C11 variant: with concurrencyOverride ordered the quarantined rows store ordered and their keys", async () => {
@@ -245,6 +231,6 @@ describe("quarantine of a range that keeps crashing the process", () => {
     }, { batchLimit: 4 });
     expect(seen).toEqual(["1", "3"]);
     expect((await eqRows(t, n, gid)).map((e) => [e.message_id, e.status, e.attempts])).toEqual([["2", "ready", 1], ["4", "ready", 0]]);
-    await invariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 });

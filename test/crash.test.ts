@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { beforeAll, describe, expect, it, vi } from "vitest";
 import type { Consumer, CycleReport, Handler, Message, PollOptions } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
+import { checkInvariants } from "./support/invariants.js";
 import { spawnNode, type NodeChild } from "./support/processes.js";
 import { S, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, streamIdOf, testClient } from "./support/streams.js";
 
@@ -88,28 +89,6 @@ async function leases(t: TestClient, n: string, gid: string): Promise<Lease[]> {
   );
 }
 
-/** SPEC §13.3 I1–I4 for one group. */
-async function invariants(t: TestClient, n: string, gid: string): Promise<void> {
-  const c = await cursor(t, n, gid);
-  const [committed, claimed, settled] = [BigInt(c.committed), BigInt(c.claimed), BigInt(c.settled_head)];
-  expect(committed >= 0n && committed <= claimed && claimed <= settled, `I1 ${JSON.stringify(c)}`).toBe(true);
-  const ls = await leases(t, n, gid);
-  let prevHigh = -1n;
-  for (const l of ls) {
-    expect(BigInt(l.low) >= committed && BigInt(l.low) < BigInt(l.high) && BigInt(l.high) <= claimed, `I2 ${JSON.stringify(l)}`).toBe(true);
-    expect(BigInt(l.low) >= prevHigh, "I2 leases overlap").toBe(true);
-    prevHigh = BigInt(l.high);
-  }
-  const bad = await t.sql(
-    `SELECT message_id FROM ${S}.exception_queue_${n} WHERE consumer_group_id = $1 AND (
-        (status IN ('ready', 'inflight', 'deferred') AND message_id <= $2)
-     OR (status = 'inflight' AND lease_token IS NULL)
-     OR (status IN ('dead', 'superseded') AND lease_token IS NOT NULL))`,
-    [gid, c.committed],
-  );
-  expect(bad, "I3/I4").toEqual([]);
-}
-
 /** Resolves once the database clock has passed `at` + ms (the lease clock is the database's). */
 async function untilDbTime(t: TestClient, at: Date, ms: number): Promise<void> {
   const [{ wait }] = await t.sql<{ wait: number }>(
@@ -162,7 +141,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     expect(l0.lease_ms).toBe(200 * 4 + 2_000); // Tmax × ceil(n / c) + recordMargin, c = 1
     expect(await cursor(t, n, gid)).toMatchObject({ claimed: "4", committed: "0" });
     expect(await count(t, `exception_queue_${n}`)).toBe(0);
-    await invariants(t, n, gid);
+    await checkInvariants(t, n);
 
     // A poll before expiry leaves it alone (and finds no fresh work: the range holds the head).
     const calls: Message<{ i: number }>[] = [];
@@ -199,7 +178,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     expect(await count(t, `exception_queue_${n}`)).toBe(0);
     expect(await dlRows(t, n, gid)).toEqual([]);
     expect(await leases(t, n, gid)).toEqual([]);
-    await invariants(t, n, gid);
+    await checkInvariants(t, n);
 
     // Fresh work resumes after the reclaimed range.
     const next = await g.drain((m) => void calls.push(m), { batchLimit: 4 });
@@ -233,7 +212,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     expect(await dlRows(t, n, gid)).toEqual([]);
     expect(await leases(t, n, gid)).toEqual([]);
     expect(await cursor(t, n, gid)).toMatchObject({ claimed: "4", committed: "4" });
-    await invariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 
   it("a frozen poller that wakes after its lease expired on the real clock starts nothing more (extension guarded by the token)", async () => {
@@ -261,7 +240,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     expect(await count(t, `exception_queue_${n}`)).toBe(0);
     expect(await leases(t, n, gid)).toEqual([]);
     expect(await cursor(t, n, gid)).toMatchObject({ claimed: "4", committed: "4" });
-    await invariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 
   it("C26: with timeout 200 and concurrency 4 the lease is 2 200 ms: not reclaimable 1 500 ms after the claim, reclaimed by 2 500 ms (real clock)", async () => {
@@ -285,7 +264,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     expect(late).toMatchObject({ rangesReclaimed: 1, succeeded: 4, committedAfter: "4" });
     expect([...seen].sort()).toEqual(["1", "2", "3", "4"]);
     expect(await leases(t, n, gid)).toEqual([]);
-    await invariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 
   it("a crash inside an exclusive chain: when the range lease expires (real clock) its key leases have too, so the reclaim runs the chain without deferring", async () => {
@@ -310,7 +289,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     expect(seen).toEqual(["1", "2", "3", "4"]);
     expect(await eqRows(t, n, gid)).toEqual([]);
     expect(await t.sql(`SELECT 1 FROM ${S}.message_key_lease_${n}`)).toEqual([]);
-    await invariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 
   it("a crash after a partial commit: only the released remainder is redelivered, the takeover is no reclaim, and eqRows of the prefix survive", async () => {
@@ -341,6 +320,6 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     // Message 1's recorded failure is untouched by the crash and the replay.
     expect((await eqRows(t, n, gid)).map((e) => [e.message_id, e.status, e.attempts])).toEqual([["1", "ready", 1]]);
     expect(await leases(t, n, gid)).toEqual([]);
-    await invariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 });

@@ -5,6 +5,7 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import type { Consumer, CycleReport, Handler, Message, PollOptions } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
+import { checkInvariants } from "./support/invariants.js";
 import { S, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, makeDue, streamIdOf, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
@@ -47,18 +48,6 @@ async function setup(t: TestClient, name: string, config: Record<string, unknown
   return { s, g, n: await streamIdOf(t, name), gid: await groupIdOf(t, "g", name) };
 }
 
-async function invariants(t: TestClient, n: string, gid: string): Promise<void> {
-  const c = await cursor(t, n, gid);
-  expect(BigInt(c.committed) <= BigInt(c.claimed) && BigInt(c.claimed) <= BigInt(c.settled_head), "I1").toBe(true);
-  for (const l of await leases(t, n)) expect(BigInt(l.low) >= BigInt(c.committed) && BigInt(l.high) <= BigInt(c.claimed), "I2").toBe(true);
-  const bad = await t.sql(
-    `SELECT message_id FROM ${S}.exception_queue_${n} WHERE consumer_group_id = $1 AND (
-        (status IN ('ready', 'inflight', 'deferred') AND message_id <= $2) OR (status = 'inflight' AND lease_token IS NULL))`,
-    [gid, c.committed],
-  );
-  expect(bad, "I3/I4").toEqual([]);
-}
-
 let t: TestClient;
 beforeAll(async () => {
   t = testClient(url());
@@ -80,7 +69,7 @@ describe("deadline and partial commit", () => {
     expect(t.events.filter((e) => e.code === "SQL0040")).toHaveLength(1);
     expect(await leases(t, n)).toMatchObject([{ low: "2", high: "4", released: true, lapsed: true, reclaims: 0 }]);
     expect(await cursor(t, n, gid)).toMatchObject({ claimed: "4", committed: "2" });
-    await invariants(t, n, gid);
+    await checkInvariants(t, n);
 
     t.events.length = 0;
     const next = await g.poll(slow, { batchLimit: 4, concurrency: 1 });
@@ -88,7 +77,7 @@ describe("deadline and partial commit", () => {
     expect(t.events.filter((e) => e.code === "SQL0035")).toEqual([]);
     expect(seen).toEqual(["1", "2", "3", "4"]); // concurrency 1: nothing ran twice
     expect(await leases(t, n)).toEqual([]);
-    await invariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 
   it("the prefix keeps its recorded outcomes; a released range at the reclaim limit is resumed, not quarantined", async () => {
@@ -108,11 +97,11 @@ describe("deadline and partial commit", () => {
     expect(seen).toEqual(["3", "4"]);
     expect(await leases(t, n)).toEqual([]);
     expect((await eqRows(t, n, gid)).map((e) => e.message_id)).toEqual(["1"]);
-    await invariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 
   it("an abort mid-range follows the same prefix rule", async () => {
-    const { g, n, gid } = await setup(t, "abort", {}, 4);
+    const { g, n } = await setup(t, "abort", {}, 4);
     const ac = new AbortController();
     const seen: string[] = [];
     const r = await pollWork(g, (m) => {
@@ -124,7 +113,7 @@ describe("deadline and partial commit", () => {
     expect(await leases(t, n)).toMatchObject([{ low: "2", high: "4", released: true, lapsed: true, reclaims: 0 }]);
     await g.poll((m) => void seen.push(m.id), { batchLimit: 4 });
     expect(seen).toEqual(["1", "2", "3", "4"]);
-    await invariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 
   it("the range lease is capped at deadline + recordMargin", async () => {
@@ -171,7 +160,7 @@ describe("deadline and partial commit", () => {
     const next = await g.poll((m) => void seen.push(m.id), { batchLimit: 3 });
     expect(next).toMatchObject({ succeeded: 2 });
     expect(seen).toEqual(["1", "2", "3"]);
-    await invariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 
   it("a drain under a deadline leaves no live lease or reservation behind, and the next invocation continues at once", async () => {
@@ -199,6 +188,6 @@ describe("deadline and partial commit", () => {
     expect(invocations).toBeGreaterThan(1);
     for (let i = 1; i <= 30; i++) expect(calls.get(String(i)), `id ${i}`).toBe(i % 7 === 0 ? 2 : 1);
     expect(await eqRows(t, n, gid)).toEqual([]);
-    await invariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 });
