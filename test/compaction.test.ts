@@ -3,8 +3,9 @@
 import { describe, expect, it } from "vitest";
 import type { Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
+import { checkInvariants } from "./support/invariants.js";
 import { S, count, cursor, dlRows, eqRows, makeDue, streamIdOf, testClient, type TestClient } from "./support/streams.js";
-import { checkInvariants, claimPoll, groupOf } from "./support/keyed.js";
+import { claimPoll, groupOf } from "./support/keyed.js";
 
 const url = useFreshDatabase();
 
@@ -47,7 +48,7 @@ describe("C20 compaction", () => {
     expect(await eqRows(t, n, gid)).toEqual([]);
     expect(await dlRows(t, n, gid)).toEqual([]);
     expect((await cursor(t, n, gid)).committed).toBe("103");
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 
   it("filter applies on every range read; uncompacted messages of the same key are never filtered", async () => {
@@ -82,7 +83,7 @@ describe("C20 compaction", () => {
     await claimPoll(g, (m: Message) => void seen.push(`${m.id}@${m.attempt}`));
     expect(seen).toEqual(["201@0", "202@0"]);
     expect((await cursor(t, n, gid)).committed).toBe("200"); // 201 still unresolved
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
 
     await makeDue(t, n);
     const r = await g.poll((m: Message) => void seen.push(`${m.id}@${m.attempt}`));
@@ -94,7 +95,7 @@ describe("C20 compaction", () => {
       [0, "failure", expect.stringMatching(/^Error: fails once/)],
       [1, "superseded", "superseded by 202"],
     ]);
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
 
     // Never delivered again: superseded rows are not reservable, and it counts in progress().
     await t.sql(`UPDATE ${S}.exception_queue_${n} SET can_run_after = now() - interval '1 hour', updated_at = now() - interval '1 hour'`);
@@ -122,7 +123,7 @@ describe("C20 compaction", () => {
     await g.drain((m: Message<{ v: string }>) => void seen.push(`${m.id}:${m.payload.v}`));
     expect(seen).toEqual(["1:trigger", "3:v2"]);
     expect((await cursor(t, n, gid)).committed).toBe("3");
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 
   it("a deferred compacted row becomes superseded when a newer head exists at its start", async () => {
@@ -155,7 +156,7 @@ describe("C20 compaction", () => {
       [0, "superseded", "superseded by 3"],
     ]);
     expect((await cursor(t, n, gid)).committed).toBe("3");
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 
   it("rank pin: 301 rank 100, then 302 rank 0 ⇒ head stays 301 and 302 is filtered", async () => {
@@ -179,7 +180,7 @@ describe("C20 compaction", () => {
     await g.drain((m: Message) => void seen.push(m.id));
     expect(seen).toEqual(["301", "304"]);
     expect(await eqRows(t, n, gid)).toEqual([]);
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 
   it("a batch with three K items upserts one head, the winner (higher rank, then higher id)", async () => {
@@ -212,7 +213,7 @@ describe("C20 compaction", () => {
     await g.drain((m: Message<{ v: string }>) => void seen.push(m.payload.v));
     expect(seen).toEqual(["k-r5", "other", "plain", "m3"]);
     expect((await cursor(t, n, gid)).committed).toBe("10");
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 
   it("compaction needs a key and an integer rank (SQL0020); nothing is written", async () => {

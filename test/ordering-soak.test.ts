@@ -5,8 +5,9 @@
 import { describe, expect, it } from "vitest";
 import type { CycleReport, Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
+import { checkInvariants } from "./support/invariants.js";
 import { S, count, cursor, streamIdOf, testClient, type TestClient } from "./support/streams.js";
-import { Ledger, ascending, checkInvariants, groupOf } from "./support/keyed.js";
+import { Ledger, ascending, groupOf } from "./support/keyed.js";
 
 const url = useFreshDatabase();
 
@@ -149,6 +150,6 @@ describe("ordered soak: two concurrent pollers", () => {
     expect(await count(tp, `exception_queue_${n}`, "consumer_group_id = $1", [gid])).toBe(0);
     expect(await count(tp, `claim_lease_${n}`, "consumer_group_id = $1", [gid])).toBe(0);
     expect(await tp.sql(`SELECT 1 FROM ${S}.message_key_lease_${n} WHERE expires_at > now()`)).toEqual([]);
-    await checkInvariants(tp, n, gid);
+    await checkInvariants(tp, n);
   });
 });

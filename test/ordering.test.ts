@@ -4,8 +4,9 @@
 import { describe, expect, it } from "vitest";
 import { Delay, Permanent, type Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
+import { checkInvariants } from "./support/invariants.js";
 import { S, count, cursor, dlRows, eqRows, makeDue, streamIdOf, testClient, type TestClient } from "./support/streams.js";
-import { Ledger, checkInvariants, claimLeases, claimPoll, groupOf, keyLeases, latch, snapshot, until } from "./support/keyed.js";
+import { Ledger, claimLeases, claimPoll, groupOf, keyLeases, latch, snapshot, until } from "./support/keyed.js";
 
 const url = useFreshDatabase();
 
@@ -41,7 +42,7 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
     const t = testClient(url());
     const { g, other, n, gid } = await ledgerStream(t, "ledger.adjustments", { otherGroup: "audit" });
     expect(await cursor(t, n, gid)).toEqual({ claimed: "100", committed: "100", settled_head: "100", pending_head: "100", pending_xid: expect.any(String) });
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
 
     // Poll 1: claim (100, 104]; 101 runs under the key lease and throws; 102–104 never run.
     const calls: string[] = [];
@@ -89,7 +90,7 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
     expect(await claimLeases(t, n, gid)).toEqual([]);
     expect(await keyLeases(t, n, gid)).toEqual([]);
     expect(await cursor(t, n, gid)).toMatchObject({ claimed: "104", committed: "100", settled_head: "104", pending_head: "104" });
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
 
     // Poll 2 (before 101 is due): nothing reservable, nothing written.
     const before2 = await snapshot(t, n, gid);
@@ -122,7 +123,7 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
     ]);
     expect(await keyLeases(t, n, gid)).toEqual([]);
     expect((await cursor(t, n, gid)).committed).toBe("101");
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
 
     // Polls 4–6: one message each, in order, each claimed inflight at attempt 0.
     for (const id of ["102", "103", "104"]) {
@@ -136,7 +137,7 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
       expect(r).toMatchObject({ started: 1, succeeded: 1, committedAfter: id });
       const left = (await eqRows(t, n, gid)).map((x) => x.message_id);
       expect(left).toEqual(["102", "103", "104"].filter((x) => BigInt(x) > BigInt(id)));
-      await checkInvariants(t, n, gid);
+      await checkInvariants(t, n);
     }
     expect((await cursor(t, n, gid)).committed).toBe("104");
     expect(await count(t, `exception_queue_${n}`, "consumer_group_id = $1", [gid])).toBe(0);
@@ -167,7 +168,7 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
     expect(r.succeeded).toBe(4);
     expect((await cursor(t, n, gid)).committed).toBe("104");
     expect(await eqRows(t, n, gid)).toEqual([]);
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 
   it("dead variant: a Permanent retry releases 102–104 and the cursor passes 101 (C34 views)", async () => {
@@ -191,7 +192,7 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
     const dl = await dlRows(t, n, gid, "101");
     expect(dl.map((r) => [r.attempt, r.status])).toEqual([[0, "failure"], [1, "failure"]]);
     expect(dl[1].error).toBe(eq[0].last_error);
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
 
     // Poll 4 runs 102 as in the main story; then 103 and 104.
     const after: string[] = [];
@@ -202,7 +203,7 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
     expect(after).toEqual(["102", "103", "104"]);
     expect((await cursor(t, n, gid)).committed).toBe("104");
     expect((await eqRows(t, n, gid)).map(brief)).toEqual([["101", "dead", KEY, "ordered", 1, 0]]);
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
 
     // C34: progress shows lag 0 with one dead row; failures() and the API.md query return 101.
     const p = await g.progress();
@@ -235,7 +236,7 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
     for (let i = 0; i < 3; i++) {
       await makeDue(t, n);
       await g.poll(handler);
-      await checkInvariants(t, n, gid);
+      await checkInvariants(t, n);
       if (i < 2) {
         expect((await eqRows(t, n, gid)).map((r) => r.status)).toEqual(["ready", "deferred", "deferred", "deferred"]);
         expect((await cursor(t, n, gid)).committed).toBe("100");
@@ -246,7 +247,7 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
     await g.drain(handler);
     expect(seen.slice(4)).toEqual(["102@0", "103@0", "104@0"]);
     expect((await cursor(t, n, gid)).committed).toBe("104");
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 
   it("Delay variant: 101 stays ready with a future can_run_after and 102–104 keep waiting", async () => {
@@ -273,7 +274,7 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
     expect(eq[0].gap_ms).toBeCloseTo(60_000, 0);
     expect(eq[0].last_error).toBe("SQL0025 delayed: run again in 60000 ms");
     expect((await dlRows(t, n, gid, "101")).map((r) => [r.attempt, r.status])).toEqual([[0, "failure"], [1, "delayed"]]);
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
 
     // While 101 waits, polls run nothing and write nothing.
     const before = await snapshot(t, n, gid);
@@ -316,7 +317,7 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
     expect((await dlRows(t, n, gid, "102")).map((r) => [r.attempt, r.status, r.error])).toEqual([
       [0, "deferred", "deferred: ordered predecessor 101 unresolved"],
     ]);
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
 
     // A poll while A still holds 101 does not run 102 (its row is not reservable).
     const rC = await g.poll((m: Message) => void seen.push(`C:${m.id}`), { batchLimit: 1 });
@@ -326,13 +327,13 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
     const rA = await pollA;
     expect(rA).toMatchObject({ succeeded: 1, committedAfter: "101" });
     expect((await cursor(t, n, gid)).committed).toBe("101");
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
 
     await g.drain((m: Message) => void seen.push(`D:${m.id}@${m.attempt}`), { batchLimit: 1 });
     expect(seen).toEqual(["A:101", "D:102@0", "D:103@0", "D:104@0"]);
     expect((await cursor(t, n, gid)).committed).toBe("104");
     expect(await eqRows(t, n, gid)).toEqual([]);
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 
   it("inside one range: a dead first delivery releases the chain at once; a Delay defers the rest", async () => {
@@ -359,7 +360,7 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
       ["104", "deferred", "deferred: earlier message 102 of this key in the range did not complete"],
     ]);
     expect((await cursor(t, n, gid)).committed).toBe("101");
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
     await makeDue(t, n);
     await g.drain((m: Message) => void seen.push(m.id));
     expect(seen).toEqual(["101", "102", "102", "103", "104"]);
@@ -394,7 +395,7 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
       ["1", "ready"], ["4", "deferred"], ["7", "deferred"], ["10", "deferred"], ["13", "deferred"], ["16", "deferred"],
     ]);
     expect((await cursor(t, n, gid)).committed).toBe("0");
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
 
     // Later messages: a new key runs at once. A later message of key a waits for the cursor to pass
     // a's earlier ids (§7.3 check b is conservative: the stuck row holds committed at 0).
@@ -403,7 +404,7 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
     await g.drain(handler, { batchLimit: 18, concurrency: 3 });
     expect(seen).toEqual(["c0", "c1"]);
     expect((await dlRows(t, n, gid, "20")).map((r) => [r.status, r.error])).toEqual([["deferred", "deferred: ordered predecessor 2 unresolved"]]);
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
 
     // The stuck message ends dead: its followers and a6 are released, in order, and the cursor passes.
     await makeDue(t, n);
@@ -414,7 +415,7 @@ describe("C19 ordered: the §7.6 walkthrough", () => {
     expect(seen).toContain("a6");
     expect((await cursor(t, n, gid)).committed).toBe("21");
     expect((await eqRows(t, n, gid)).map((r) => [r.message_id, r.status])).toEqual([["1", "dead"]]);
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 });
 
@@ -456,7 +457,7 @@ describe("C18 exclusive", () => {
     expect((await dlRows(t, n, gid, "102")).map((r) => [r.attempt, r.status, r.error])).toEqual([[0, "deferred", "deferred: key busy"]]);
     // Another poll while the key is held does not start 102 either.
     expect((await g.poll(handler("C"), { batchLimit: 1 })).started).toBe(0);
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
     hold.open();
     await pollA;
     await g.drain(handler("D"), { batchLimit: 1 });
@@ -492,7 +493,7 @@ describe("C18 exclusive", () => {
     await g.drain((m: Message) => void seen.push(`${m.id}@${m.attempt}`));
     expect(seen).toEqual(["101@0", "102@0", "101@1"]);
     expect((await cursor(t, n, gid)).committed).toBe("102");
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 
   it("an exclusive chain in one range runs every member whatever the earlier ones returned", async () => {
@@ -555,7 +556,7 @@ describe("C18 exclusive", () => {
     await g.drain((m: Message) => void ran.push(m.id), { batchLimit: 10, concurrency: 2 });
     expect(ran).toHaveLength(15);
     expect((await cursor(t, n, gid)).committed).toBe("15");
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 
   it("an in-handler counter never sees two handlers of one key at once: two concurrent drains, concurrency 4", async () => {
@@ -601,7 +602,7 @@ describe("C18 exclusive", () => {
     await g.drain(() => {});
     expect((await cursor(t, n, gid)).committed).toBe("300");
     expect(await count(t, `exception_queue_${n}`, "consumer_group_id = $1", [gid])).toBe(0);
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 });
 
@@ -640,7 +641,7 @@ describe("C21 ordered and compaction", () => {
       ["3", "U", "ordered", "ready"],
       ["4", null, "parallel", "ready"],
     ]);
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 });
 
@@ -671,7 +672,7 @@ describe("concurrency > 1 inside one poll", () => {
     expect(ledger.maxRunningAll).toBe(4);
     expect(ledger.differentKeysOverlapped()).toBe(true);
     expect((await cursor(t, n, gid)).committed).toBe("24");
-    await checkInvariants(t, n, gid);
+    await checkInvariants(t, n);
   });
 
   it("in the exception phase too: deferred rows of one key run one per poll, other keys alongside", async () => {
@@ -706,7 +707,7 @@ describe("concurrency > 1 inside one poll", () => {
         ledger.end(m.id, m.key, true, m.attempt);
       }, { batchLimit: 10, concurrency: 3 });
       perPoll.push(ran.sort((a, b) => Number(a) - Number(b)));
-      await checkInvariants(t, n, gid);
+      await checkInvariants(t, n);
     }
     expect(perPoll).toEqual([["1", "2", "3"], ["4", "5", "6"], ["7", "8", "9"], [], []]);
     expect(ledger.overlaps).toEqual([]);

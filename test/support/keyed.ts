@@ -1,7 +1,6 @@
 // Helpers for the ordering, exclusivity and compaction scenarios (SPEC §7, §8, §13 C18–C21):
-// ids by (stream, group) name, a latch, a ledger of handler runs, and the §13.3 invariants that
-// these scenarios check after every step.
-import { expect } from "vitest";
+// ids by (stream, group) name, a latch, a ledger of handler runs. The §13.3 invariants these
+// scenarios check after every step are checkInvariants() of ./invariants.js.
 import type { CycleReport } from "@sqlstreams/core";
 import { S, type TestClient } from "./streams.js";
 
@@ -55,46 +54,6 @@ export async function snapshot(t: TestClient, n: string, gid: string): Promise<u
     cl: await q("claim_lease", "low"),
     kl: await q("message_key_lease", "message_key"),
   };
-}
-
-/** SPEC §13.3 I1–I5 (the parts that can be read from the tables) for one group. */
-export async function checkInvariants(t: TestClient, n: string, gid: string): Promise<void> {
-  const [c] = await t.sql<{ claimed: string; committed: string; settled_head: string }>(
-    `SELECT claimed::text, committed::text, settled_head::text FROM ${S}.consumer_group_cursor_${n} WHERE consumer_group_id = $1`,
-    [gid],
-  );
-  const committed = BigInt(c.committed);
-  const claimed = BigInt(c.claimed);
-  // I1
-  expect(committed >= 0n && committed <= claimed && claimed <= BigInt(c.settled_head), `I1 ${JSON.stringify(c)}`).toBe(true);
-  // I2
-  const leases = await t.sql<{ low: string; high: string }>(
-    `SELECT low::text, high::text FROM ${S}.claim_lease_${n} WHERE consumer_group_id = $1 ORDER BY low`,
-    [gid],
-  );
-  let prevHigh = -1n;
-  for (const l of leases) {
-    const low = BigInt(l.low);
-    const high = BigInt(l.high);
-    expect(committed <= low && low < high && high <= claimed && low >= prevHigh, `I2 ${JSON.stringify(leases)} cur ${JSON.stringify(c)}`).toBe(true);
-    prevHigh = high;
-  }
-  // I3 (no redrive in these scenarios)
-  const below = await t.sql(
-    `SELECT message_id FROM ${S}.exception_queue_${n} WHERE consumer_group_id = $1 AND message_id <= $2
-        AND status IN ('ready', 'inflight', 'deferred')`,
-    [gid, c.committed],
-  );
-  expect(below, "I3 unresolved rows at or below committed").toEqual([]);
-  // I4
-  const bad = await t.sql(
-    `SELECT message_id, status FROM ${S}.exception_queue_${n} WHERE consumer_group_id = $1 AND (
-        (status = 'inflight' AND lease_token IS NULL) OR (status IN ('dead', 'superseded') AND lease_token IS NOT NULL)
-        OR attempts < delays OR delays < 0)`,
-    [gid],
-  );
-  expect(bad, "I4").toEqual([]);
-  // I5: one live key lease per (group, key) is the primary key; nothing to read beyond it.
 }
 
 /** In-process record of handler starts and ends, with the checks of I5 and I8. */
