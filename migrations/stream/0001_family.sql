@@ -310,6 +310,53 @@ BEGIN
 END
 $fn$;
 
+-- Take the key leases of a range's keyed chains in one round trip (SPEC §7.2, §7.3, §7.4): one
+-- row per key of p_keys ({k, id, ordered, ms}), `id` being the chain member the ordered checks are
+-- made for, `ms` the lease length of its run. `result` is NULL when the lease was taken under
+-- p_token, else 'busy' or 'pred:<id>'. Keys are taken in key order, so concurrent polls lock
+-- lease rows in the same order. (Compacted members check their head at their own start.)
+CREATE OR REPLACE FUNCTION {{schema}}.take_keys_{{N}}(
+  p_group BIGINT, p_token UUID, p_own_low BIGINT, p_own_high BIGINT, p_keys JSONB)
+RETURNS TABLE (k TEXT, result TEXT)
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+  r RECORD;
+  v_committed BIGINT;
+  v_pred BIGINT;
+BEGIN
+  SELECT cur.committed INTO v_committed FROM {{schema}}.consumer_group_cursor_{{N}} cur
+   WHERE cur.consumer_group_id = p_group;
+  FOR r IN SELECT x.k AS key, x.id, x.ordered, x.ms
+             FROM jsonb_to_recordset(p_keys) AS x(k TEXT, id BIGINT, ordered BOOLEAN, ms BIGINT)
+            ORDER BY x.k
+  LOOP
+    v_pred := NULL;
+    IF r.ordered THEN
+      SELECT min(e.message_id) INTO v_pred FROM {{schema}}.exception_queue_{{N}} e
+       WHERE e.consumer_group_id = p_group AND e.message_key = r.key AND e.message_id < r.id
+         AND e.status IN ('ready', 'inflight', 'deferred');
+      IF v_pred IS NULL THEN
+        SELECT min(m.id) INTO v_pred FROM {{schema}}.message_log_{{N}} m
+         WHERE m.message_key = r.key AND m.id > v_committed AND m.id < r.id
+           AND NOT (m.id > p_own_low AND m.id <= p_own_high);
+      END IF;
+    END IF;
+    k := r.key;
+    IF v_pred IS NOT NULL THEN
+      result := 'pred:' || v_pred;
+    ELSE
+      INSERT INTO {{schema}}.message_key_lease_{{N}} AS l (consumer_group_id, message_key, token, expires_at)
+      VALUES (p_group, r.key, p_token, now() + r.ms * interval '1 millisecond')
+      ON CONFLICT (consumer_group_id, message_key) DO UPDATE
+         SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
+       WHERE l.expires_at < now() OR l.token = EXCLUDED.token;
+      result := CASE WHEN FOUND THEN NULL ELSE 'busy' END;
+    END IF;
+    RETURN NEXT;
+  END LOOP;
+END
+$fn$;
+
 -- Start one reserved exception row (SPEC §5.4.3): guarded by the reservation token; supersede,
 -- defer or claim it (status inflight under its own run lease). Returns 'lost', 'started',
 -- 'superseded:<head>' or 'deferred:<reason>'.

@@ -304,6 +304,10 @@ async function quarantine<T>(ctx: Ctx<T>, c: pg.PoolClient, msgs: RawMessage[]):
   ctx.db.events.emit({ level: "warn", code: "SQL0036", message: `range quarantined into ${ins.rows.length} exception row(s)`, stream: ctx.stream, group: ctx.group, ids: ins.rows.map((r) => r.message_id) });
 }
 
+function keyed(m: RangeMessage): boolean {
+  return m.resolved.concurrency !== "parallel" && m.message_key !== null;
+}
+
 /** Same-key exclusive/ordered messages form serial chains; everything else runs alone (§7.4). */
 function chains(msgs: RangeMessage[]): RangeMessage[][] {
   const units: RangeMessage[][] = [];
@@ -329,6 +333,12 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
   for (const m of msgs) m.resolved = resolve(ctx, m);
   const outcomes = new Map<string, RunOutcome>();
   const keyLeases: { k: string; t: string }[] = [];
+  const keyToken = msgs.some(keyed) ? randomUUID() : null;
+  /** A key lease covers one run: timeout + recordMargin, capped at deadline + recordMargin. */
+  const keyMs = (timeout: number) => {
+    const cap = leaseCap(ctx);
+    return cap === null ? timeout + o.recordMargin : Math.min(timeout + o.recordMargin, cap);
+  };
   let leaseExpiry = sentAt + range.leaseMs;
   // A lease sized for exactly one run (n <= c) is always a few ms short of timeout + margin by
   // the time its messages start; that slack comes out of the recording margin, not a round trip.
@@ -357,9 +367,7 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
   };
 
   const runUnit = async (unit: RangeMessage[]) => {
-    const keyToken = unit[0].resolved.concurrency !== "parallel" && unit[0].message_key !== null ? randomUUID() : "";
     let blockedBy: string | null = null;
-    let holdsKey = false;
     for (const m of unit) {
       const ordered = m.resolved.concurrency === "ordered";
       if (blockedBy !== null && ordered) {
@@ -373,19 +381,34 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
         return;
       }
       let outcome: RunOutcome | null = null;
-      if (m.resolved.concurrency !== "parallel" && m.message_key !== null) {
-        const cap = leaseCap(ctx);
-        const ms = cap === null ? m.resolved.timeout + o.recordMargin : Math.min(m.resolved.timeout + o.recordMargin, cap);
-        const r = await queryRetry<{ result: string | null }>(db, S.takeKey(t), [
-          ctx.groupId, m.message_key, keyToken, ms, m.id, ordered, range.low, range.high, m.compaction_rank !== null,
-        ]);
-        const res = r.rows[0].result;
-        if (res === null) {
-          if (!holdsKey) keyLeases.push({ k: m.message_key, t: keyToken });
-          holdsKey = true;
-        } else if (res === "busy") outcome = { kind: "deferred", reason: "deferred: key busy" };
-        else if (res.startsWith("pred:")) outcome = { kind: "deferred", reason: `deferred: ordered predecessor ${res.slice(5)} unresolved` };
-        else outcome = { kind: "superseded", head: res.slice("superseded:".length) };
+      if (keyed(m)) {
+        // §5.3.6 step 4. The chain's first member usually has its key lease already (taken for
+        // the whole range up front); a member whose lease would not cover its run, a later
+        // member without the lease, and a compacted member (whose head is checked at its start)
+        // take or renew it now, under the range's key token.
+        const k = m.message_key as string;
+        const ks = keys.get(k) ?? { held: false, expiry: 0, result: "busy" as string | null };
+        keys.set(k, ks);
+        const need = m.compaction_rank !== null || (ks.held ? Date.now() + m.resolved.timeout + o.recordMargin - slack > ks.expiry : m !== unit[0] || !asked);
+        let res = ks.result;
+        if (need) {
+          const ms = keyMs(m.resolved.timeout);
+          const at = Date.now();
+          const r = await queryRetry<{ result: string | null }>(db, S.takeKey(t), [
+            ctx.groupId, k, keyToken, ms, m.id, ordered, range.low, range.high, m.compaction_rank !== null,
+          ]);
+          res = r.rows[0].result;
+          if (res === null) {
+            if (!ks.held) keyLeases.push({ k, t: keyToken as string });
+            ks.held = true;
+            ks.expiry = at + ms;
+          }
+        }
+        if (res !== null) {
+          if (res === "busy") outcome = { kind: "deferred", reason: "deferred: key busy" };
+          else if (res.startsWith("pred:")) outcome = { kind: "deferred", reason: `deferred: ordered predecessor ${res.slice(5)} unresolved` };
+          else outcome = { kind: "superseded", head: res.slice("superseded:".length) };
+        }
       }
       if (outcome === null) {
         ctx.report.started++;
@@ -404,6 +427,32 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
   };
 
   const units = chains(msgs);
+  // The key leases of the chains' first members in one round trip (not the compacted ones: their
+  // head is checked at their start). Each lease covers one run; released when the range records.
+  const keys = new Map<string, { held: boolean; expiry: number; result: string | null }>();
+  let asked = false;
+  if (keyToken !== null && !ctx.stop && !aborted(ctx)) {
+    const wanted = units
+      .filter((u) => keyed(u[0]) && u[0].compaction_rank === null)
+      .map((u) => ({
+        k: u[0].message_key as string,
+        id: u[0].id,
+        ordered: u[0].resolved.concurrency === "ordered",
+        ms: keyMs(u[0].resolved.timeout),
+      }));
+    if (wanted.length > 0) {
+      const at = Date.now();
+      const ms = new Map(wanted.map((w) => [w.k, w.ms]));
+      const r = await queryRetry<{ k: string; result: string | null }>(db, S.takeKeys(t), [
+        ctx.groupId, keyToken, range.low, range.high, JSON.stringify(wanted),
+      ]);
+      for (const row of r.rows) {
+        keys.set(row.k, { held: row.result === null, expiry: at + (ms.get(row.k) ?? 0), result: row.result });
+        if (row.result === null) keyLeases.push({ k: row.k, t: keyToken });
+      }
+    }
+    asked = true;
+  }
   let next = 0;
   // A database error in one unit stops new starts; the running handlers finish and the prefix
   // they resolved is recorded before the error is thrown (§5.8).

@@ -94,6 +94,10 @@ export function takeKey(t: Tables): string {
   return `SELECT ${t.fn("take_key")}($1, $2, $3, $4, $5, $6, $7, $8, $9) AS result`;
 }
 
+export function takeKeys(t: Tables): string {
+  return `SELECT k, result FROM ${t.fn("take_keys")}($1, $2, $3, $4, $5::jsonb)`;
+}
+
 export function extendRange(t: Tables): string {
   return `UPDATE ${t.cl} SET expires_at = now() + $3 * interval '1 millisecond'
            WHERE consumer_group_id = $1 AND token = $2 RETURNING 1`;
