@@ -6,7 +6,7 @@ import type { CycleReport, Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
 import { checkInvariants } from "./support/invariants.js";
 import { spawnNode, type NodeChild } from "./support/processes.js";
-import { S, type TestClient, cursor, dlRows, eqRows, groupIdOf, makeDue, streamIdOf, testClient } from "./support/streams.js";
+import { S, type TestClient, cursor, dlRows, eqRows, makeDue, setupProduced, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -53,18 +53,13 @@ async function leaseMs(t: TestClient, n: string) {
 
 /** A stream whose messages 1..k all failed their first delivery: k ready rows at attempts 1, due now. */
 async function failedRows(t: TestClient, name: string, k: number, config: Record<string, unknown>) {
-  const s = t.client.stream<{ i: number }>(name);
-  await s.register();
-  const g = s.consumer("g");
-  await g.register(config);
-  for (let i = 1; i <= k; i++) await s.produce({ i });
+  const { g, n, gid } = await setupProduced(t, name, config, k);
   const r = await g.drain(() => {
     throw new Error("first failure");
   });
   expect(r.failed).toBe(k);
-  const n = await streamIdOf(t, name);
   await makeDue(t, n);
-  return { g, n, gid: await groupIdOf(t, "g", name) };
+  return { g, n, gid };
 }
 
 let t: TestClient;

@@ -6,7 +6,7 @@ import type { CycleReport } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
 import { checkInvariants } from "./support/invariants.js";
 import { spawnNode, type ExitInfo, type NodeChild } from "./support/processes.js";
-import { S, type TestClient, count, cursor, dlRows, eqRows, expireLeases, groupIdOf, makeDue, streamIdOf, testClient } from "./support/streams.js";
+import { S, type TestClient, count, cursor, dlRows, eqRows, expireLeases, groupIdOf, makeDue, setupProduced, streamIdOf, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -68,13 +68,7 @@ beforeAll(async () => {
 
 describe("quarantine of a range that keeps crashing the process", () => {
   it("C11: three crash runs, quarantine on reclaim 3, neighbours succeed, the crashing message is charged through lease expiry and killed at attempts 3", async () => {
-    const s = t.client.stream<{ i: number }>("c11");
-    await s.register();
-    const g = s.consumer("g");
-    await g.register({ message: { timeout: 200 } });
-    for (let i = 1; i <= 4; i++) await s.produce({ i });
-    const n = await streamIdOf(t, "c11");
-    const gid = await groupIdOf(t, "g", "c11");
+    const { g, n, gid } = await setupProduced(t, "c11", { message: { timeout: 200 } }, 4);
     const starts: [string, number][] = [];
     const go = async (method: "poll" | "drain") => {
       const r = await run("c11", method, ["2"]);

@@ -9,7 +9,7 @@ import type { Consumer, CycleReport, Handler, Message, PollOptions } from "@sqls
 import { useFreshDatabase } from "./support/db.js";
 import { checkInvariants } from "./support/invariants.js";
 import { spawnNode, type NodeChild } from "./support/processes.js";
-import { S, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, streamIdOf, testClient } from "./support/streams.js";
+import { S, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, setupProduced, streamIdOf, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -112,15 +112,6 @@ async function pollWork<T>(g: Consumer<T>, h: Handler<T>, opts: () => PollOption
   }
 }
 
-async function setup(t: TestClient, name: string, config: Record<string, unknown>, n: number) {
-  const s = t.client.stream<{ i: number }>(name);
-  await s.register();
-  const g = s.consumer("g");
-  await g.register(config);
-  for (let i = 1; i <= n; i++) await s.produce({ i });
-  return { s, g, n: await streamIdOf(t, name), gid: await groupIdOf(t, "g", name) };
-}
-
 let t: TestClient;
 beforeAll(async () => {
   t = testClient(url());
@@ -129,7 +120,7 @@ beforeAll(async () => {
 
 describe("range crash recovery with SIGKILLed pollers", () => {
   it("C10: the lease of a killed poller stays until it expires; the next poll reclaims the same range with a new token and reclaims 1 before fresh work", async () => {
-    const { s, g, n, gid } = await setup(t, "c10", { message: { timeout: 200 } }, 4);
+    const { s, g, n, gid } = await setupProduced(t, "c10", { message: { timeout: 200 } }, 4);
     const child = poller({ stream: "c10", group: "g", method: "drain", opts: { batchLimit: 4 }, actions: { "3": "hang" } });
     await child.waitFor({ event: "start", id: "3" });
     expect(ended(child)).toEqual(["1", "2"]);
@@ -188,7 +179,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
 
   it("a stalled poller whose lease expired and was reclaimed commits nothing late (record guarded by the token)", async () => {
     // Long timeout: the stalled handler is not timed out; the lease is expired by hand (§13.1).
-    const { g, n, gid } = await setup(t, "late.commit", { message: { timeout: 10_000 } }, 4);
+    const { g, n, gid } = await setupProduced(t, "late.commit", { message: { timeout: 10_000 } }, 4);
     const child = poller({ stream: "late.commit", group: "g", method: "drain", opts: { batchLimit: 4 }, actions: { "2": "wait", "3": "fail" } });
     await child.waitFor({ event: "start", id: "2" });
     const [l0] = await leases(t, n, gid);
@@ -216,7 +207,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
   });
 
   it("a frozen poller that wakes after its lease expired on the real clock starts nothing more (extension guarded by the token)", async () => {
-    const { g, n, gid } = await setup(t, "frozen", { message: { timeout: 200 } }, 4);
+    const { g, n, gid } = await setupProduced(t, "frozen", { message: { timeout: 200 } }, 4);
     const file = join(mkdtempSync(join(tmpdir(), "sqlstreams-frozen-")), "wake");
     const child = poller({ stream: "frozen", group: "g", method: "drain", opts: { batchLimit: 4 }, actions: { "2": "spin" }, file });
     await child.waitFor({ event: "start", id: "2" });
@@ -244,7 +235,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
   });
 
   it("C26: with timeout 200 and concurrency 4 the lease is 2 200 ms: not reclaimable 1 500 ms after the claim, reclaimed by 2 500 ms (real clock)", async () => {
-    const { g, n, gid } = await setup(t, "c26", { message: { timeout: 200 } }, 4);
+    const { g, n, gid } = await setupProduced(t, "c26", { message: { timeout: 200 } }, 4);
     const child = poller({ stream: "c26", group: "g", method: "drain", opts: { batchLimit: 4, concurrency: 4 }, actions: { "3": "hang" } });
     await child.waitFor({ event: "start", id: "3" });
     expect((await child.kill()).signal).toBe("SIGKILL");
@@ -295,7 +286,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
   it("a crash after a partial commit: only the released remainder is redelivered, the takeover is no reclaim, and eqRows of the prefix survive", async () => {
     // Poller 1 stops at its deadline after message 1 (which fails) and releases (1, 4]; poller 2
     // takes the released range and is SIGKILLed on 3; the next poll reclaims (1, 4] (reclaims 1).
-    const { g, n, gid } = await setup(t, "partial.crash", { message: { timeout: 1_000 } }, 4);
+    const { g, n, gid } = await setupProduced(t, "partial.crash", { message: { timeout: 1_000 } }, 4);
     const first = await pollWork(g, async (m) => {
       await new Promise((r) => setTimeout(r, 400));
       throw new Error("first " + m.id);

@@ -191,3 +191,13 @@ export async function firstDelivery(g: Consumer, h: Handler, opts: Parameters<Co
   }
   throw new Error("no range was claimed in 500 polls");
 }
+
+/** A stream with one group "g" registered with `config`, and messages { i: 1..k } produced one at a time. */
+export async function setupProduced(t: TestClient, name: string, config: Record<string, unknown>, k: number) {
+  const s = t.client.stream<{ i: number }>(name);
+  await s.register();
+  const g = s.consumer("g");
+  await g.register(config);
+  for (let i = 1; i <= k; i++) await s.produce({ i });
+  return { s, g, n: await streamIdOf(t, name), gid: await groupIdOf(t, "g", name) };
+}
