@@ -5,11 +5,11 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it, vi } from "vitest";
-import type { Consumer, CycleReport, Handler, Message, PollOptions } from "@sqlstreams/core";
+import type { CycleReport, Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
 import { checkInvariants } from "./support/invariants.js";
 import { spawnNode, type NodeChild } from "./support/processes.js";
-import { S, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, setupProduced, streamIdOf, testClient } from "./support/streams.js";
+import { S, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, pollWork, setupProduced, streamIdOf, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -97,19 +97,6 @@ async function untilDbTime(t: TestClient, at: Date, ms: number): Promise<void> {
   );
   if (wait > 0) await new Promise((r) => setTimeout(r, wait));
   await vi.waitUntil(async () => (await t.sql<{ ok: boolean }>(`SELECT clock_timestamp() >= $1::timestamptz + $2 * interval '1 millisecond' AS ok`, [at, ms]))[0].ok, { timeout: 5_000, interval: 10 });
-}
-
-/**
- * A poll that must claim fresh work. The snapshot fence holds a claim back while any older write
- * transaction of the server is open (other test files share it), so an idle poll, which changed
- * nothing, is repeated.
- */
-async function pollWork<T>(g: Consumer<T>, h: Handler<T>, opts: () => PollOptions): Promise<CycleReport> {
-  for (let i = 0; ; i++) {
-    const r = await g.poll(h, opts());
-    if (!r.idle || i >= 200) return r;
-    await new Promise((res) => setTimeout(res, 50));
-  }
 }
 
 let t: TestClient;

@@ -3,26 +3,13 @@
 // resolved prefix and releases the rest at once (no reclaim counted); unstarted reservations are
 // released; every lease is capped at deadline + recordMargin.
 import { beforeAll, describe, expect, it } from "vitest";
-import type { Consumer, CycleReport, Handler, Message, PollOptions } from "@sqlstreams/core";
+import type { Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
 import { checkInvariants } from "./support/invariants.js";
-import { S, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, makeDue, streamIdOf, testClient } from "./support/streams.js";
+import { S, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, makeDue, pollWork, streamIdOf, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/**
- * A poll that must claim fresh work. The snapshot fence holds a claim back while any older write
- * transaction of the server is open (other test files share it), so an idle poll, which changed
- * nothing, is repeated.
- */
-async function pollWork<T>(g: Consumer<T>, h: Handler<T>, opts: () => PollOptions): Promise<CycleReport> {
-  for (let i = 0; ; i++) {
-    const r = await g.poll(h, opts());
-    if (!r.idle || i >= 200) return r;
-    await sleep(50);
-  }
-}
 
 interface Lease {
   low: string;

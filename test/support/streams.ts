@@ -201,3 +201,16 @@ export async function setupProduced(t: TestClient, name: string, config: Record<
   for (let i = 1; i <= k; i++) await s.produce({ i });
   return { s, g, n: await streamIdOf(t, name), gid: await groupIdOf(t, "g", name) };
 }
+
+/**
+ * A poll that must claim fresh work. The snapshot fence holds a claim back while any older write
+ * transaction of the server is open (other test files share it), so an idle poll, which changed
+ * nothing, is repeated.
+ */
+export async function pollWork<T>(g: Consumer<T>, h: Handler<T>, opts: () => PollOptions): Promise<CycleReport> {
+  for (let i = 0; ; i++) {
+    const r = await g.poll(h, opts());
+    if (!r.idle || i >= 200) return r;
+    await new Promise((res) => setTimeout(res, 50));
+  }
+}
