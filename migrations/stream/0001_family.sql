@@ -150,17 +150,18 @@ END
 $fn$;
 
 -- Fresh range claim with the snapshot fence (SPEC §5.3.4 steps 1-6 and the lease of §5.3.5).
--- Returns no row when nothing was claimed (low = high), one row with id NULL for an empty range
--- (no lease written), else the range's deliverable messages (the caller orders them by id).
+-- Returns no row when nothing was claimed (low = high); otherwise a header row (r_low, r_high,
+-- id NULL) and then the range's deliverable messages (r_low, r_high NULL; the caller orders them
+-- by id; created_ms is created_at in epoch milliseconds, cheaper to parse than a timestamp).
 -- The range streams out in one pass; the lease, Tmax × ceil(n / c) + margin, is written after
--- it with n = the rows returned. Tmax is the group default unless a message may ask for more
+-- it with n = the rows returned, and only when there is a message. Tmax is the group default unless a message may ask for more
 -- (p_timeout_max > p_timeout_default): then it is read from the messages' options.
 CREATE OR REPLACE FUNCTION {{schema}}.claim_{{N}}(
   p_group BIGINT, p_batch BIGINT, p_head BIGINT, p_obs XID8, p_token UUID,
   p_timeout_default BIGINT, p_timeout_min BIGINT, p_timeout_max BIGINT,
   p_concurrency INTEGER, p_margin BIGINT, p_cap_ms BIGINT)
 RETURNS TABLE (r_low BIGINT, r_high BIGINT, id BIGINT, message_key TEXT,
-               compaction_rank BIGINT, payload JSONB, options JSONB, created_at TIMESTAMPTZ)
+               compaction_rank BIGINT, payload JSONB, options JSONB, created_ms FLOAT8)
 LANGUAGE plpgsql VOLATILE AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -194,21 +195,20 @@ BEGIN
    WHERE consumer_group_id = p_group;
   IF v_high = v_low THEN RETURN; END IF;
 
+  RETURN QUERY SELECT v_low, v_high, NULL::bigint, NULL::text, NULL::bigint, NULL::jsonb,
+                      NULL::jsonb, NULL::float8;
   -- This statement's fresh snapshot sees every id <= the gate that will ever commit.
   RETURN QUERY
-  SELECT v_low, v_high, m.id, m.message_key, m.compaction_rank, m.payload, m.options, m.created_at
+  SELECT NULL::bigint, NULL::bigint, m.id, m.message_key, m.compaction_rank, m.payload, m.options,
+         date_part('epoch', m.created_at) * 1000
     FROM {{schema}}.message_log_{{N}} m
    WHERE m.id > v_low AND m.id <= v_high
      AND (m.compaction_rank IS NULL OR EXISTS (
            SELECT 1 FROM {{schema}}.compaction_head_{{N}} h
             WHERE h.compaction_key = m.message_key AND h.message_id = m.id));
   GET DIAGNOSTICS v_n = ROW_COUNT;
-  IF v_n = 0 THEN
-    -- Nothing to deliver (gaps, filtered non-heads): no lease; the cursor advance passes the ids.
-    RETURN QUERY SELECT v_low, v_high, NULL::bigint, NULL::text, NULL::bigint, NULL::jsonb,
-                        NULL::jsonb, NULL::timestamptz;
-    RETURN;
-  END IF;
+  -- Nothing to deliver (gaps, filtered non-heads): no lease; the cursor advance passes the ids.
+  IF v_n = 0 THEN RETURN; END IF;
   v_tmax := p_timeout_default;
   IF p_timeout_max > p_timeout_default THEN
     SELECT GREATEST(

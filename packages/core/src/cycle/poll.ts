@@ -19,7 +19,8 @@ interface RawMessage {
   compaction_rank: string | null;
   payload: unknown;
   options: MessageOptions | null;
-  created_at: Date;
+  /** A Date, or epoch milliseconds where claim_N returns it so. */
+  created_at: Date | number;
 }
 interface RangeMessage extends RawMessage {
   resolved: ResolvedMessage;
@@ -241,12 +242,12 @@ async function claimPhase<T>(ctx: Ctx<T>, L: LoadRow): Promise<boolean> {
     return false;
   }
   ctx.report.rangesClaimed++;
-  const first = r.rows[0];
-  if (first.id === null) {
+  const first = r.rows[0]; // the header row: low and high of the range
+  if (r.rows.length === 1) {
     ctx.advance = true; // an empty range: no lease, the advance passes its ids
     return true;
   }
-  const msgs = byId(r.rows);
+  const msgs = byId(r.rows.slice(1));
   // The same formula the function used, from this side's resolutions: never longer than the lease.
   const leaseMs = rangeLeaseMs(ctx, msgs.map((m) => resolve(ctx, m).timeout));
   await runRange(ctx, { token, low: first.low, high: first.high, leaseMs, msgs }, sentAt);
@@ -521,7 +522,8 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
 }
 
 function message<T>(ctx: Ctx<T>, m: RawMessage, attempt: number, delays: number): RunMessage<T> {
-  return new RunMessage<T>(m.id, m.payload as T, m.message_key, attempt, delays, ctx.stream, ctx.group, m.created_at);
+  const createdAt = typeof m.created_at === "number" ? new Date(m.created_at) : m.created_at;
+  return new RunMessage<T>(m.id, m.payload as T, m.message_key, attempt, delays, ctx.stream, ctx.group, createdAt);
 }
 
 // ---------------------------------------------------------------------------------------------

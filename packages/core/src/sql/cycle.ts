@@ -82,7 +82,7 @@ export function advance(t: Tables): string {
 
 export function claim(t: Tables): string {
   return `SELECT r_low::text AS low, r_high::text AS high, id::text AS id, message_key,
-                 compaction_rank::text AS compaction_rank, payload, options, created_at
+                 compaction_rank::text AS compaction_rank, payload, options, created_ms AS created_at
             FROM ${t.fn("claim")}($1, $2, $3, $4::xid8, $5, $6, $7, $8, $9, $10, $11)`;
 }
 
