@@ -6,10 +6,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it, vi } from "vitest";
 import type { CycleReport, Message } from "@sqlstreams/core";
-import { useFreshDatabase } from "./support/db.js";
-import { checkInvariants } from "./support/invariants.js";
-import { spawnNode, type NodeChild } from "./support/processes.js";
-import { S, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, pollWork, setupProduced, streamIdOf, testClient } from "./support/streams.js";
+import { useFreshDatabase } from "../support/db.js";
+import { checkInvariants } from "../support/invariants.js";
+import { spawnNode, type NodeChild } from "../support/processes.js";
+import { S, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, pollWork, setupProduced, streamIdOf, testClient } from "../support/streams.js";
 
 const url = useFreshDatabase();
 

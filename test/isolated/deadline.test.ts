@@ -4,9 +4,9 @@
 // released; every lease is capped at deadline + recordMargin.
 import { beforeAll, describe, expect, it } from "vitest";
 import type { Message } from "@sqlstreams/core";
-import { useFreshDatabase } from "./support/db.js";
-import { checkInvariants } from "./support/invariants.js";
-import { S, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, makeDue, pollWork, streamIdOf, testClient } from "./support/streams.js";
+import { useFreshDatabase } from "../support/db.js";
+import { checkInvariants } from "../support/invariants.js";
+import { S, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, makeDue, pollWork, streamIdOf, testClient } from "../support/streams.js";
 
 const url = useFreshDatabase();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
