@@ -4,7 +4,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { Permanent } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
 import { spawnNode } from "./support/processes.js";
-import { testClient, type TestClient } from "./support/streams.js";
+import { S, committed, drainUntil, streamIdOf, testClient, type TestClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -233,5 +233,24 @@ describe("sqlstreams (CLI)", () => {
     expect(again.stderr).toMatch(/^error SQL\d{4}: /);
     const st = await cli(["status", "--json"]);
     expect((st.json() as { groups: { stream: string }[] }).groups.map((x) => x.stream)).toEqual(["orders.placed"]);
+  });
+
+  it("status names a lagging group that holds the stream's retention", async () => {
+    const s = t.client.stream<{ n: number }>("kept.events");
+    await s.register({ retention: 1_000 });
+    const fast = s.consumer("fast");
+    const slow = s.consumer("slow");
+    await fast.register();
+    await slow.register();
+    for (let i = 1; i <= 3; i++) await s.produce({ n: i });
+    await drainUntil(fast, committed("3"));
+    const sid = await streamIdOf(t, "kept.events");
+    await t.sql(`UPDATE ${S}.message_log_${sid} SET created_at = now() - interval '1 hour'`);
+    const human = await cli(["status", "--stream", "kept.events"]);
+    expect(human.code).toBe(0);
+    expect(human.stdout).toMatch(/note: kept\.events\/slow holds the stream's retention for [0-9hms]+: expired messages above its position \(floor 0\)/);
+    expect(human.stdout).not.toMatch(/kept\.events\/fast holds/);
+    const j = (await cli(["status", "--stream", "kept.events", "--json"])).json() as { groups: { group: string; retention: { held: boolean; heldBy: string | null } }[] };
+    expect(j.groups.find((g) => g.group === "slow")?.retention).toMatchObject({ held: true, heldBy: "slow" });
   });
 });

@@ -87,6 +87,10 @@ export async function status(ctx: Ctx, v: Values): Promise<void> {
       );
     }
     if (p.paused) notes.push(`${p.stream}/${p.group} is paused: it consumes nothing and holds retention; \`sqlstreams resume --stream ${p.stream} --group ${p.group}\``);
+    if (p.retention.held && p.retention.heldBy === p.group) {
+      const since = p.retention.heldForMs === null ? "" : ` for ${age(p.retention.heldForMs)}`;
+      notes.push(`${p.stream}/${p.group} holds the stream's retention${since}: expired messages above its position (floor ${p.retention.floor}) cannot be removed until it catches up`);
+    }
     if (p.expiredLeases > 0) notes.push(`${p.stream}/${p.group}: ${p.expiredLeases} expired lease(s) — a poll crashed or timed out; the next poll reclaims them`);
   }
   if (ctx.json) {
