@@ -8,9 +8,9 @@
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { type CycleReport, type Message, Permanent, SqlStreamsError } from "@sqlstreams/core";
-import { baseDatabaseUrl, useFreshDatabase } from "./support/db.js";
-import { spawnNode } from "./support/processes.js";
-import { S, type TestClient, cursor, dlRows, eqRows, groupIdOf, makeDue, streamIdOf, testClient } from "./support/streams.js";
+import { baseDatabaseUrl, useFreshDatabase } from "../support/db.js";
+import { spawnNode } from "../support/processes.js";
+import { S, type TestClient, cursor, dlRows, eqRows, groupIdOf, makeDue, streamIdOf, testClient } from "../support/streams.js";
 
 const url = useFreshDatabase();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -164,9 +164,10 @@ describe("a poll that fails", () => {
     for (const [i, key] of [[1, "a"], [2, "b"], [3, "b"], [4, "a"]] as const) await s.produce({ i }, { key });
     const n = await streamIdOf(t, "fail.range");
     const gid = await groupIdOf(t, "g", "fail.range");
-    // Chains: a = [1, 4], b = [2, 3]. 1 runs for 1.3 s; 2 cuts the database off for 1 s (longer
-    // than the statement retries), so the key lease of 3 cannot be taken and the poll fails
-    // while 1 is still running.
+    // Chains: a = [1, 4], b = [2, 3]. 1 runs for 1.8 s; 2 cuts the database off for 1.2 s and
+    // runs 300 ms more, so 3's key lease (taken with 2's when the range started) no longer covers
+    // 3's run and must be renewed while the database is away (longer than the statement
+    // retries): the poll fails while 1 is still running.
     const starts: { id: string; at: number }[] = [];
     let back: Promise<void> | undefined;
     let threwAt = 0;
@@ -174,8 +175,11 @@ describe("a poll that fails", () => {
     // ran nothing and is repeated.)
     const poll = () => g.poll(async (m) => {
       starts.push({ id: m.id, at: Date.now() });
-      if (m.id === "1") await sleep(1_300);
-      if (m.id === "2") back = (await outage(1_000)).over;
+      if (m.id === "1") await sleep(1_800);
+      if (m.id === "2") {
+        back = (await outage(1_200)).over;
+        await sleep(300);
+      }
     }, { batchLimit: 4, concurrency: 2 });
     let err: unknown = null;
     for (let i = 0; i < 200 && err === null && starts.length === 0; i++) {
