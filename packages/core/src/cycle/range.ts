@@ -1,0 +1,330 @@
+// The range phase of a poll (SPEC §5.3): reclaim an expired range (or quarantine it), else claim a
+// fresh one behind the snapshot fence; dispatch its messages in chains; record the outcomes.
+import { randomUUID } from "node:crypto";
+import type pg from "pg";
+import { timeoutBounds } from "../config.js";
+import { query, queryRetry, sleep, transactionRetry } from "../db.js";
+import * as S from "../sql/cycle.js";
+import {
+  type Ctx, type LoadRow, type RangeMessage, type RawMessage, aborted, big, byId, leaseCap, logDead, logNotStarted,
+  lostLease, mayStart, message, resolve,
+} from "./context.js";
+import { type Plan, type RunOutcome, plan } from "./plan.js";
+import { runHandler } from "./run.js";
+
+// ---------------------------------------------------------------------------------------------
+// Range phase
+// ---------------------------------------------------------------------------------------------
+
+interface TakenRange {
+  token: string;
+  low: string;
+  high: string;
+  leaseMs: number;
+  msgs: RawMessage[];
+}
+
+/** Pauses before asking the fence again while older write transactions are still open. */
+const FENCE_WAITS_MS = [5, 10, 20, 40, 80, 160, 320, 400];
+
+export async function claimPhase<T>(ctx: Ctx<T>, L: LoadRow): Promise<boolean> {
+  const tb = timeoutBounds(ctx.g);
+  const token = randomUUID();
+  let sentAt: number;
+  let r: pg.QueryResult<RawMessage & { low: string; high: string }>;
+  for (let wait = 0; ; wait++) {
+    sentAt = Date.now();
+    r = await queryRetry<RawMessage & { low: string; high: string }>(ctx.db, S.claim(ctx.t), [
+      ctx.groupId, ctx.o.batchLimit, L.head, L.obs, token, tb.def, tb.min, tb.max, ctx.o.concurrency, ctx.o.recordMargin, leaseCap(ctx),
+    ]);
+    // No row with a non-idle observation means the fence could not prove the head yet: a write
+    // transaction older than the observation is still open somewhere in the cluster. They are
+    // usually milliseconds from committing, so ask again a few times before giving up.
+    if (r.rowCount !== 0 || wait >= FENCE_WAITS_MS.length || ctx.stop || aborted(ctx)) break;
+    if (ctx.o.deadline !== undefined && ctx.o.deadline - Date.now() < ctx.o.recordMargin + FENCE_WAITS_MS[wait]) break;
+    await sleep(FENCE_WAITS_MS[wait]);
+  }
+  if (r.rowCount === 0) {
+    ctx.fenceBlocked = true;
+    return false;
+  }
+  ctx.report.rangesClaimed++;
+  const first = r.rows[0]; // the header row: low and high of the range
+  if (r.rows.length === 1) {
+    ctx.advance = true; // an empty range: no lease, the advance passes its ids
+    return true;
+  }
+  const msgs = byId(r.rows.slice(1));
+  // The same formula the function used, from this side's resolutions: never longer than the lease.
+  const leaseMs = rangeLeaseMs(ctx, msgs.map((m) => resolve(ctx, m).timeout));
+  await runRange(ctx, { token, low: first.low, high: first.high, leaseMs, msgs }, sentAt);
+  return true;
+}
+
+export async function reclaimPhase<T>(ctx: Ctx<T>): Promise<boolean> {
+  const { db, t, g } = ctx;
+  const sentAt = Date.now();
+  const taken = await transactionRetry(db, async (c): Promise<TakenRange | "none" | "done"> => {
+    const l = await query<{ token: string; low: string; high: string; reclaims: number; released: boolean }>(db, c, S.lockExpiredRange(t), [ctx.groupId]);
+    if (l.rowCount === 0) return "none";
+    const lease = l.rows[0];
+    const reclaims = lease.released ? lease.reclaims : lease.reclaims + 1;
+    const msgs = (await query<RawMessage>(db, c, S.readRange(t), [lease.low, lease.high])).rows;
+    if (lease.released) ctx.report.rangesResumed++;
+    else {
+      ctx.report.rangesReclaimed++;
+      db.events.emit({ level: "warn", code: "SQL0035", message: `expired range (${lease.low}, ${lease.high}] reclaimed (reclaim ${reclaims})`, stream: ctx.stream, group: ctx.group, low: lease.low, high: lease.high, reclaims });
+    }
+    if (reclaims >= g.maxRangeReclaims || msgs.length === 0) {
+      if (msgs.length > 0) await quarantine(ctx, c, msgs);
+      await query(db, c, S.deleteRange(t), [ctx.groupId, lease.token]);
+      ctx.advance = true;
+      return "done";
+    }
+    const token = randomUUID();
+    const leaseMs = rangeLeaseMs(ctx, msgs.map((m) => resolve(ctx, m).timeout));
+    await query(db, c, S.takeOverRange(t), [ctx.groupId, lease.token, token, reclaims, leaseMs]);
+    return { token, low: lease.low, high: lease.high, leaseMs, msgs };
+  });
+  if (taken === "none") return false;
+  if (taken !== "done") await runRange(ctx, taken, sentAt);
+  return true;
+}
+
+/** §5.3.5: Tmax × ceil(n / c) + recordMargin, capped at deadline + recordMargin. */
+function rangeLeaseMs<T>(ctx: Ctx<T>, timeouts: number[]): number {
+  const tmax = Math.max(...timeouts);
+  const lease = tmax * Math.ceil(timeouts.length / ctx.o.concurrency) + ctx.o.recordMargin;
+  const cap = leaseCap(ctx);
+  return Math.max(1, cap === null ? lease : Math.min(lease, cap));
+}
+
+const QUARANTINE_TEXT = "quarantined: range reclaimed too many times";
+
+async function quarantine<T>(ctx: Ctx<T>, c: pg.PoolClient, msgs: RawMessage[]): Promise<void> {
+  const rows = msgs.map((m) => ({ message_id: m.id, message_key: m.message_key, concurrency: resolve(ctx, m).concurrency }));
+  const ins = await query<{ message_id: string }>(ctx.db, c, S.quarantineRows(ctx.t), [ctx.groupId, JSON.stringify(rows), QUARANTINE_TEXT]);
+  if (ctx.mode !== "off" && ins.rows.length > 0) {
+    const dl = ins.rows.map((r) => ({ message_id: r.message_id, attempt: 0, status: "failure", error: QUARANTINE_TEXT }));
+    await query(ctx.db, c, S.insertDeliveryLog(ctx.t), [ctx.groupId, JSON.stringify(dl)]);
+  }
+  ctx.report.rangesQuarantined++;
+  ctx.db.events.emit({ level: "warn", code: "SQL0036", message: `range quarantined into ${ins.rows.length} exception row(s)`, stream: ctx.stream, group: ctx.group, ids: ins.rows.map((r) => r.message_id) });
+}
+
+function keyed(m: RangeMessage): boolean {
+  return m.resolved.concurrency !== "parallel" && m.message_key !== null;
+}
+
+/** Same-key exclusive/ordered messages form serial chains; everything else runs alone (§7.4). */
+function chains(msgs: RangeMessage[]): RangeMessage[][] {
+  const units: RangeMessage[][] = [];
+  const byKey = new Map<string, RangeMessage[]>();
+  for (const m of msgs) {
+    if (m.resolved.concurrency !== "parallel" && m.message_key !== null) {
+      const chain = byKey.get(m.message_key);
+      if (chain) {
+        chain.push(m);
+        continue;
+      }
+      const fresh = [m];
+      byKey.set(m.message_key, fresh);
+      units.push(fresh);
+    } else units.push([m]);
+  }
+  return units;
+}
+
+async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Promise<void> {
+  const { db, t, o } = ctx;
+  const msgs = range.msgs as RangeMessage[];
+  for (const m of msgs) m.resolved = resolve(ctx, m);
+  const outcomes = new Map<string, RunOutcome>();
+  const keyLeases: { k: string; t: string }[] = [];
+  const keyToken = msgs.some(keyed) ? randomUUID() : null;
+  /** A key lease covers one run: timeout + recordMargin, capped at deadline + recordMargin. */
+  const keyMs = (timeout: number) => {
+    const cap = leaseCap(ctx);
+    return cap === null ? timeout + o.recordMargin : Math.min(timeout + o.recordMargin, cap);
+  };
+  let leaseExpiry = sentAt + range.leaseMs;
+  // A lease sized for exactly one run (n <= c) is always a few ms short of timeout + margin by
+  // the time its messages start; that slack comes out of the recording margin, not a round trip.
+  const slack = Math.min(250, o.recordMargin / 4);
+  let lost = false;
+  let extending: Promise<boolean> | null = null;
+
+  const fits = async (timeout: number): Promise<boolean> => {
+    while (Date.now() + timeout + o.recordMargin - slack > leaseExpiry) {
+      if (!extending) {
+        const cap = leaseCap(ctx);
+        const ms = cap === null ? timeout + o.recordMargin : Math.min(timeout + o.recordMargin, cap);
+        const at = Date.now();
+        extending = queryRetry(db, S.extendRange(t), [ctx.groupId, range.token, ms]).then((r) => {
+          if (r.rowCount === 0) return false;
+          leaseExpiry = Math.max(leaseExpiry, at + ms);
+          return true;
+        });
+        const ok = await extending;
+        extending = null;
+        if (!ok) return false;
+        if (at + ms < Date.now() + timeout + o.recordMargin) return true; // capped by the deadline: nothing more to gain
+      } else if (!(await extending)) return false;
+    }
+    return true;
+  };
+
+  const runUnit = async (unit: RangeMessage[]) => {
+    let blockedBy: string | null = null;
+    for (const m of unit) {
+      const ordered = m.resolved.concurrency === "ordered";
+      if (blockedBy !== null && ordered) {
+        outcomes.set(m.id, { kind: "deferred", reason: `deferred: earlier message ${blockedBy} of this key in the range did not complete` });
+        continue;
+      }
+      if (!mayStart(ctx, m.resolved.timeout)) return;
+      if (Date.now() + m.resolved.timeout + o.recordMargin - slack > leaseExpiry && !(await fits(m.resolved.timeout))) {
+        lost = true;
+        ctx.stop = true;
+        return;
+      }
+      let outcome: RunOutcome | null = null;
+      if (keyed(m)) {
+        // §5.3.6 step 4. The chain's first member usually has its key lease already (taken for
+        // the whole range up front); a member whose lease would not cover its run, a later
+        // member without the lease, and a compacted member (whose head is checked at its start)
+        // take or renew it now, under the range's key token.
+        const k = m.message_key as string;
+        const ks = keys.get(k) ?? { held: false, expiry: 0, result: "busy" as string | null };
+        keys.set(k, ks);
+        const need = m.compaction_rank !== null || (ks.held ? Date.now() + m.resolved.timeout + o.recordMargin - slack > ks.expiry : m !== unit[0] || !asked);
+        let res = ks.result;
+        if (need) {
+          const ms = keyMs(m.resolved.timeout);
+          const at = Date.now();
+          const r = await queryRetry<{ result: string | null }>(db, S.takeKey(t), [
+            ctx.groupId, k, keyToken, ms, m.id, ordered, range.low, range.high, m.compaction_rank !== null,
+          ]);
+          res = r.rows[0].result;
+          if (res === null) {
+            if (!ks.held) keyLeases.push({ k, t: keyToken as string });
+            ks.held = true;
+            ks.expiry = at + ms;
+          }
+        }
+        if (res !== null) {
+          if (res === "busy") outcome = { kind: "deferred", reason: "deferred: key busy" };
+          else if (res.startsWith("pred:")) outcome = { kind: "deferred", reason: `deferred: ordered predecessor ${res.slice(5)} unresolved` };
+          else outcome = { kind: "superseded", head: res.slice("superseded:".length) };
+        }
+      }
+      if (outcome === null) {
+        ctx.report.started++;
+        outcome = await runHandler(ctx.handler, message(ctx, m, 0, 0), m.resolved.timeout);
+        if (outcome.kind === "success") {
+          outcomes.set(m.id, outcome);
+          continue;
+        }
+      }
+      outcomes.set(m.id, outcome);
+      if (outcome.kind !== "superseded") {
+        const p = plan(outcome, 0, 0, m.resolved, ctx.g.exceptionInitialBackoff, ctx.mode);
+        if (p.row.status !== "dead") blockedBy = blockedBy ?? m.id;
+      }
+    }
+  };
+
+  const units = chains(msgs);
+  // The key leases of the chains' first members in one round trip (not the compacted ones: their
+  // head is checked at their start). Each lease covers one run; released when the range records.
+  const keys = new Map<string, { held: boolean; expiry: number; result: string | null }>();
+  let asked = false;
+  if (keyToken !== null && !ctx.stop && !aborted(ctx)) {
+    const wanted = units
+      .filter((u) => keyed(u[0]) && u[0].compaction_rank === null)
+      .map((u) => ({
+        k: u[0].message_key as string,
+        id: u[0].id,
+        ordered: u[0].resolved.concurrency === "ordered",
+        ms: keyMs(u[0].resolved.timeout),
+      }));
+    if (wanted.length > 0) {
+      const at = Date.now();
+      const ms = new Map(wanted.map((w) => [w.k, w.ms]));
+      const r = await queryRetry<{ k: string; result: string | null }>(db, S.takeKeys(t), [
+        ctx.groupId, keyToken, range.low, range.high, JSON.stringify(wanted),
+      ]);
+      for (const row of r.rows) {
+        keys.set(row.k, { held: row.result === null, expiry: at + (ms.get(row.k) ?? 0), result: row.result });
+        if (row.result === null) keyLeases.push({ k: row.k, t: keyToken });
+      }
+    }
+    asked = true;
+  }
+  let next = 0;
+  // A database error in one unit stops new starts; the running handlers finish and the prefix
+  // they resolved is recorded before the error is thrown (§5.8).
+  let failure = null as { e: unknown } | null;
+  const worker = async () => {
+    while (!ctx.stop && next < units.length) {
+      try {
+        await runUnit(units[next++]);
+      } catch (e) {
+        failure ??= { e };
+        ctx.stop = true;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(o.concurrency, units.length) }, worker));
+
+  if (lost) {
+    lostLease(ctx, `range (${range.low}, ${range.high}]`);
+    if (keyLeases.length) await queryRetry(db, S.recordRange(t), [ctx.groupId, randomUUID(), null, null, "[]", "[]", JSON.stringify(keyLeases)]);
+    return;
+  }
+  // The contiguous prefix of messages with an outcome is recorded; the rest is released (§5.3.7).
+  const firstOpen = msgs.find((m) => !outcomes.has(m.id));
+  const keepFrom = firstOpen ? (big(firstOpen.id) - 1n).toString() : null;
+  const recorded = firstOpen ? msgs.filter((m) => big(m.id) < big(firstOpen.id)) : msgs;
+  if (firstOpen) {
+    ctx.report.rangesPartial++;
+    if (!failure) logNotStarted(ctx, msgs.filter((m) => !outcomes.has(m.id)).length);
+  }
+  const eq: unknown[] = [];
+  const dl: unknown[] = [];
+  const plans: [RangeMessage, Plan][] = [];
+  let plainSuccesses = 0;
+  for (const m of recorded) {
+    const out = outcomes.get(m.id) as RunOutcome;
+    if (out.kind === "success" && ctx.mode !== "all") {
+      plainSuccesses++;
+      continue;
+    }
+    const p = plan(out, 0, 0, m.resolved, ctx.g.exceptionInitialBackoff, ctx.mode);
+    plans.push([m, p]);
+    if (p.row.status !== "delete" && p.row.status !== "superseded") {
+      eq.push({
+        message_id: m.id, status: p.row.status, message_key: m.message_key, concurrency: m.resolved.concurrency,
+        attempts: p.row.attempts, delays: p.row.delays, run_after_ms: p.row.runAfterMs ?? 0, last_error: p.row.lastError,
+      });
+    }
+    if (p.log) dl.push({ message_id: m.id, attempt: p.log.attempt, status: p.log.status, error: p.log.error });
+  }
+  const r = await queryRetry<{ committed: string | null }>(db, S.recordRange(t), [
+    ctx.groupId, range.token, keepFrom, firstOpen ? randomUUID() : null,
+    eq.length ? JSON.stringify(eq) : null, dl.length ? JSON.stringify(dl) : null, keyLeases.length ? JSON.stringify(keyLeases) : null,
+  ]);
+  const committed = r.rows[0].committed;
+  if (committed === null) {
+    lostLease(ctx, `range (${range.low}, ${range.high}]`);
+    return;
+  }
+  ctx.report.committedAfter = committed;
+  ctx.report.succeeded += plainSuccesses;
+  for (const [m, p] of plans) {
+    ctx.report[p.counter]++;
+    if (p.row.status === "dead") logDead(ctx, m.id, p.row.lastError);
+  }
+  if (failure) throw failure.e;
+}
+
