@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { SqlStreamsError } from "@sqlstreams/core";
+import { SqlStreams, SqlStreamsError } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
 import { S, count, groupIdOf, streamIdOf, testClient } from "./support/streams.js";
 
@@ -152,6 +152,47 @@ describe("producing (SPEC §3, C22–C24, C28)", () => {
     const b = await fresh.client.stream("small.parts").produceBatch(Array.from({ length: 25 }, (_, i) => ({ payload: { i } })));
     expect(b.map((x) => Number(x.id) - Number(b[0].id))).toEqual(Array.from({ length: 25 }, (_, i) => i));
     expect(await count(t, `message_log_${n}`)).toBe(20 + 25);
+  });
+
+  it("produceInTx recovers a missing partition on another connection, or fails SQL0022 leaving the transaction usable", async () => {
+    const t = testClient(url());
+    const s = t.client.stream("tx.parts");
+    await s.register({ partitionSize: 10 });
+    const n = await streamIdOf(t, "tx.parts");
+    await s.produceBatch(Array.from({ length: 5 }, (_, i) => ({ payload: { i } })));
+    await t.sql(`SELECT setval('${S}.message_log_${n}_id_seq', 19)`); // the next id needs partition 2
+    await t.sql(`DROP TABLE IF EXISTS ${S}.message_log_${n}_2`);
+    const c = await t.pool.connect();
+    try {
+      await c.query("BEGIN");
+      const r = await s.produceInTx(c, { in: "tx" });
+      await c.query("COMMIT");
+      expect(Number(r.id)).toBeGreaterThanOrEqual(20);
+      expect(t.events.some((e) => e.code === "SQL0041")).toBe(true);
+    } finally {
+      c.release();
+    }
+    // A client whose only connection is the caller's: no connection can be had for the DDL.
+    const pg1 = new (await import("pg")).default.Pool({ connectionString: url(), max: 1 });
+    const lone = new SqlStreams({ pool: pg1, logger: () => {} });
+    const ls = lone.stream("tx.parts");
+    await ls.produce({ warm: true }); // the client knows the stream before its one connection is taken
+    await t.sql(`SELECT setval('${S}.message_log_${n}_id_seq', 39)`); // the next id needs partition 4
+    await t.sql(`DROP TABLE IF EXISTS ${S}.message_log_${n}_4`);
+    const only = await pg1.connect();
+    try {
+      await only.query("BEGIN");
+      await only.query("CREATE TEMP TABLE caller_work (x int)");
+      const started = Date.now();
+      expect(await codeOf(ls.produceInTx(only, { in: "tx" }))).toBe("SQL0022");
+      expect(Date.now() - started).toBeGreaterThanOrEqual(1_900);
+      await only.query("INSERT INTO caller_work VALUES (1)"); // the caller's transaction is still usable
+      await only.query("COMMIT");
+    } finally {
+      only.release();
+      await lone.close();
+      await pg1.end();
+    }
   });
 
   it("stream registration: whole replacement of settings, immutable partitionSize (SQL0011)", async () => {

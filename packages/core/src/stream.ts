@@ -342,8 +342,28 @@ export class Stream<T = unknown> {
     }
   }
 
-  /** Creates every partition covering the next n ids after an insert found none (SQL0041). */
-  private async recoverPartitions(info: StreamInfo, n: number, _timeoutMs?: number): Promise<void> {
+  /**
+   * Creates every partition covering the next n ids after an insert found none (SQL0041). With
+   * `timeoutMs` (produceInTx: the caller's connection is busy in its transaction, so the work
+   * needs another pooled one) it gives up after that long; creating a partition is idempotent,
+   * so work still under way when it gives up does no harm.
+   */
+  private async recoverPartitions(info: StreamInfo, n: number, timeoutMs?: number): Promise<void> {
+    if (timeoutMs === undefined) return this.createPartitionsAhead(info, n);
+    let timer: NodeJS.Timeout | undefined;
+    const expired = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no partition could be created within ${timeoutMs} ms`)), timeoutMs);
+    });
+    const work = this.createPartitionsAhead(info, n);
+    work.catch(() => {});
+    try {
+      await Promise.race([work, expired]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private async createPartitionsAhead(info: StreamInfo, n: number): Promise<void> {
     const db = this.client.db;
     const next = await nextSequenceValue(db, info.id);
     const first = next / info.partitionSize;
