@@ -56,7 +56,9 @@ export function validateKey(v: unknown, what: "key" | "idempotencyKey"): string 
  * no BigInt, cycle, function, symbol, non-finite number or U+0000, and not undefined.
  */
 export function encodePayload(payload: unknown): string {
-  checkJson(payload, "payload", new Set());
+  // The fast walk builds no paths; only a payload it cannot vouch for gets the careful walk,
+  // which finds and names the offending value (or clears a deep but valid payload).
+  if (!plainJson(payload, 0)) checkJson(payload, "payload", new Set());
   let text: string | undefined;
   try {
     text = JSON.stringify(payload);
@@ -65,6 +67,45 @@ export function encodePayload(payload: unknown): string {
   }
   if (typeof text !== "string") throw new SqlStreamsError("SQL0016", "payload encodes to nothing (undefined)", { path: "payload" });
   return text;
+}
+
+const hasOwn = Object.prototype.hasOwnProperty;
+
+/** True when the value certainly stores as JSON unchanged; false means "look closer". */
+function plainJson(v: unknown, depth: number): boolean {
+  switch (typeof v) {
+    case "string":
+      return v.indexOf("\u0000") === -1;
+    case "number":
+      return Number.isFinite(v);
+    case "boolean":
+      return true;
+    case "undefined":
+      return depth > 0;
+    case "object": {
+      if (v === null) return true;
+      if (depth > 100) return false; // deep, or a cycle: the careful walk decides
+      const withToJson = v as { toJSON?: () => unknown };
+      if (typeof withToJson.toJSON === "function") return plainJson(withToJson.toJSON(), depth + 1);
+      if (Array.isArray(v)) {
+        for (let i = 0; i < v.length; i++) {
+          const x: unknown = v[i];
+          if (x === undefined || typeof x === "function" || typeof x === "symbol" || !plainJson(x, depth + 1)) return false;
+        }
+        return true;
+      }
+      for (const k in v) {
+        if (!hasOwn.call(v, k)) continue;
+        if (k.indexOf("\u0000") !== -1) return false;
+        const x: unknown = (v as Record<string, unknown>)[k];
+        if (typeof x === "function" || typeof x === "symbol") return false;
+        if (x !== undefined && !plainJson(x, depth + 1)) return false;
+      }
+      return true;
+    }
+    default:
+      return false; // bigint, function, symbol
+  }
 }
 
 function bad(path: string, why: string): never {
