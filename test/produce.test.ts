@@ -1,19 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { SqlStreams, SqlStreamsError } from "@sqlstreams/core";
+import { SqlStreams } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
-import { S, count, groupIdOf, streamIdOf, testClient } from "./support/streams.js";
+import { S, codeOf, count, groupIdOf, streamIdOf, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 
-async function codeOf(p: Promise<unknown> | (() => unknown)): Promise<string> {
-  try {
-    await (typeof p === "function" ? p() : p);
-  } catch (e) {
-    expect(e).toBeInstanceOf(SqlStreamsError);
-    return (e as SqlStreamsError).code;
-  }
-  throw new Error("expected a SqlStreamsError");
-}
 
 describe("producing (SPEC §3, C22–C24, C28)", () => {
   it("C22: idempotency keys dedupe while retained, as v5 UUIDs or verbatim UUIDs", async () => {

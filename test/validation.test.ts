@@ -1,22 +1,10 @@
 import { describe, expect, it } from "vitest";
 import { SqlStreams, SqlStreamsError } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
-import { S, streamIdOf, testClient } from "./support/streams.js";
+import { S, codeOf, streamIdOf, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 
-async function codeOf(p: Promise<unknown> | (() => unknown)): Promise<string> {
-  try {
-    await (typeof p === "function" ? p() : p);
-  } catch (e) {
-    expect(e).toBeInstanceOf(SqlStreamsError);
-    const err = e as SqlStreamsError;
-    expect(err.message).toContain(err.code);
-    expect(err.message).toContain("fix:");
-    return err.code;
-  }
-  throw new Error("expected a SqlStreamsError");
-}
 
 /** Row counts of every table in the schema, to prove a rejected call changed nothing. */
 async function snapshot(t: ReturnType<typeof testClient>): Promise<Record<string, number>> {

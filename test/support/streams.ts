@@ -1,8 +1,8 @@
 // Shared helpers for scenario tests: a client whose events are captured, and table readers.
 import pg from "pg";
-import { afterAll } from "vitest";
+import { afterAll, expect } from "vitest";
 import {
-  SqlStreams, type ConsumerConfig, type Consumer, type CycleReport, type Handler, type LogEvent, type PollOptions, type Progress, type StreamOptions,
+  SqlStreams, SqlStreamsError, type ConsumerConfig, type Consumer, type CycleReport, type Handler, type LogEvent, type PollOptions, type Progress, type StreamOptions,
 } from "@sqlstreams/core";
 
 export interface TestClient {
@@ -213,4 +213,21 @@ export async function pollWork<T>(g: Consumer<T>, h: Handler<T>, opts: () => Pol
     if (!r.idle || i >= 200) return r;
     await new Promise((res) => setTimeout(res, 50));
   }
+}
+
+/**
+ * The code of the SqlStreamsError that a call or promise throws; fails the test when it throws
+ * nothing or something else, or when the message lacks its code or its fix.
+ */
+export async function codeOf(p: Promise<unknown> | (() => unknown)): Promise<string> {
+  try {
+    await (typeof p === "function" ? p() : p);
+  } catch (e) {
+    expect(e).toBeInstanceOf(SqlStreamsError);
+    const err = e as SqlStreamsError;
+    expect(err.message).toContain(err.code);
+    expect(err.message).toContain("fix:");
+    return err.code;
+  }
+  throw new Error("expected a SqlStreamsError");
 }
