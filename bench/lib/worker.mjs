@@ -44,7 +44,11 @@ async function drainRole() {
   return { cpu, totals, check: tally.result(), roundTrips: stats.count, statements: stats.top(10), errors, maxBacklog, latencies };
 }
 
-async function produceRole() {
+/**
+ * A producing role: a client with 4 warm connections, started on the shared start line, with
+ * round trips counted and CPU measured from there; `body(stream)` returns the role's extra fields.
+ */
+async function producerRole(body) {
   const stats = new QueryStats();
   const { client, pool, close } = await openClient(d.url, 4, stats, errors);
   try {
@@ -53,6 +57,15 @@ async function produceRole() {
     await startLine();
     stats.reset();
     const cpu = new CpuMeter().start();
+    const extra = await body(stream);
+    return { cpu: cpu.stop(), ok: true, roundTrips: stats.count, ...extra, errors };
+  } finally {
+    await close();
+  }
+}
+
+function produceRole() {
+  return producerRole(async (stream) => {
     const end = Date.now() + d.timeoutMs;
     await produceRange(stream, 0, d.n, {
       gate: async () => {
@@ -63,21 +76,12 @@ async function produceRole() {
       },
       onProduced: (k) => Atomics.add(sh, 0, k),
     });
-    return { cpu: cpu.stop(), ok: true, roundTrips: stats.count, errors };
-  } finally {
-    await close();
-  }
+    return {};
+  });
 }
 
-async function pacedRole() {
-  const stats = new QueryStats();
-  const { client, pool, close } = await openClient(d.url, 4, stats, errors);
-  try {
-    const stream = client.stream(STREAM);
-    await Promise.all(Array.from({ length: 4 }, () => pool.query("SELECT 1")));
-    await startLine();
-    stats.reset();
-    const cpu = new CpuMeter().start();
+function pacedRole() {
+  return producerRole(async (stream) => {
     const t0 = performance.now();
     const gap = 1000 / d.perSecond;
     const inflight = new Set();
@@ -95,10 +99,8 @@ async function pacedRole() {
       inflight.add(p);
     }
     await Promise.all(inflight);
-    return { cpu: cpu.stop(), ok: true, roundTrips: stats.count, late, errors };
-  } finally {
-    await close();
-  }
+    return { late };
+  });
 }
 
 async function floorReadRole() {
