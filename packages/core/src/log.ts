@@ -17,8 +17,6 @@ export const consoleLogger: Logger = (event) => {
   else console.warn(line);
 };
 
-export const silentLogger: Logger = () => {};
-
 const WINDOW_MS = 60_000;
 
 export class EventLog {

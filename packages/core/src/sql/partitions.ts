@@ -53,21 +53,3 @@ export async function nextSequenceValue(db: Db, streamId: string): Promise<bigin
   const row = r.rows[0];
   return row.is_called ? BigInt(row.last_value) + 1n : BigInt(row.last_value);
 }
-
-/** Indexes of the partitions that exist for a stream, ascending. */
-export async function listPartitions(db: Db, streamId: string): Promise<bigint[]> {
-  const r = await query<{ name: string }>(
-    db,
-    db.pool,
-    `SELECT c.relname AS name FROM pg_inherits i
-       JOIN pg_class c ON c.oid = i.inhrelid
-      WHERE i.inhparent = to_regclass($1)`,
-    [table(db.q, streamId, "message_log")],
-  );
-  const prefix = `message_log_${streamId}_`;
-  return r.rows
-    .map((x) => x.name)
-    .filter((n) => n.startsWith(prefix))
-    .map((n) => BigInt(n.slice(prefix.length)))
-    .sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
-}
