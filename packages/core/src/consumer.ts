@@ -8,7 +8,7 @@ import { type CycleReport, type Handler, addReport, emptyReport } from "./cycle/
 import { query, queryRetry, sleep, transaction } from "./db.js";
 import { type DestroyGroupResult, destroyGroup } from "./destroy.js";
 import { retentionStatus } from "./sql/maintain.js";
-import { SqlStreamsError } from "./errors.js";
+import { SqlStreamsError, groupNotRegistered } from "./errors.js";
 import * as A from "./sql/admin.js";
 import { type Tables, insertDeliveryLog, tables } from "./sql/cycle.js";
 
@@ -87,7 +87,7 @@ export class Consumer<T = unknown> {
   private async groupId(): Promise<{ streamId: string; t: Tables; groupId: string; config: ConsumerConfig }> {
     const { id, t } = await this.ctx();
     const r = await query<{ id: string; config: ConsumerConfig }>(this.client.db, this.client.db.pool, A.groupId(this.client.db.q), [id, this.name]);
-    if (r.rowCount === 0) throw new SqlStreamsError("SQL0010", `consumer group ${JSON.stringify(this.name)} is not registered on stream ${this.stream}`, { stream: this.stream, group: this.name });
+    if (r.rowCount === 0) throw groupNotRegistered(this.stream, this.name);
     return { streamId: id, t, groupId: r.rows[0].id, config: r.rows[0].config };
   }
 
@@ -152,7 +152,7 @@ export class Consumer<T = unknown> {
       paused: boolean; claimed: string; committed: string; head: string; open_leases: number; expired_leases: number;
       counts: Partial<Record<ExceptionStatus, number>>; oldest_ms: number | null;
     }>(db, A.progress(db.q, t), [id, this.name]);
-    if (r.rowCount === 0) throw new SqlStreamsError("SQL0010", `consumer group ${JSON.stringify(this.name)} is not registered on stream ${this.stream}`, { stream: this.stream, group: this.name });
+    if (r.rowCount === 0) throw groupNotRegistered(this.stream, this.name);
     const x = r.rows[0];
     const ret = await retentionStatus(db, id);
     const lag = BigInt(x.head) - BigInt(x.committed);
@@ -193,7 +193,7 @@ export class Consumer<T = unknown> {
   private async setPaused(paused: boolean): Promise<void> {
     const { id } = await this.ctx();
     const r = await query(this.client.db, this.client.db.pool, A.setPaused(this.client.db.q), [id, this.name, paused]);
-    if (r.rowCount === 0) throw new SqlStreamsError("SQL0010", `consumer group ${JSON.stringify(this.name)} is not registered on stream ${this.stream}`, { stream: this.stream, group: this.name });
+    if (r.rowCount === 0) throw groupNotRegistered(this.stream, this.name);
   }
 
   /**

@@ -65,3 +65,8 @@ export class SqlStreamsError extends Error {
 export function isSqlStreamsError(e: unknown, code?: ErrorCode): e is SqlStreamsError {
   return e instanceof SqlStreamsError && (code === undefined || e.code === code);
 }
+
+/** SQL0010 for a group that is not registered on its stream. */
+export function groupNotRegistered(stream: string, group: string): SqlStreamsError {
+  return new SqlStreamsError("SQL0010", `consumer group ${JSON.stringify(group)} is not registered on stream ${stream}`, { stream, group });
+}

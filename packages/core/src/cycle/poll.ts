@@ -2,7 +2,7 @@
 import type { SqlStreams } from "../client.js";
 import { type ResolvedPollOptions, groupResolution } from "../config.js";
 import { queryRetry } from "../db.js";
-import { SqlStreamsError, isSqlStreamsError } from "../errors.js";
+import { SqlStreamsError, groupNotRegistered, isSqlStreamsError } from "../errors.js";
 import * as S from "../sql/cycle.js";
 import { type Ctx, type LoadRow, aborted, big } from "./context.js";
 import { expirePhase, exceptionPhase } from "./exceptions.js";
@@ -27,7 +27,7 @@ export async function pollOnce<T>(
     const loaded = await queryRetry<LoadRow>(db, S.load(db.q, t), [info.id, group]);
     if (loaded.rowCount === 0) {
       await client.streamInfo(stream, true); // throws SQL0009 when the stream is gone
-      throw new SqlStreamsError("SQL0010", `consumer group ${JSON.stringify(group)} is not registered on stream ${stream}`, { stream, group });
+      throw groupNotRegistered(stream, group);
     }
     const L = loaded.rows[0];
     if (!L.has_cursor) throw new SqlStreamsError("SQL0010", `consumer group ${group} has no cursor on stream ${stream}`, { stream, group });
