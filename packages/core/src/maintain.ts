@@ -279,7 +279,8 @@ async function maintainOne(client: SqlStreams, s: MaintainedStream, deadline: nu
 /**
  * Drops partition j: first the partition's delivery-log rows in batches (audit rows of messages
  * that are expired and resolved by every group), so that the drop transaction, which blocks
- * producers for its duration, only deletes the few rows left; then the drop transaction.
+ * producers for its duration, only deletes the few rows left; then the drop transaction. A lock
+ * it cannot get (timeout) or a deadlock anywhere on the way skips the partition until the next run.
  */
 async function dropPartition(
   client: SqlStreams,
@@ -291,14 +292,14 @@ async function dropPartition(
   const db = client.db;
   const lo = j * s.partitionSize;
   const hi = lo + s.partitionSize;
-  for (;;) {
-    if (late()) return "stop";
-    const n = await deleteDeliveryLogBatch(db, s.id, lo, hi);
-    report.deliveryLogRowsDeleted += n;
-    if (n < BATCH) break;
-  }
-  if (late()) return "stop";
   try {
+    for (;;) {
+      if (late()) return "stop";
+      const n = await deleteDeliveryLogBatch(db, s.id, lo, hi);
+      report.deliveryLogRowsDeleted += n;
+      if (n < BATCH) break;
+    }
+    if (late()) return "stop";
     const r = await transaction(db, (c) => dropPartitionTx(db, c, s.id, s.partitionSize, j));
     if (r.outcome === "dropped") {
       report.exceptionRowsDeleted += r.exceptionRows;

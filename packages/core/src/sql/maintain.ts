@@ -175,6 +175,8 @@ export async function partitionExpired(db: Db, streamId: string, k: bigint, rete
 /**
  * Deletes up to one batch of delivery_log_N rows of messages in [lo, hi) ahead of a partition
  * drop, so that the drop transaction (which blocks producers) stays short. Returns rows deleted.
+ * Rows another session holds (a second maintain() deleting the same range, say) are skipped, not
+ * waited for: two deleters that each wait on rows the other locked first deadlock.
  */
 export async function deleteDeliveryLogBatch(db: Db, streamId: string, lo: bigint, hi: bigint): Promise<number> {
   const dl = table(db.q, streamId, "delivery_log");
@@ -182,7 +184,7 @@ export async function deleteDeliveryLogBatch(db: Db, streamId: string, lo: bigin
     db,
     db.pool,
     `DELETE FROM ${dl} WHERE id IN (
-       SELECT d.id FROM ${dl} d WHERE d.message_id >= $1 AND d.message_id < $2 LIMIT ${BATCH})`,
+       SELECT d.id FROM ${dl} d WHERE d.message_id >= $1 AND d.message_id < $2 LIMIT ${BATCH} FOR UPDATE SKIP LOCKED)`,
     [String(lo), String(hi)],
   );
   return r.rowCount ?? 0;
