@@ -40,7 +40,7 @@ export const ERROR_CODES = {
   SQL0038: { kind: "event", meaning: "kill backstop: a crash-looping row was made dead", fix: "find the message that crashes the process" },
   SQL0039: { kind: "event", meaning: "produced options were clamped to the group's bounds", fix: "align producer requests with messageMin/messageMax" },
   SQL0040: { kind: "event", meaning: "messages not started because of the deadline or an abort", fix: "lower the timeout or lengthen the function timeout" },
-  SQL0041: { kind: "event", meaning: "partition upkeep: create-ahead failed, a missing partition was recovered, or a drop was skipped on a lock timeout", fix: "check DDL rights and long transactions" },
+  SQL0041: { kind: "event", meaning: "partition upkeep: create-ahead failed, a missing partition was recovered, or a drop was skipped on a lock timeout or deadlock (retried on the next run)", fix: "check DDL rights and long transactions" },
   SQL0042: { kind: "error", meaning: "destroy refused: the group or stream still has live work", fix: "pause and let the work finish, or pass force" },
 } as const;
 
