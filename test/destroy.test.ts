@@ -5,7 +5,7 @@ import { isSqlStreamsError } from "@sqlstreams/core";
 // Internal entry points (the API wires them into consumer.destroy() and stream.destroy()).
 import { destroyGroup, destroyStream } from "../packages/core/dist/destroy.js";
 import { useFreshDatabase } from "./support/db.js";
-import { S, committed, count, drainUntil, expireLeases, groupIdOf, streamIdOf, testClient } from "./support/streams.js";
+import { S, committed, count, drainUntil, expireLeases, groupIdOf, streamIdOf, testClient, whileHeld } from "./support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -196,15 +196,7 @@ describe("destroy", () => {
     const s = t.client.stream("d.busy");
     await s.register();
     const n = await streamIdOf(t, "d.busy");
-    const c = await t.pool.connect();
-    try {
-      await c.query("BEGIN");
-      await c.query(`SELECT count(*) FROM ${S}.message_log_${n}`);
-      await expect(s.destroy()).rejects.toSatisfy(code("SQL0042"));
-    } finally {
-      await c.query("ROLLBACK");
-      c.release();
-    }
+    await whileHeld(t, `SELECT count(*) FROM ${S}.message_log_${n}`, () => expect(s.destroy()).rejects.toSatisfy(code("SQL0042")));
     await s.destroy();
     expect(await count(t, "stream_config", "name = 'd.busy'")).toBe(0);
   });

@@ -2,10 +2,9 @@
 // independent steps, the deadline, lock-timeout skips, concurrent runs, and the cost of a run with
 // nothing to do.
 import { describe, expect, it } from "vitest";
-import pg from "pg";
 import { Permanent, isSqlStreamsError } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
-import { S, committed, count, drainUntil, partitions, precreate, range, streamIdOf, testClient } from "./support/streams.js";
+import { S, committed, count, drainUntil, partitions, precreate, range, streamIdOf, testClient, whileHeld } from "./support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -186,11 +185,7 @@ describe("maintain() (SPEC §10)", () => {
     await s.produceBatch(range(1, 25).map((i) => ({ payload: i })));
     await t.sql(`UPDATE ${S}.message_log_${n} SET created_at = now() - interval '1 minute'`);
     // A long reader holds the log (as a slow failures() query or a produceInTx would).
-    const holder = new pg.Client({ connectionString: url() });
-    await holder.connect();
-    try {
-      await holder.query("BEGIN");
-      await holder.query(`SELECT count(*) FROM ${S}.message_log_${n}`);
+    await whileHeld(t, `SELECT count(*) FROM ${S}.message_log_${n}`, async () => {
       const started = Date.now();
       const r = await s.maintain();
       const took = Date.now() - started;
@@ -203,10 +198,7 @@ describe("maintain() (SPEC §10)", () => {
       expect(t.events.some((e) => e.code === "SQL0041" && String(e.message).includes("skipped"))).toBe(true);
       // Producers are not blocked behind the failed drop once it gave up.
       await s.produce(26);
-    } finally {
-      await holder.query("ROLLBACK");
-      await holder.end();
-    }
+    });
     const r2 = await s.maintain();
     expect(r2.errors).toEqual([]);
     expect(r2.partitionsDropped).toBe(2);
@@ -226,11 +218,7 @@ describe("maintain() (SPEC §10)", () => {
     await t.sql(`UPDATE ${S}.message_log_${n} SET created_at = now() - interval '1 minute'`);
     // Another deleter (a second maintain() on the same partition, say) holds one audit row of
     // partition 0. Waiting on it while holding others is how two deleters deadlock.
-    const holder = new pg.Client({ connectionString: url() });
-    await holder.connect();
-    try {
-      await holder.query("BEGIN");
-      await holder.query(`SELECT 1 FROM ${S}.delivery_log_${n} WHERE message_id = 5 FOR UPDATE`);
+    await whileHeld(t, `SELECT 1 FROM ${S}.delivery_log_${n} WHERE message_id = 5 FOR UPDATE`, async () => {
       const r = await s.maintain();
       expect(r.errors).toEqual([]);
       expect(r.partitionsDropped).toBe(0);
@@ -238,10 +226,7 @@ describe("maintain() (SPEC §10)", () => {
       // Every audit row of partition 0 but the held one went in the batches before the drop.
       expect(await count(t, `delivery_log_${n}`, "message_id < 10")).toBe(1);
       expect(t.events.some((e) => e.code === "SQL0041" && String(e.message).includes("partition 0"))).toBe(true);
-    } finally {
-      await holder.query("ROLLBACK");
-      await holder.end();
-    }
+    });
     const r2 = await s.maintain();
     expect(r2.errors).toEqual([]);
     expect(r2.partitionsDropped).toBe(2);
@@ -263,20 +248,13 @@ describe("maintain() (SPEC §10)", () => {
     await s.produceBatch(range(14, 25).map((i) => ({ payload: i })));
     await drainUntil(g, committed("25"), (m) => (m.id === "11" ? Permanent(new Error("dead")) : undefined));
     await t.sql(`UPDATE ${S}.message_log_${n} SET created_at = now() - interval '1 minute'`);
-    const holder = new pg.Client({ connectionString: url() });
-    await holder.connect();
-    try {
-      await holder.query("BEGIN");
-      await holder.query(`SELECT 1 FROM ${S}.exception_queue_${n} WHERE message_id = 11 FOR UPDATE`);
+    await whileHeld(t, `SELECT 1 FROM ${S}.exception_queue_${n} WHERE message_id = 11 FOR UPDATE`, async () => {
       const r = await s.maintain();
       expect(r.errors).toEqual([]);
       expect(r.partitionsDropped).toBe(1); // partition 0; partition 1 lies above the floor 13
       expect(r.rowsSwept).toBe(0);
       expect(t.events.some((e) => e.code === "SQL0041" && String(e.message).includes("sweep"))).toBe(true);
-    } finally {
-      await holder.query("ROLLBACK");
-      await holder.end();
-    }
+    });
     const r2 = await s.maintain();
     expect(r2.errors).toEqual([]);
     expect(r2.rowsSwept).toBe(4);

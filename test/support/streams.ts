@@ -42,6 +42,22 @@ export function testClient(url: string, opts: { schema?: string } = {}): TestCli
 
 export const S = "sqlstreams";
 
+/**
+ * Runs body while another transaction holds what `lock` takes (rows FOR UPDATE, a table it
+ * reads), as a slow reader or a concurrent writer would; rolls that transaction back afterwards.
+ */
+export async function whileHeld<T>(t: TestClient, lock: string, body: () => Promise<T>): Promise<T> {
+  const c = await t.pool.connect();
+  try {
+    await c.query("BEGIN");
+    await c.query(lock);
+    return await body();
+  } finally {
+    await c.query("ROLLBACK");
+    c.release();
+  }
+}
+
 /** Cursor row of a group, as strings. */
 export async function cursor(t: TestClient, n: number | string, groupId: number | string) {
   const r = await t.sql<{ claimed: string; committed: string; settled_head: string; pending_head: string; pending_xid: string | null }>(
