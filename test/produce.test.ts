@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import { SqlStreams } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
 import { S, codeOf, count, groupIdOf, streamIdOf, testClient } from "./support/streams.js";
+import { streamMigrations, systemMigrations } from "../packages/core/src/generated/migrations.js";
 
 const url = useFreshDatabase();
 
@@ -206,12 +207,17 @@ describe("producing (SPEC §3, C22–C24, C28)", () => {
     const others = [testClient(url(), { schema: "raced" }), testClient(url(), { schema: "raced" })];
     await Promise.all([t.client.migrate(), ...others.map((o) => o.client.migrate())]);
     await t.client.migrate();
-    expect(await t.sql(`SELECT scope, version, status FROM raced.migration_log ORDER BY id`)).toEqual([{ scope: "system", version: 1, status: "success" }]);
+    expect(await t.sql(`SELECT scope, version, status FROM raced.migration_log ORDER BY id`)).toEqual(
+      systemMigrations.map((m) => ({ scope: "system", version: m.version, status: "success" })),
+    );
     await t.client.stream("x").register();
     await Promise.all([t.client.migrate(), others[0].client.migrate()]);
     expect(await count(t, "stream_config")).toBeGreaterThanOrEqual(0);
     const logs = await t.sql(`SELECT scope, version FROM raced.migration_log ORDER BY id`);
-    expect(logs).toEqual([{ scope: "system", version: 1 }, { scope: "stream", version: 1 }]);
+    expect(logs).toEqual([
+      ...systemMigrations.map((m) => ({ scope: "system", version: m.version })),
+      ...streamMigrations.map((m) => ({ scope: "stream", version: m.version })),
+    ]);
   });
 
   it("a client on a schema without the control plane says SQL0003 and writes nothing", async () => {
