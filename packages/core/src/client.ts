@@ -4,6 +4,7 @@ import { SqlStreamsError } from "./errors.js";
 import { EventLog, type Logger, consoleLogger } from "./log.js";
 import { asPermissionError, migrateAll, systemVersion } from "./sql/migrate.js";
 import { quoteIdent } from "./sql/names.js";
+import type { Runtime, StreamInfo } from "./runtime.js";
 import { Stream } from "./stream.js";
 import { validateSchemaName, validateStreamName } from "./validate.js";
 import { SYSTEM_VERSION } from "./version.js";
@@ -21,20 +22,13 @@ export interface SqlStreamsOptions {
   maxConnections?: number;
 }
 
-/** What a client caches about a stream (SPEC §3.1: id and partition size for the client's life). */
-export interface StreamInfo {
-  id: string;
-  name: string;
-  partitionSize: bigint;
-  maxPayloadBytes: number;
-  maxPayloadFetchedAt: number;
-}
+export type { StreamInfo } from "./runtime.js";
 
-export class SqlStreams {
+export class SqlStreams implements Runtime {
   /** @internal */ readonly db: Db;
   private readonly ownsPool: boolean;
   private readyPromise: Promise<void> | undefined;
-  /** @internal */ readonly streams = new Map<string, StreamInfo>();
+  private readonly streams = new Map<string, StreamInfo>();
 
   constructor(opts: SqlStreamsOptions = {}) {
     if (typeof opts !== "object" || opts === null) throw new SqlStreamsError("SQL0001", "options must be an object");
@@ -129,6 +123,11 @@ export class SqlStreams {
       });
     }
     return this.readyPromise;
+  }
+
+  /** @internal */
+  forgetStream(name: string): void {
+    this.streams.delete(name);
   }
 
   /** @internal Whether the control plane exists (register() migrates when it does not). */

@@ -1,4 +1,4 @@
-import type { SqlStreams } from "./client.js";
+import type { Runtime } from "./runtime.js";
 import {
   type ConsumerConfig, type MessageOptions, type PollOptions, groupResolution, resolveMessage,
   validateConsumerConfig, validatePollOptions,
@@ -74,7 +74,7 @@ function asTime(v: unknown, what: string, code: "SQL0015" | "SQL0030"): Date {
 
 export class Consumer<T = unknown> {
   constructor(
-    private readonly client: SqlStreams,
+    private readonly client: Runtime,
     readonly stream: string,
     readonly name: string,
   ) {}

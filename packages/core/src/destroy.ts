@@ -2,7 +2,7 @@
 // live work (open range leases, live key leases, unresolved exception rows) or, for a stream,
 // while it still holds messages — unless { force: true }.
 import type pg from "pg";
-import type { SqlStreams } from "./client.js";
+import type { Runtime } from "./runtime.js";
 import { type Db, RETRY_PAUSES, query, sleep, transaction } from "./db.js";
 import { SqlStreamsError } from "./errors.js";
 import { retentionLockKey } from "./sql/maintain.js";
@@ -137,7 +137,7 @@ async function streamIdOf(db: Db, c: pg.PoolClient, name: string): Promise<strin
  * unresolved exception rows, unless forced. A poll of the group that is still running finds its
  * leases gone and writes nothing. Removing a lagging group releases the retention it held.
  */
-export async function destroyGroup(client: SqlStreams, stream: string, group: string, opts: DestroyOptions = {}): Promise<DestroyGroupResult> {
+export async function destroyGroup(client: Runtime, stream: string, group: string, opts: DestroyOptions = {}): Promise<DestroyGroupResult> {
   const streamName = validateStreamName(stream);
   const groupName = validateGroupName(group);
   const force = opt(opts);
@@ -202,7 +202,7 @@ export async function destroyGroup(client: SqlStreams, stream: string, group: st
  * forced. Producers and pollers that still know the stream's id fail afterwards; a stream
  * registered again under the same name gets a new id and an empty family.
  */
-export async function destroyStream(client: SqlStreams, stream: string, opts: DestroyOptions = {}): Promise<DestroyStreamResult> {
+export async function destroyStream(client: Runtime, stream: string, opts: DestroyOptions = {}): Promise<DestroyStreamResult> {
   const streamName = validateStreamName(stream);
   const force = opt(opts);
   await client.ready();
@@ -260,7 +260,7 @@ export async function destroyStream(client: SqlStreams, stream: string, opts: De
     const out: DestroyStreamResult = { stream: streamName, streamId, forced: force, hadMessages, groups: groups.rows.map((g) => g.name) };
     return out;
   });
-  client.streams.delete(streamName);
+  client.forgetStream(streamName);
   db.events.emit(
     { level: "warn", code: "DESTROY", message: `stream ${streamName} (id ${result.streamId}) destroyed${force ? " (forced)" : ""}`, stream: streamName, groups: result.groups },
     false,

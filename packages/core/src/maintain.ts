@@ -2,7 +2,7 @@
 // expired key leases, empty compaction heads. Driven from outside (the maintain Lambda, `sqlstreams
 // dev`, stream.maintain()); every step is bounded, independent and safe to run from several
 // invocations at once. The statements live in sql/maintain.ts.
-import type { SqlStreams } from "./client.js";
+import type { Runtime } from "./runtime.js";
 import { transaction } from "./db.js";
 import { SqlStreamsError } from "./errors.js";
 import {
@@ -91,7 +91,7 @@ const LOCK_FAILURES = new Set(["55P03", "40P01"]);
 
 /** Runs maintenance for every registered stream, or the named ones (all must exist: SQL0009). */
 export async function maintainStreams(
-  client: SqlStreams,
+  client: Runtime,
   opts: MaintainOptions & { streams?: string[] },
 ): Promise<Record<string, MaintainReport>> {
   const db = client.db;
@@ -116,7 +116,7 @@ export async function maintainStreams(
 }
 
 /** Runs maintenance for one stream (what `stream.maintain()` calls). */
-export async function maintainStream(client: SqlStreams, streamName: string, opts: MaintainOptions = {}): Promise<MaintainReport> {
+export async function maintainStream(client: Runtime, streamName: string, opts: MaintainOptions = {}): Promise<MaintainReport> {
   const name = validateStreamName(streamName);
   checkDeadline(opts.deadline);
   await client.ready();
@@ -131,7 +131,7 @@ function checkDeadline(deadline: unknown): void {
   }
 }
 
-async function maintainOne(client: SqlStreams, s: MaintainedStream, deadline: number | undefined): Promise<MaintainReport> {
+async function maintainOne(client: Runtime, s: MaintainedStream, deadline: number | undefined): Promise<MaintainReport> {
   const db = client.db;
   const report = emptyReport(s.name);
   const late = (): boolean => {
@@ -283,7 +283,7 @@ async function maintainOne(client: SqlStreams, s: MaintainedStream, deadline: nu
  * it cannot get (timeout) or a deadlock anywhere on the way skips the partition until the next run.
  */
 async function dropPartition(
-  client: SqlStreams,
+  client: Runtime,
   s: MaintainedStream,
   j: bigint,
   late: () => boolean,

@@ -1,5 +1,5 @@
 import type pg from "pg";
-import type { SqlStreams, StreamInfo } from "./client.js";
+import type { Runtime, StreamInfo } from "./runtime.js";
 import { type MessageOptions, validateMessageOptions, validateStreamOptions, type StreamOptions } from "./config.js";
 import { Consumer } from "./consumer.js";
 import { RETRY_PAUSES, isTransient, query, sleep, transaction } from "./db.js";
@@ -115,7 +115,7 @@ export class Stream<T = unknown> {
   private readonly seenPartitions = new Set<bigint>();
 
   constructor(
-    private readonly client: SqlStreams,
+    private readonly client: Runtime,
     readonly name: string,
   ) {}
 
@@ -168,7 +168,7 @@ export class Stream<T = unknown> {
     } catch (e) {
       throw asPermissionError(e);
     }
-    this.client.streams.delete(this.name);
+    this.client.forgetStream(this.name);
   }
 
   consumer(group: string): Consumer<T> {
@@ -293,7 +293,7 @@ export class Stream<T = unknown> {
   /** Drops the stream and its whole table family; refused while it holds messages or groups unless forced. */
   async destroy(opts: { force?: boolean } = {}): Promise<DestroyStreamResult> {
     const r = await destroyStream(this.client, this.name, opts);
-    this.client.streams.delete(this.name);
+    this.client.forgetStream(this.name);
     return r;
   }
 

@@ -1,5 +1,5 @@
 // What one poll knows and shares between its phases, and the small helpers every phase uses.
-import type { SqlStreams } from "../client.js";
+import type { Runtime } from "../runtime.js";
 import {
   type ConsumerConfig, type DeliveryLogMode, type GroupResolution, type MessageOptions, type ResolvedMessage,
   type ResolvedPollOptions, resolveMessage,
@@ -40,7 +40,7 @@ export interface LoadRow {
 }
 
 export interface Ctx<T> {
-  client: SqlStreams;
+  client: Runtime;
   db: Db;
   t: S.Tables;
   stream: string;

@@ -1,5 +1,5 @@
 // One bounded claim cycle (SPEC §5): load → range phase → exception phase → cursor advance.
-import type { SqlStreams } from "../client.js";
+import type { Runtime } from "../runtime.js";
 import { type ResolvedPollOptions, groupResolution } from "../config.js";
 import { queryRetry } from "../db.js";
 import { SqlStreamsError, groupNotRegistered, isSqlStreamsError } from "../errors.js";
@@ -15,7 +15,7 @@ export interface PollState {
 }
 
 export async function pollOnce<T>(
-  client: SqlStreams, stream: string, group: string, handler: Handler<T>, o: ResolvedPollOptions, state?: PollState,
+  client: Runtime, stream: string, group: string, handler: Handler<T>, o: ResolvedPollOptions, state?: PollState,
 ): Promise<CycleReport> {
   const started = Date.now();
   const report = emptyReport(stream, group);
