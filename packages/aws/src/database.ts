@@ -10,6 +10,7 @@ import {
   loadConnectionSettings,
   readSecretFromSecretsManager,
 } from "./credentials.js";
+import { setTimeout as sleep } from "node:timers/promises";
 
 export interface DatabaseOptions {
   /** Where to read SQLSTREAMS_DB_SECRET_ARN / DATABASE_URL / SQLSTREAMS_* from. Default process.env. */
@@ -42,7 +43,6 @@ function isConnectTransient(e: unknown): boolean {
   return /timeout|Connection terminated/i.test(String(err.message ?? ""));
 }
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** The database a function uses: lazily connected, cached, refreshed once after a rotation. */
 export class DatabaseProvider {

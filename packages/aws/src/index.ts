@@ -1,5 +1,6 @@
 // @sqlstreams/aws: the Lambda adapter. Public exports only.
-export { createPollHandler, mergeReports } from "./poll.js";
+export { createPollHandler } from "./poll.js";
+export { mergeReports } from "@sqlstreams/core";
 export type { PollEvent, PollHandler, PollHandlerOptions } from "./poll.js";
 export { createMaintainHandler } from "./maintain.js";
 export type { MaintainHandler, MaintainHandlerOptions } from "./maintain.js";

@@ -1,10 +1,11 @@
 // The poll Lambda (SPEC §11.7): one invocation drains one group until it is idle (`drain` mode)
 // or until its budget ends (`continuous` mode), with the deadline of SPEC §9.2.
-import { SqlStreamsError, type CycleReport, type Handler } from "@sqlstreams/core";
+import { SqlStreamsError, mergeReports, type CycleReport, type Handler } from "@sqlstreams/core";
 import type { LambdaContext } from "./context.js";
 import { DatabaseProvider, defaultDatabase } from "./database.js";
 import { DEFAULTS, type GroupDeclaration, type PollMode, checkNames, findGroup, groupKey, validateGroups } from "./declaration.js";
 import { type LineWriter, errorFields, stdoutWriter, writeLine } from "./log.js";
+import { setTimeout as sleep } from "node:timers/promises";
 
 /** The schedule's payload: which group to poll. */
 export interface PollEvent {
@@ -36,19 +37,7 @@ export interface PollHandlerOptions<T = unknown> {
   log?: LineWriter;
 }
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
-/** Sums two CycleReports: counts add up, `committedBefore` is the first's, the rest the second's. */
-export function mergeReports(a: CycleReport, b: CycleReport): CycleReport {
-  const out: Record<string, unknown> = { ...b };
-  const ra = a as unknown as Record<string, unknown>;
-  const rb = b as unknown as Record<string, unknown>;
-  for (const k of Object.keys(ra)) {
-    if (typeof ra[k] === "number" && typeof rb[k] === "number") out[k] = (ra[k] as number) + (rb[k] as number);
-  }
-  out.committedBefore = ra.committedBefore;
-  return out as unknown as CycleReport;
-}
 
 function checkEvent(event: unknown, stream: string, group: string, declared: string): void {
   const e = event as Partial<PollEvent> | null | undefined;

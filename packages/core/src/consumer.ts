@@ -4,13 +4,14 @@ import {
   validateConsumerConfig, validatePollOptions,
 } from "./config.js";
 import { pollOnce } from "./cycle/poll.js";
-import { type CycleReport, type Handler, addReport, emptyReport } from "./cycle/types.js";
-import { query, queryRetry, sleep, transaction } from "./db.js";
+import { type CycleReport, type Handler, emptyReport, mergeReports } from "./cycle/types.js";
+import { query, queryRetry, transaction } from "./db.js";
 import { type DestroyGroupResult, destroyGroup } from "./destroy.js";
 import { retentionStatus } from "./sql/maintain.js";
 import { SqlStreamsError, groupNotRegistered } from "./errors.js";
 import * as A from "./sql/admin.js";
 import { type Tables, insertDeliveryLog, tables } from "./sql/cycle.js";
+import { setTimeout as sleep } from "node:timers/promises";
 
 export type ExceptionStatus = "ready" | "deferred" | "inflight" | "dead" | "superseded";
 
@@ -114,14 +115,14 @@ export class Consumer<T = unknown> {
     if (typeof handler !== "function") throw new SqlStreamsError("SQL0015", "handler must be a function (msg) => …");
     const o = validatePollOptions(opts);
     const started = Date.now();
-    const total = emptyReport(this.stream, this.name);
+    let total = emptyReport(this.stream, this.name);
     const state = { fenceBlocked: false };
     let blockedSince: number | null = null;
     for (;;) {
       if (o.signal?.aborted) break;
       if (o.deadline !== undefined && o.deadline - Date.now() < 2 * o.recordMargin) break;
       const r = await pollOnce(this.client, this.stream, this.name, handler, o, state);
-      addReport(total, r);
+      total = mergeReports(total, r);
       if (r.paused) break;
       if (r.idle && state.fenceBlocked) {
         // Messages are visible but not yet provably complete: an older write transaction is still

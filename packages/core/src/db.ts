@@ -2,6 +2,7 @@
 import pg from "pg";
 import { SqlStreamsError } from "./errors.js";
 import type { EventLog } from "./log.js";
+import { setTimeout as sleep } from "node:timers/promises";
 
 export type Queryable = pg.Pool | pg.PoolClient;
 export type QueryHook = (text: string, values: readonly unknown[] | undefined) => void;
@@ -28,8 +29,6 @@ export function isTransient(e: unknown): boolean {
   const m = String(err.message ?? "");
   return /Connection terminated|connection timeout|Client has encountered a connection error|terminating connection/i.test(m);
 }
-
-export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 export function assertOpen(db: Db): void {
   if (db.closed) throw new SqlStreamsError("SQL0002", "the client was closed");

@@ -3,12 +3,13 @@
 // while it still holds messages — unless { force: true }.
 import type pg from "pg";
 import type { Runtime } from "./runtime.js";
-import { type Db, RETRY_PAUSES, query, sleep, transaction } from "./db.js";
+import { type Db, RETRY_PAUSES, query, transaction } from "./db.js";
 import { SqlStreamsError } from "./errors.js";
 import { retentionLockKey } from "./sql/maintain.js";
 import { lockMigrations } from "./sql/migrate.js";
 import { table } from "./sql/names.js";
 import { validateGroupName, validateStreamName } from "./validate.js";
+import { setTimeout as sleep } from "node:timers/promises";
 
 export interface DestroyOptions {
   /** Destroy even with live leases, unresolved rows or (for a stream) retained messages. */

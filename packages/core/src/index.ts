@@ -4,7 +4,7 @@ export { Stream, type ProduceOptions, type ProduceResult, type BatchItem } from 
 export {
   Consumer, type Progress, type FailureRow, type RedriveSelector, type SeekTarget, type ExceptionStatus,
 } from "./consumer.js";
-export type { Message, Handler, CycleReport } from "./cycle/types.js";
+export { type Message, type Handler, type CycleReport, mergeReports } from "./cycle/types.js";
 export { Delay, Permanent, type Outcome } from "./outcome.js";
 export { SqlStreamsError, ERROR_CODES, type ErrorCode, isSqlStreamsError } from "./errors.js";
 export type {

@@ -2,7 +2,7 @@ import type pg from "pg";
 import type { Runtime, StreamInfo } from "./runtime.js";
 import { type MessageOptions, validateMessageOptions, validateStreamOptions, type StreamOptions } from "./config.js";
 import { Consumer } from "./consumer.js";
-import { RETRY_PAUSES, isTransient, query, sleep, transaction } from "./db.js";
+import { RETRY_PAUSES, isTransient, query, transaction } from "./db.js";
 import { SqlStreamsError } from "./errors.js";
 import { type MaintainOptions, type MaintainReport, maintainStream } from "./maintain.js";
 import { type DestroyStreamResult, destroyStream } from "./destroy.js";
@@ -10,6 +10,8 @@ import { asPermissionError, lockMigrations, migrateStream } from "./sql/migrate.
 import { ensurePartition, nextSequenceValue } from "./sql/partitions.js";
 import * as P from "./sql/produce.js";
 import { encodePayload, idempotencyUuid, validateGroupName, validateKey } from "./validate.js";
+import { setTimeout as sleep } from "node:timers/promises";
+import { compareIds } from "./ids.js";
 
 export interface ProduceOptions {
   key?: string;
@@ -232,7 +234,7 @@ export class Stream<T = unknown> {
       rows = await this.runProduce<{ id: string }>(info, P.produceBatchValues(this.client.db.q, info.id, prepared.length, meta), values, items.length);
     }
     // Ids were drawn in item order; RETURNING order is not promised, so order them.
-    const ids = rows.map((r) => r.id).sort((a, b) => (a.length !== b.length ? a.length - b.length : a < b ? -1 : a > b ? 1 : 0));
+    const ids = rows.map((r) => r.id).sort(compareIds);
     await this.createAhead(info, ids);
     return ids.map((id) => ({ id, duplicate: false }));
   }

@@ -10,7 +10,7 @@
 //   6. Ctrl-C (or --once converging): stop scheduling, let running invocations finish, stop the
 //      embedded Postgres, exit 0
 import { resolve } from "node:path";
-import type { CycleReport, Progress } from "@sqlstreams/core";
+import { type CycleReport, type Progress, mergeReports } from "@sqlstreams/core";
 import type { LocalContext } from "@sqlstreams/aws";
 import type { Values } from "../commands.js";
 import type { Ctx } from "../context.js";
@@ -21,6 +21,7 @@ import { type DemoServices, demoBatch, demoExpectations, startDemoServices } fro
 import { type EmbeddedServer, startEmbedded } from "./embedded.js";
 import { type Deployment, type LoadedGroup, loadDeployment } from "./functions.js";
 import { LogCapture } from "./logs.js";
+import { setTimeout as sleep } from "node:timers/promises";
 
 interface DevOptions {
   once: boolean;
@@ -128,7 +129,6 @@ interface GroupRow {
   nextInMs: number | null;
 }
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 export async function dev(ctx: Ctx, v: Values): Promise<number> {
   const o = options(v);
@@ -283,7 +283,7 @@ export async function dev(ctx: Ctx, v: Values): Promise<number> {
           if (job.kind === "group") {
             const d = job.group!.declaration;
             const r = await job.group!.handler({ stream: d.stream, group: d.group }, context);
-            job.report = job.report ? addReports(job.report, r) : r;
+            job.report = job.report ? mergeReports(job.report, r) : r;
           } else if (dep.maintain) {
             await dep.maintain({ source: "sqlstreams-dev" }, context);
           } else {
@@ -529,13 +529,6 @@ function describeSchedule(jobs: Job[], o: DevOptions, say: (l: string) => void):
   say(`invocation budget: ${o.budgetMs !== undefined ? `${o.budgetMs} ms (--budget)` : "each group's declared timeout"}; at most \`parallelism\` invocations of a group at once`);
 }
 
-function addReports(a: CycleReport, b: CycleReport): CycleReport {
-  const out = { ...b } as unknown as Record<string, unknown>;
-  const ra = a as unknown as Record<string, unknown>;
-  for (const [k, x] of Object.entries(ra)) if (typeof x === "number" && typeof out[k] === "number") out[k] = (out[k] as number) + x;
-  out.committedBefore = a.committedBefore;
-  return out as unknown as CycleReport;
-}
 
 function row(j: Job, produced: Map<string, number>, now: number): GroupRow {
   const d = j.group!.declaration;

@@ -14,6 +14,7 @@ import { createServer } from "node:net";
 import { basename, dirname, join, resolve } from "node:path";
 import pg from "pg";
 import { CliError } from "../errors.js";
+import { setTimeout as sleep } from "node:timers/promises";
 
 export const DEFAULT_PORT = 54329;
 
@@ -52,7 +53,6 @@ function alive(pid: number): boolean {
   }
 }
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 function readState(path: string): State | undefined {
   try {

@@ -5,6 +5,7 @@ import {
   type ResolvedPollOptions, resolveMessage,
 } from "../config.js";
 import type { Db } from "../db.js";
+import { compareIds } from "../ids.js";
 import type * as S from "../sql/cycle.js";
 import { RunMessage } from "./run.js";
 import type { CycleReport, Handler } from "./types.js";
@@ -66,11 +67,7 @@ export const big = (s: string) => BigInt(s);
 /** Orders rows by id (they usually arrive in order from the index scan: then this is one pass). */
 export function byId<R extends { id: string }>(rows: R[]): R[] {
   for (let i = 1; i < rows.length; i++) {
-    const a = rows[i - 1].id;
-    const b = rows[i].id;
-    if (a.length > b.length || (a.length === b.length && a > b)) {
-      return rows.sort((x, y) => (x.id.length !== y.id.length ? x.id.length - y.id.length : x.id < y.id ? -1 : x.id > y.id ? 1 : 0));
-    }
+    if (compareIds(rows[i - 1].id, rows[i].id) > 0) return rows.sort((x, y) => compareIds(x.id, y.id));
   }
   return rows;
 }

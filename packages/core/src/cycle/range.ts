@@ -3,7 +3,7 @@
 import { randomUUID } from "node:crypto";
 import type pg from "pg";
 import { timeoutBounds } from "../config.js";
-import { query, queryRetry, sleep, transactionRetry } from "../db.js";
+import { query, queryRetry, transactionRetry } from "../db.js";
 import * as S from "../sql/cycle.js";
 import {
   type Ctx, type LoadRow, type RangeMessage, type RawMessage, aborted, big, byId, leaseCap, logDead, logNotStarted,
@@ -11,6 +11,7 @@ import {
 } from "./context.js";
 import { type Plan, type RunOutcome, plan } from "./plan.js";
 import { runHandler } from "./run.js";
+import { setTimeout as sleep } from "node:timers/promises";
 
 // ---------------------------------------------------------------------------------------------
 // Range phase

@@ -60,12 +60,14 @@ export function emptyReport(stream: string, group: string): CycleReport {
   };
 }
 
-/** Adds a poll's report into a drain total. */
-export function addReport(total: CycleReport, r: CycleReport): void {
-  if (total.polls === 0) total.committedBefore = r.committedBefore;
-  total.polls += r.polls;
-  for (const k of COUNTERS) total[k] += r[k];
-  total.committedAfter = r.committedAfter;
-  total.paused = r.paused;
-  total.idle = r.idle;
+/**
+ * Sums two reports of one group, the earlier first: counters, polls and durationMs add up,
+ * committedBefore is the earlier one's (unless it ran no poll), everything else the later one's.
+ * The one merge used by drain(), the poll function and `sqlstreams dev`.
+ */
+export function mergeReports(a: CycleReport, b: CycleReport): CycleReport {
+  const out: CycleReport = { ...b, polls: a.polls + b.polls, durationMs: a.durationMs + b.durationMs };
+  if (a.polls > 0) out.committedBefore = a.committedBefore;
+  for (const k of COUNTERS) out[k] = a[k] + b[k];
+  return out;
 }
