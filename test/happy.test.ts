@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { useFreshDatabase } from "./support/db.js";
-import { S, count, cursor, dlRows, groupIdOf, testClient } from "./support/streams.js";
+import { S, count, cursor, dlRows, groupIdOf, streamIdOf, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -26,10 +26,11 @@ describe("happy path (SPEC C1, C2, C17)", () => {
     expect(r.succeeded).toBe(8);
     expect(r.committedAfter).toBe("8");
     const gid = await groupIdOf(t, "fraud-scoring");
-    expect(await count(t, "exception_queue_1")).toBe(0);
-    expect(await count(t, "delivery_log_1")).toBe(0);
-    expect(await count(t, "claim_lease_1")).toBe(0);
-    const c = await cursor(t, 1, gid);
+    const n = await streamIdOf(t, "orders.placed");
+    expect(await count(t, `exception_queue_${n}`)).toBe(0);
+    expect(await count(t, `delivery_log_${n}`)).toBe(0);
+    expect(await count(t, `claim_lease_${n}`)).toBe(0);
+    const c = await cursor(t, n, gid);
     expect(c.claimed).toBe("8");
     expect(c.committed).toBe("8");
     const p = await g.progress();

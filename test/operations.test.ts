@@ -5,6 +5,7 @@ import { Permanent, type ConsumerConfig, type Consumer, type Handler, type Messa
 import { useFreshDatabase } from "./support/db.js";
 import { checkInvariants, tableSnapshot } from "./support/invariants.js";
 import { S, type SetupOptions, type TestClient, count, cursor, dlRows, eqRows, firstDelivery, groupOf, makeDue, setupGroup, testClient } from "./support/streams.js";
+import { latch } from "./support/keyed.js";
 
 const url = useFreshDatabase();
 let shared: TestClient | undefined;
@@ -23,11 +24,6 @@ async function pollUntilCommitted(t: TestClient, sid: string, gid: string, g: Co
   throw new Error(`committed did not reach ${target}`);
 }
 
-function latch() {
-  let open!: () => void;
-  const p = new Promise<void>((r) => (open = r));
-  return { p, open };
-}
 
 const row = (r: { message_id: string; status: string; attempts: number; delays: number; lease_token: string | null }) => ({
   message_id: r.message_id, status: r.status, attempts: r.attempts, delays: r.delays, lease_token: r.lease_token,
@@ -260,9 +256,9 @@ describe("seek (C32)", () => {
     const release = latch();
     const blocked = firstDelivery(g, async () => {
       entered.open();
-      await release.p;
+      await release.promise;
     });
-    await entered.p;
+    await entered.promise;
     expect(await g.progress()).toMatchObject({ openLeases: 1, expiredLeases: 0 });
     await expect(g.seek({ id: "21" })).rejects.toMatchObject({ code: "SQL0028" });
     await g.pause();
@@ -306,10 +302,10 @@ describe("seek (C32)", () => {
     const release2 = latch();
     const old = firstDelivery(g, async () => {
       entered2.open();
-      await release2.p;
+      await release2.promise;
       throw new Error("would have written an exception row");
     });
-    await entered2.p;
+    await entered2.promise;
     await expect(g.seek({ id: "41" })).rejects.toMatchObject({ code: "SQL0028" });
     expect(await g.seek({ id: "41" }, { force: true })).toMatchObject({ claimed: "40", committed: "40" });
     expect(await count(t, `claim_lease_${sid}`, "consumer_group_id = $1", [gid])).toBe(0);

@@ -79,15 +79,7 @@ export async function groupIdOf(t: TestClient, name: string, stream?: string): P
 }
 
 /** The group's id, looked up by stream and group name (group names repeat across streams). */
-export async function groupOf(t: TestClient, stream: string, group: string): Promise<string> {
-  const r = await t.sql<{ id: string }>(
-    `SELECT g.id::text FROM ${S}.consumer_group_config g JOIN ${S}.stream_config s ON s.id = g.stream_id
-      WHERE s.name = $1 AND g.name = $2`,
-    [stream, group],
-  );
-  if (r.length !== 1) throw new Error(`no group ${stream}/${group}`);
-  return r[0].id;
-}
+export const groupOf = (t: TestClient, stream: string, group: string): Promise<string> => groupIdOf(t, group, stream);
 
 export async function streamIdOf(t: TestClient, name: string): Promise<string> {
   const r = await t.sql<{ id: string }>(`SELECT id::text FROM ${S}.stream_config WHERE name = $1`, [name]);
