@@ -5,8 +5,7 @@ import { defineConfig } from "vitest/config";
 // in parallel; the machines have 2 cores, hence 2 workers.
 //
 // test/isolated/ holds tests that must not share the server with other work: the snapshot
-// fence deliberately holds a producer transaction open (which, by design, holds every claim in
-// the cluster at its last proven head), the round-trip budget counts statements exactly, and
+// fence tests deliberately hold transactions open and check the cluster's xmin, the round-trip budget counts statements exactly, and
 // the deadline and range-crash scenarios assert wall-clock behaviour (SPEC C25, C26) that a
 // saturated 2-core machine would blur. They run after everything else, one file at a time.
 const shared = {

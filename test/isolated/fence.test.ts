@@ -1,7 +1,8 @@
 // SPEC §5.3.4 worked example and C14: a producer transaction that commits after later ids are
 // visible is never skipped. Permanent regression test; two real connections.
+import pg from "pg";
 import { describe, expect, it } from "vitest";
-import { useFreshDatabase } from "../support/db.js";
+import { freshDatabase, useFreshDatabase } from "../support/db.js";
 import { S, count, cursor, groupIdOf, streamIdOf, testClient } from "../support/streams.js";
 
 const url = useFreshDatabase();
@@ -119,5 +120,85 @@ describe("snapshot fence (C14)", () => {
     const expected = Array.from({ length: Number(head) }, (_, i) => String(i + 1));
     expect(seen).toEqual(expected); // every id once, in order, id 3 included
     expect((await cursor(t, n, gid)).committed).toBe(head);
+  });
+
+  it("only this stream's producers hold its fence: a write transaction in another database, an idle-in-transaction session and an open produce into another stream do not", async () => {
+    // docs/poll-cycle.md#the-fence. On the cluster-xmin fence alone this delivered 0 of 20.
+    const t = testClient(url());
+    const s = t.client.stream("fence.own");
+    await s.register();
+    const g = s.consumer("g");
+    await g.register();
+    const other = t.client.stream("fence.other");
+    await other.register();
+    const elsewhere = await freshDatabase();
+    const foreign = new pg.Client({ connectionString: elsewhere.url, application_name: "foreign-writer" });
+    foreign.on("error", () => {});
+    const idle = await t.pool.connect();
+    const otherTx = await t.pool.connect();
+    try {
+      await foreign.connect();
+      await foreign.query("CREATE TABLE unrelated (v int)");
+      await foreign.query("BEGIN");
+      await foreign.query("INSERT INTO unrelated VALUES (1)"); // holds an xid: the cluster xmin stays behind it
+      await idle.query("BEGIN");
+      await idle.query("SELECT pg_current_xact_id()"); // idle in transaction, with an xid
+      await otherTx.query("BEGIN");
+      await other.produceInTx(otherTx, { other: true }); // a producer of another stream, left open
+      const ids = (await s.produceBatch(Array.from({ length: 20 }, (_, i) => ({ payload: { i } })))).map((r) => r.id);
+      const seen: string[] = [];
+      const r = await g.drain((m) => void seen.push(m.id));
+      expect(seen).toEqual(ids);
+      expect(r.succeeded).toBe(20);
+      expect(t.events.filter((e) => e.code === "SQL0043")).toEqual([]);
+      // The cluster's xmin really was behind all along (else this test proves nothing).
+      const [x] = await t.sql<{ behind: boolean }>(
+        "SELECT pg_snapshot_xmin(pg_current_snapshot()) < pg_current_xact_id() AS behind",
+      );
+      expect(x.behind).toBe(true);
+    } finally {
+      await otherTx.query("ROLLBACK").catch(() => {});
+      otherTx.release();
+      await idle.query("ROLLBACK").catch(() => {});
+      idle.release();
+      await foreign.end().catch(() => {});
+      await elsewhere.drop();
+    }
+  });
+
+  it("a producer transaction of this stream that holds the fence for seconds is named (SQL0043): pid, age, application_name, statement", async () => {
+    const t = testClient(url());
+    const s = t.client.stream("fence.warn");
+    await s.register();
+    const g = s.consumer("g");
+    await g.register();
+    const holder = new pg.Client({ connectionString: url(), application_name: "slow-producer" });
+    holder.on("error", () => {});
+    await holder.connect();
+    try {
+      await holder.query("BEGIN");
+      await s.produceInTx(holder as unknown as pg.PoolClient, { held: true });
+      const pid = (await holder.query<{ pid: number }>("SELECT pg_backend_pid() AS pid")).rows[0].pid;
+      await s.produce({ later: true });
+      const deadline = Date.now() + 30_000;
+      let warning = t.events.find((e) => e.code === "SQL0043");
+      while (!warning && Date.now() < deadline) {
+        const r = await g.poll(() => {});
+        expect(r.succeeded).toBe(0); // the fence holds: id 2 waits for id 1
+        warning = t.events.find((e) => e.code === "SQL0043");
+        if (!warning) await new Promise((res) => setTimeout(res, 200));
+      }
+      expect(warning).toBeDefined();
+      expect(warning).toMatchObject({ level: "warn", stream: "fence.warn", group: "g", pid, applicationName: "slow-producer" });
+      expect(warning?.xactAgeMs as number).toBeGreaterThanOrEqual(2_000);
+      expect(String(warning?.lastStatement)).toContain("pg_backend_pid");
+      expect(warning?.message).toContain(`pid ${pid}`);
+      await holder.query("COMMIT");
+    } finally {
+      await holder.end().catch(() => {});
+    }
+    const seen: string[] = [];
+    await g.drain((m) => void seen.push(m.id));
+    expect(seen).toEqual(["1", "2"]);
   });
 });

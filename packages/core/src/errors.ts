@@ -42,6 +42,7 @@ export const ERROR_CODES = {
   SQL0040: { kind: "event", meaning: "messages not started because of the deadline or an abort", fix: "lower the timeout or lengthen the function timeout" },
   SQL0041: { kind: "event", meaning: "partition upkeep: create-ahead failed, a missing partition was recovered, or a drop was skipped on a lock timeout or deadlock (retried on the next run)", fix: "check DDL rights and long transactions" },
   SQL0042: { kind: "error", meaning: "destroy refused: the group or stream still has live work", fix: "pause and let the work finish, or pass force" },
+  SQL0043: { kind: "event", meaning: "a producer transaction of this stream has held the fence for seconds: claims wait for it to end", fix: "commit or roll back the named backend's transaction; keep produceInTx transactions short" },
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

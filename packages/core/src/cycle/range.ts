@@ -38,15 +38,16 @@ export async function claimPhase<T>(ctx: Ctx<T>, L: LoadRow): Promise<boolean> {
     r = await queryRetry<RawMessage & { low: string; high: string }>(ctx.db, S.claim(ctx.t), [
       ctx.groupId, ctx.o.batchLimit, L.head, L.obs, token, tb.def, tb.min, tb.max, ctx.o.concurrency, ctx.o.recordMargin, leaseCap(ctx),
     ]);
-    // No row with a non-idle observation means the fence could not prove the head yet: a write
-    // transaction older than the observation is still open somewhere in the cluster. They are
-    // usually milliseconds from committing, so ask again a few times before giving up.
-    if (r.rowCount !== 0 || wait >= FENCE_WAITS_MS.length || ctx.stop || aborted(ctx)) break;
+    // No range with a non-idle observation means the fence could not prove the head yet: a
+    // transaction of this stream's producers is still open (docs/poll-cycle.md#the-fence). They
+    // are usually milliseconds from committing, so ask again a few times before giving up.
+    if (claimed(r) || wait >= FENCE_WAITS_MS.length || ctx.stop || aborted(ctx)) break;
     if (ctx.o.deadline !== undefined && ctx.o.deadline - Date.now() < ctx.o.recordMargin + FENCE_WAITS_MS[wait]) break;
     await sleep(FENCE_WAITS_MS[wait]);
   }
-  if (r.rowCount === 0) {
+  if (!claimed(r)) {
     ctx.fenceBlocked = true;
+    warnFenceHolders(ctx, r.rows as unknown as FenceRow[]);
     return false;
   }
   ctx.report.rangesClaimed++;
@@ -60,6 +61,34 @@ export async function claimPhase<T>(ctx: Ctx<T>, L: LoadRow): Promise<boolean> {
   const leaseMs = rangeLeaseMs(ctx, msgs.map((m) => resolve(ctx, m).timeout));
   await runRange(ctx, { token, low: first.low, high: first.high, leaseMs, msgs }, sentAt);
   return true;
+}
+
+/** A claim's answer holds a range when its first row is the header (low set). */
+function claimed(r: pg.QueryResult<{ low: string | null }>): boolean {
+  return r.rows.length > 0 && r.rows[0].low !== null;
+}
+
+interface FenceRow {
+  payload: { pid: number | null; age_ms: number | null; app: string | null; query: string | null };
+}
+
+/** A producer transaction of this stream open longer than this is named when it holds a claim. */
+export const FENCE_WARN_MS = 2_000;
+
+/** SQL0043: names each backend of this stream's producers that has held the fence for long. */
+function warnFenceHolders<T>(ctx: Ctx<T>, rows: FenceRow[]): void {
+  for (const { payload: h } of rows) {
+    if (h.age_ms !== null && h.age_ms < FENCE_WARN_MS) continue;
+    const age = h.age_ms === null ? "unknown" : `${Math.round(h.age_ms / 100) / 10} s`;
+    const who = h.pid === null ? "a prepared transaction" : `backend pid ${h.pid}`;
+    ctx.db.events.emit({
+      level: "warn", code: "SQL0043",
+      message: `claims held by the fence: ${who} has a transaction open for ${age} that wrote to stream ${ctx.stream} ` +
+        `(application_name ${JSON.stringify(h.app ?? "")}, last statement ${JSON.stringify(h.query ?? "")})`,
+      stream: ctx.stream, group: ctx.group, pid: h.pid, xactAgeMs: h.age_ms === null ? null : Math.round(h.age_ms),
+      applicationName: h.app, lastStatement: h.query,
+    }, String(h.pid));
+  }
 }
 
 export async function reclaimPhase<T>(ctx: Ctx<T>): Promise<boolean> {

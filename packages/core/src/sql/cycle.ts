@@ -1,5 +1,5 @@
 // Every statement of the poll cycle (SPEC §5), built from the quoted schema and the numeric
-// stream id only. The protocol functions they call live in migrations/stream/0001_family.sql.
+// stream id only. The protocol functions they call live in migrations/stream/ (the latest definition wins).
 import { table } from "./names.js";
 
 export interface Tables {
