@@ -131,277 +131,369 @@ interface GroupRow {
 
 
 export async function dev(ctx: Ctx, v: Values): Promise<number> {
-  const o = options(v);
-  const io = ctx.io;
-  const json = ctx.json;
-  const live = io.isTTY && !json && !io.env.CI;
-  const started = Date.now();
-  const secrets: (string | undefined)[] = [];
-  const emit = (event: string, data: Record<string, unknown> = {}) => {
-    if (json) io.out(JSON.stringify({ event, elapsedMs: Date.now() - started, ...data }) + "\n");
-  };
-  const events: string[] = [];
+  const run = new DevRun(ctx, options(v));
+  // The deployment, before anything starts: a missing build or a bad declaration fails fast.
+  await run.load();
+  run.install();
+  try {
+    return await run.run();
+  } finally {
+    await run.cleanup();
+  }
+}
+
+/**
+ * One `sqlstreams dev` session: the steps of the header comment as methods over one shared state
+ * (the output, the database, the demo producer, the scheduler of jobs, the view, the stop).
+ */
+class DevRun {
+  private readonly io: Ctx["io"];
+  private readonly json: boolean;
+  private readonly live: boolean;
+  private readonly started = Date.now();
+  private readonly secrets: (string | undefined)[] = [];
+  /** The last lines for a person while the live view owns the screen. */
+  private readonly events: string[] = [];
+  private viewStarted = false;
+  private dep!: Deployment;
+  private jobs: Job[] = [];
+  private localContext!: (typeof import("@sqlstreams/aws"))["localContext"];
+  private logs: LogCapture | undefined;
+  private server: EmbeddedServer | undefined;
+  private services: DemoServices | undefined;
+  private where = "";
+  // Stopping: the first signal asks, the second abandons running invocations, the third exits.
+  private stopRequested: ((why: string) => void) | undefined;
+  private stopReason: string | undefined;
+  private forced = false;
+  private lastSignalAt = 0;
+  private signals = 0;
+  private stopping = false;
+  // The demo producer.
+  private streamNames: string[] = [];
+  private readonly produced = new Map<string, number>();
+  private producing = false;
+  private producedAt = Date.now();
+  private produceError: string | undefined;
+  private producer: Promise<void> = Promise.resolve();
+  // The scheduler and the view.
+  private readonly inflight = new Set<Promise<void>>();
+  private timer: NodeJS.Timeout | undefined;
+  private lastPlain = 0;
+  private lastPlainText = "";
+  private drawnLines = 0;
+  private refreshing = false;
+
+  constructor(
+    private readonly ctx: Ctx,
+    private readonly o: DevOptions,
+  ) {
+    this.io = ctx.io;
+    this.json = ctx.json;
+    this.live = this.io.isTTY && !this.json && !this.io.env.CI;
+  }
+
+  private emit(event: string, data: Record<string, unknown> = {}): void {
+    if (this.json) this.io.out(JSON.stringify({ event, elapsedMs: Date.now() - this.started, ...data }) + "\n");
+  }
+
   /** A line for a person: printed at once before/without the live view, kept for the view otherwise. */
-  const say = (line: string) => {
-    if (json) return;
-    if (live && viewStarted) {
-      events.push(line);
-      if (events.length > 4) events.shift();
+  private readonly say = (line: string): void => {
+    if (this.json) return;
+    if (this.live && this.viewStarted) {
+      this.events.push(line);
+      if (this.events.length > 4) this.events.shift();
     } else {
-      io.out(line + "\n");
+      this.io.out(line + "\n");
     }
   };
-  let viewStarted = false;
 
-  // 1. The deployment, before anything starts: a missing build or a bad declaration fails fast.
-  const dep: Deployment = await loadDeployment(o.build, io.cwd);
-  const jobs = makeJobs(dep, o, started);
-  const { localContext } = await import("@sqlstreams/aws");
+  async load(): Promise<void> {
+    this.dep = await loadDeployment(this.o.build, this.io.cwd);
+    this.jobs = makeJobs(this.dep, this.o, this.started);
+    this.localContext = (await import("@sqlstreams/aws")).localContext;
+  }
 
-  const logs = new LogCapture(resolve(io.cwd, o.logFile), () => secrets, ctx.common.verbose && !live && !json ? (l) => io.err(l.endsWith("\n") ? l : l + "\n") : undefined);
-  logs.install();
-  let server: EmbeddedServer | undefined;
-  let services: DemoServices | undefined;
-  const onExit = () => server?.signal();
-  process.on("exit", onExit);
-  const onRejection = (e: unknown) => logs.write(`unhandled rejection: ${describeError(e, secrets).message}`, "error");
-  process.on("unhandledRejection", onRejection);
+  install(): void {
+    const { ctx, io, o } = this;
+    const echo = ctx.common.verbose && !this.live && !this.json ? (l: string) => io.err(l.endsWith("\n") ? l : l + "\n") : undefined;
+    this.logs = new LogCapture(resolve(io.cwd, o.logFile), () => this.secrets, echo);
+    this.logs.install();
+    process.on("exit", this.onExit);
+    process.on("unhandledRejection", this.onRejection);
+    for (const s of SIGNALS) process.on(s, this.onSignal);
+  }
 
-  let stopRequested: ((why: string) => void) | undefined;
-  let stopReason: string | undefined;
-  let forced = false;
-  let lastSignalAt = 0;
-  let signals = 0;
-  const onSignal = (sig: NodeJS.Signals) => {
+  private readonly onExit = () => this.server?.signal();
+  private readonly onRejection = (e: unknown) => this.logs?.write(`unhandled rejection: ${describeError(e, this.secrets).message}`, "error");
+  private readonly onSignal = (sig: NodeJS.Signals) => {
     const now = Date.now();
     // npm forwards the terminal's SIGINT, so one Ctrl-C can arrive twice: count it once.
-    if (now - lastSignalAt < 1_000) return;
-    lastSignalAt = now;
-    signals++;
-    if (signals === 1) {
-      stopRequested?.(sig === "SIGINT" ? "Ctrl-C" : sig);
-      if (!stopRequested) stopReason = sig;
-    } else if (signals === 2) {
-      forced = true;
-      say("stopping now: running invocations are abandoned (their leases expire; nothing is lost)");
+    if (now - this.lastSignalAt < 1_000) return;
+    this.lastSignalAt = now;
+    this.signals++;
+    if (this.signals === 1) {
+      this.stopRequested?.(sig === "SIGINT" ? "Ctrl-C" : sig);
+      if (!this.stopRequested) this.stopReason = sig;
+    } else if (this.signals === 2) {
+      this.forced = true;
+      this.say("stopping now: running invocations are abandoned (their leases expire; nothing is lost)");
     } else {
-      server?.signal();
+      this.server?.signal();
       process.exit(130);
     }
   };
-  for (const s of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.on(s, onSignal);
 
-  try {
-    // 2. The database.
+  async run(): Promise<number> {
+    await this.openDatabase();
+    await this.migrate();
+    await this.startDemo();
+    describeSchedule(this.jobs, this.o, this.say);
+    this.startProducer();
+    this.startScheduler();
+    this.viewStarted = true;
+    const outcome = await this.untilStop();
+    this.stopReason = outcome.why;
+    await this.shutdown();
+    return this.finish(outcome.code);
+  }
+
+  /** 2. DATABASE_URL, or the embedded Postgres. */
+  private async openDatabase(): Promise<void> {
+    const { ctx, o, io } = this;
     let url = ctx.common.databaseUrl;
     if (!url) {
-      say(`starting the embedded Postgres in ${o.dataDir} …`);
-      server = await startEmbedded({ dataDir: resolve(io.cwd, o.dataDir), port: o.port, log: (l) => logs.write(`[postgres] ${l}`) });
-      url = server.url;
+      this.say(`starting the embedded Postgres in ${o.dataDir} …`);
+      this.server = await startEmbedded({ dataDir: resolve(io.cwd, o.dataDir), port: o.port, log: (l) => this.logs?.write(`[postgres] ${l}`) });
+      url = this.server.url;
       ctx.common.databaseUrl = url;
     }
-    secrets.push(passwordOf(url));
+    this.secrets.push(passwordOf(url));
     // The bundled functions read their credentials like on Lambda: DATABASE_URL (and SQLSTREAMS_SCHEMA).
     process.env.DATABASE_URL = url;
     process.env.SQLSTREAMS_SCHEMA = ctx.common.schema;
-    const where = server
-      ? `embedded Postgres ${maskUrl(url)} (${server.reused ? "reusing" : "initialised"} ${o.dataDir}; Postgres log ${rel(io.cwd, server.logFile)})`
-      : maskUrl(url);
-    say(`database: ${where}, schema ${ctx.common.schema}`);
-    emit("dev.database", { url: maskUrl(url), embedded: server !== undefined, reused: server?.reused ?? false, schema: ctx.common.schema });
+    const s = this.server;
+    this.where = s ? `embedded Postgres ${maskUrl(url)} (${s.reused ? "reusing" : "initialised"} ${o.dataDir}; Postgres log ${rel(io.cwd, s.logFile)})` : maskUrl(url);
+    this.say(`database: ${this.where}, schema ${ctx.common.schema}`);
+    this.emit("dev.database", { url: maskUrl(url), embedded: s !== undefined, reused: s?.reused ?? false, schema: ctx.common.schema });
+  }
 
-    // 3. Migrate and register, as the deploy does.
-    const client = ctx.client();
+  /** 3. Migrate and register, as the deploy does. */
+  private async migrate(): Promise<void> {
+    const { dep } = this;
+    const client = this.ctx.client();
     if (dep.migrate) {
-      await dep.migrate({ source: "sqlstreams-dev" }, localContext(300_000, { functionName: "sqlstreams-dev-migrate" }));
+      await dep.migrate({ source: "sqlstreams-dev" }, this.localContext(300_000, { functionName: "sqlstreams-dev-migrate" }));
     } else {
       await client.migrate();
       const names = [...new Set([...dep.groups.map((g) => g.declaration.stream), ...Object.keys(dep.streams)])];
       for (const n of names) await client.stream(n).register(dep.streams[n] ?? {});
       for (const g of dep.groups) await client.stream(g.declaration.stream).consumer(g.declaration.group).register(g.declaration.config ?? {});
     }
-    const streamNames = [...new Set(dep.groups.map((g) => g.declaration.stream))];
-    say(`migrated; registered ${streamNames.length} stream(s) and ${dep.groups.length} group(s) of ${rel(io.cwd, dep.buildDir)}/functions/groups.mjs${dep.migrate ? " (through the migrate function)" : ""}`);
-    emit("dev.migrated", { streams: streamNames, groups: dep.groups.map((g) => `${g.declaration.stream}/${g.declaration.group}`) });
-    for (const j of jobs) {
+    this.streamNames = [...new Set(dep.groups.map((g) => g.declaration.stream))];
+    const via = dep.migrate ? " (through the migrate function)" : "";
+    this.say(`migrated; registered ${this.streamNames.length} stream(s) and ${dep.groups.length} group(s) of ${rel(this.io.cwd, dep.buildDir)}/functions/groups.mjs${via}`);
+    this.emit("dev.migrated", { streams: this.streamNames, groups: dep.groups.map((g) => `${g.declaration.stream}/${g.declaration.group}`) });
+    for (const j of this.jobs) {
       if (!j.group) continue;
       j.progress = await client.stream(j.group.declaration.stream).consumer(j.group.declaration.group).progress();
       j.startCommitted = BigInt(j.progress.committed);
     }
+  }
 
-    // 4. Demo services and workload.
-    const produced = new Map<string, number>(streamNames.map((s) => [s, 0]));
-    let producing = false;
-    let producedAt = Date.now();
-    let produceError: string | undefined;
-    // The stub services stand in for what the example handlers call (functions/handlers/*).
+  /** 4. The stub services the example handlers call (functions/handlers/*), and what the demo will produce. */
+  private async startDemo(): Promise<void> {
+    const { o, streamNames } = this;
+    for (const s of streamNames) this.produced.set(s, 0);
+    this.producedAt = Date.now();
     if (o.demo && streamNames.some((n) => n === "orders.placed" || n === "ledger.adjustments")) {
-      services = await startDemoServices(process.env);
-      if (services.env.length > 0) say(`demo services (fail once per "fail-once" message) at ${services.url}: ${services.env.join(", ")}`);
+      this.services = await startDemoServices(process.env);
+      if (this.services.env.length > 0) this.say(`demo services (fail once per "fail-once" message) at ${this.services.url}: ${this.services.env.join(", ")}`);
     }
-    if (o.demo) {
-      for (const st of streamNames) {
-        const x = demoExpectations(st, o.messages);
-        say(`demo: ${o.messages} messages to ${st}: ${x.failOnce} fail once and are retried, ${x.permanent} are invalid and end dead (Permanent)`);
-      }
+    if (!o.demo) return;
+    for (const st of streamNames) {
+      const x = demoExpectations(st, o.messages);
+      this.say(`demo: ${o.messages} messages to ${st}: ${x.failOnce} fail once and are retried, ${x.permanent} are invalid and end dead (Permanent)`);
     }
-    describeSchedule(jobs, o, say);
+  }
 
-    let stopping = false;
-    const producer = (async () => {
-      if (!o.demo || o.messages === 0) return;
-      producing = true;
+  private startProducer(): void {
+    const { o } = this;
+    if (!o.demo || o.messages === 0) return;
+    const client = this.ctx.client();
+    this.producing = true;
+    this.producer = (async () => {
       try {
-        for (let from = 1; from <= o.messages && !stopping; from += BATCH) {
+        for (let from = 1; from <= o.messages && !this.stopping; from += BATCH) {
           const n = Math.min(BATCH, o.messages - from + 1);
-          for (const s of streamNames) {
+          for (const s of this.streamNames) {
             await client.stream(s).produceBatch(demoBatch(s, from, n, o.messages));
-            produced.set(s, (produced.get(s) ?? 0) + n);
+            this.produced.set(s, (this.produced.get(s) ?? 0) + n);
           }
           await sleep(BATCH_PAUSE_MS);
         }
       } catch (e) {
-        produceError = describeError(e, secrets).message;
-        say(`demo producer failed: ${produceError}`);
+        this.produceError = describeError(e, this.secrets).message;
+        this.say(`demo producer failed: ${this.produceError}`);
       } finally {
-        producing = false;
-        producedAt = Date.now();
+        this.producing = false;
+        this.producedAt = Date.now();
       }
     })();
+  }
 
-    // 5. The scheduler.
-    const inflight = new Set<Promise<void>>();
-    const invoke = (job: Job) => {
-      job.running++;
-      job.invocations++;
-      const context: LocalContext = localContext(job.budgetMs, {
-        functionName: `sqlstreams-dev-${job.name.replace(/[^A-Za-z0-9-]+/g, "-")}`,
-        memoryMB: job.group?.declaration.memory ?? 256,
-      });
-      const p = (async () => {
-        try {
-          if (job.kind === "group") {
-            const d = job.group!.declaration;
-            const r = await job.group!.handler({ stream: d.stream, group: d.group }, context);
-            job.report = job.report ? mergeReports(job.report, r) : r;
-          } else if (dep.maintain) {
-            await dep.maintain({ source: "sqlstreams-dev" }, context);
-          } else {
-            await client.maintain({ deadline: Date.now() + job.budgetMs - 3_000 });
-          }
-        } catch (e) {
-          job.errors++;
-          job.lastError = describeError(e, secrets).message;
-          logs.write(JSON.stringify({ level: "error", event: "sqlstreams.dev.invocation", function: job.name, error: job.lastError }), "error");
-        } finally {
-          job.running--;
-          job.finished++;
-        }
-      })();
-      inflight.add(p);
-      void p.finally(() => inflight.delete(p));
-    };
-    const fire = (job: Job) => {
-      if (job.running >= job.parallelism) {
-        job.skipped++;
-        return;
+  /** 5. The local stand-in for EventBridge. */
+  private startScheduler(): void {
+    this.timer = setInterval(() => this.tick(), 50);
+    this.tick();
+  }
+
+  private tick(): void {
+    if (this.stopping) return;
+    const now = Date.now();
+    for (const j of this.jobs) {
+      if (j.nextAt !== null && now >= j.nextAt) {
+        this.fire(j);
+        this.reschedule(j, now);
       }
-      for (let i = job.running; i < job.parallelism; i++) invoke(job);
-    };
-    const schedule = (job: Job, now: number) => {
-      if (job.tickMs !== undefined) {
-        job.nextAt = Math.max((job.nextAt ?? now) + job.tickMs, now + 1);
+    }
+  }
+
+  private fire(job: Job): void {
+    if (job.running >= job.parallelism) {
+      job.skipped++;
+      return;
+    }
+    for (let i = job.running; i < job.parallelism; i++) this.invoke(job);
+  }
+
+  private reschedule(job: Job, now: number): void {
+    if (job.tickMs !== undefined) {
+      job.nextAt = Math.max((job.nextAt ?? now) + job.tickMs, now + 1);
+      return;
+    }
+    const speed = this.o.speed ?? 1;
+    const virtualNow = this.started + (now - this.started) * speed;
+    const next = nextFire(job.schedule, virtualNow, this.started);
+    job.nextAt = next === null ? null : this.started + (next - this.started) / speed;
+  }
+
+  private invoke(job: Job): void {
+    job.running++;
+    job.invocations++;
+    const context: LocalContext = this.localContext(job.budgetMs, {
+      functionName: `sqlstreams-dev-${job.name.replace(/[^A-Za-z0-9-]+/g, "-")}`,
+      memoryMB: job.group?.declaration.memory ?? 256,
+    });
+    const p = this.runJob(job, context);
+    this.inflight.add(p);
+    void p.finally(() => this.inflight.delete(p));
+  }
+
+  private async runJob(job: Job, context: LocalContext): Promise<void> {
+    try {
+      if (job.kind === "group") {
+        const d = job.group!.declaration;
+        const r = await job.group!.handler({ stream: d.stream, group: d.group }, context);
+        job.report = job.report ? mergeReports(job.report, r) : r;
+      } else if (this.dep.maintain) {
+        await this.dep.maintain({ source: "sqlstreams-dev" }, context);
       } else {
-        const speed = o.speed ?? 1;
-        const virtualNow = started + (now - started) * speed;
-        const next = nextFire(job.schedule, virtualNow, started);
-        job.nextAt = next === null ? null : started + (next - started) / speed;
+        await this.ctx.client().maintain({ deadline: Date.now() + job.budgetMs - 3_000 });
       }
+    } catch (e) {
+      job.errors++;
+      job.lastError = describeError(e, this.secrets).message;
+      this.logs?.write(JSON.stringify({ level: "error", event: "sqlstreams.dev.invocation", function: job.name, error: job.lastError }), "error");
+    } finally {
+      job.running--;
+      job.finished++;
+    }
+  }
+
+  private snapshot(): Snapshot {
+    const now = Date.now();
+    const maintain = this.jobs.find((j) => j.kind === "maintain")!;
+    return {
+      elapsedMs: now - this.started,
+      groups: this.jobs.filter((j) => j.kind === "group").map((j) => row(j, this.produced, now)),
+      maintain: {
+        runs: maintain.finished, running: maintain.running, errors: maintain.errors, lastError: maintain.lastError,
+        nextInMs: maintain.nextAt === null ? null : Math.max(0, maintain.nextAt - now),
+      },
     };
-    const tick = () => {
-      if (stopping) return;
-      const now = Date.now();
-      for (const j of jobs) {
-        if (j.nextAt !== null && now >= j.nextAt) {
-          fire(j);
-          schedule(j, now);
+  }
+
+  private draw(final = false): void {
+    const snap = this.snapshot();
+    if (this.json) this.drawJson(snap, final);
+    else if (this.live) this.drawLive(snap, final);
+    else this.drawPlain(snap, final);
+  }
+
+  private drawJson(snap: Snapshot, final: boolean): void {
+    const text = JSON.stringify(snap.groups.map((g) => [g.head, g.committed, g.ready, g.deferred, g.inflight, g.dead, g.invocations]));
+    if (final || (Date.now() - this.lastPlain >= PLAIN_EVERY_MS && text !== this.lastPlainText)) {
+      this.lastPlain = Date.now();
+      this.lastPlainText = text;
+      if (!final) this.emit("dev.progress", { groups: snap.groups, maintain: snap.maintain });
+    }
+  }
+
+  private drawLive(snap: Snapshot, final: boolean): void {
+    const width = Math.max(40, (process.stdout.columns ?? this.io.columns ?? 120) - 1);
+    const lines = render(snap, this.o, this.logs!, this.events, this.stopReason, width);
+    let out = this.drawnLines > 0 ? `\x1b[${this.drawnLines}F\x1b[0J` : "\x1b[?25l";
+    out += lines.join("\n") + "\n";
+    if (final) out += "\x1b[?25h";
+    this.io.out(out);
+    this.drawnLines = lines.length;
+  }
+
+  private drawPlain(snap: Snapshot, final: boolean): void {
+    const text = snap.groups.map((g) => plainLine(g)).join("\n");
+    if (text === this.lastPlainText || (!final && Date.now() - this.lastPlain < PLAIN_EVERY_MS)) return;
+    this.lastPlain = Date.now();
+    this.lastPlainText = text;
+    const t = `[${(snap.elapsedMs / 1_000).toFixed(1).padStart(6)}s]`;
+    this.io.out(snap.groups.map((g) => `${t} ${plainLine(g)}`).join("\n") + "\n");
+  }
+
+  private async refresh(): Promise<void> {
+    if (this.refreshing) return;
+    this.refreshing = true;
+    try {
+      for (const j of this.jobs) {
+        if (!j.group) continue;
+        const at = Date.now();
+        try {
+          j.progress = await this.ctx.client().stream(j.group.declaration.stream).consumer(j.group.declaration.group).progress();
+          j.progressAt = at;
+        } catch (e) {
+          j.progressAt = undefined;
+          j.lastError = describeError(e, this.secrets).message;
         }
       }
-    };
-    const timer = setInterval(tick, 50);
-    tick();
+    } finally {
+      this.refreshing = false;
+    }
+  }
 
-    // The view, and the stop conditions.
-    let lastPlain = 0;
-    let lastPlainText = "";
-    let drawnLines = 0;
-    const snapshot = (): Snapshot => {
-      const now = Date.now();
-      const maintain = jobs.find((j) => j.kind === "maintain")!;
-      return {
-        elapsedMs: now - started,
-        groups: jobs.filter((j) => j.kind === "group").map((j) => row(j, produced, now)),
-        maintain: { runs: maintain.finished, running: maintain.running, errors: maintain.errors, lastError: maintain.lastError, nextInMs: maintain.nextAt === null ? null : Math.max(0, maintain.nextAt - now) },
-      };
-    };
-    const draw = (final = false) => {
-      const snap = snapshot();
-      if (json) {
-        const text = JSON.stringify(snap.groups.map((g) => [g.head, g.committed, g.ready, g.deferred, g.inflight, g.dead, g.invocations]));
-        if (final || (Date.now() - lastPlain >= PLAIN_EVERY_MS && text !== lastPlainText)) {
-          lastPlain = Date.now();
-          lastPlainText = text;
-          if (!final) emit("dev.progress", { groups: snap.groups, maintain: snap.maintain });
-        }
-        return;
-      }
-      if (live) {
-        const width = Math.max(40, (process.stdout.columns ?? io.columns ?? 120) - 1);
-        const lines = render(snap, o, logs, events, stopReason, width);
-        let out = drawnLines > 0 ? `\x1b[${drawnLines}F\x1b[0J` : "\x1b[?25l";
-        out += lines.join("\n") + "\n";
-        if (final) out += "\x1b[?25h";
-        io.out(out);
-        drawnLines = lines.length;
-        return;
-      }
-      const text = snap.groups.map((g) => plainLine(g)).join("\n");
-      if (text !== lastPlainText && (final || Date.now() - lastPlain >= PLAIN_EVERY_MS)) {
-        lastPlain = Date.now();
-        lastPlainText = text;
-        const t = `[${(snap.elapsedMs / 1_000).toFixed(1).padStart(6)}s]`;
-        io.out(snap.groups.map((g) => `${t} ${plainLine(g)}`).join("\n") + "\n");
-      }
-    };
-    viewStarted = true;
+  /** --once: every group has run, caught up with everything produced, and holds no open exception. */
+  private converged(): boolean {
+    if (this.producing || this.produceError !== undefined) return false;
+    return this.jobs.every((j) => {
+      if (j.kind !== "group") return true;
+      const p = j.progress;
+      const fresh = j.invocations > 0 && p !== undefined && j.progressAt !== undefined && j.progressAt > this.producedAt;
+      return fresh && p.lag === "0" && p.exceptions.ready + p.exceptions.deferred + p.exceptions.inflight === 0;
+    });
+  }
 
-    let refreshing = false;
-    const refresh = async () => {
-      if (refreshing) return;
-      refreshing = true;
-      try {
-        for (const j of jobs) {
-          if (!j.group) continue;
-          const at = Date.now();
-          try {
-            j.progress = await client.stream(j.group.declaration.stream).consumer(j.group.declaration.group).progress();
-            j.progressAt = at;
-          } catch (e) {
-            j.progressAt = undefined;
-            j.lastError = describeError(e, secrets).message;
-          }
-        }
-      } finally {
-        refreshing = false;
-      }
-    };
-    const converged = () =>
-      !producing &&
-      produceError === undefined &&
-      jobs.every((j) => j.kind !== "group" || (j.invocations > 0 && j.progress !== undefined && j.progressAt !== undefined && j.progressAt > producedAt && j.progress.lag === "0" &&
-        j.progress.exceptions.ready + j.progress.exceptions.deferred + j.progress.exceptions.inflight === 0));
-
-    const outcome = await new Promise<{ code: number; why: string }>((resolveStop) => {
+  /** The view, refreshed until a signal, the embedded server's exit, or (--once) convergence or timeout. */
+  private untilStop(): Promise<{ code: number; why: string }> {
+    const { o } = this;
+    return new Promise((resolveStop) => {
       let done = false;
       const finish = (code: number, why: string) => {
         if (done) return;
@@ -409,68 +501,79 @@ export async function dev(ctx: Ctx, v: Values): Promise<number> {
         clearInterval(view);
         resolveStop({ code, why });
       };
-      stopRequested = (why) => finish(0, `stopped (${why})`);
-      if (stopReason) finish(0, `stopped (${stopReason})`);
-      void server?.exited.then(() => finish(1, "the embedded Postgres exited unexpectedly"));
-      const view = setInterval(() => {
-        void (async () => {
-          await refresh();
-          if (done) return;
-          draw();
-          if (o.once && produceError !== undefined) finish(1, `the demo producer failed: ${produceError}`);
-          else if (o.once && converged()) finish(0, "converged");
-          else if (o.once && Date.now() - started > o.timeoutMs) finish(1, `did not converge within ${o.timeoutMs / 1_000} s`);
-        })();
-      }, REFRESH_MS);
+      this.stopRequested = (why) => finish(0, `stopped (${why})`);
+      if (this.stopReason) finish(0, `stopped (${this.stopReason})`);
+      void this.server?.exited.then(() => finish(1, "the embedded Postgres exited unexpectedly"));
+      const step = async () => {
+        await this.refresh();
+        if (done) return;
+        this.draw();
+        if (o.once && this.produceError !== undefined) finish(1, `the demo producer failed: ${this.produceError}`);
+        else if (o.once && this.converged()) finish(0, "converged");
+        else if (o.once && Date.now() - this.started > o.timeoutMs) finish(1, `did not converge within ${o.timeoutMs / 1_000} s`);
+      };
+      const view = setInterval(() => void step(), REFRESH_MS);
     });
-    const exitCode = outcome.code;
-    stopReason = outcome.why;
+  }
 
-    // 6. Shutdown: stop scheduling and producing, let running invocations finish. An invocation
-    // whose group holds nothing (no open range lease, no inflight row: a continuous-mode poller
-    // idling until its budget ends) is not waited for.
-    stopping = true;
-    clearInterval(timer);
-    await producer;
+  /**
+   * 6. Stop scheduling and producing, let running invocations finish. An invocation whose group
+   * holds nothing (no open range lease, no inflight row: a continuous-mode poller idling until its
+   * budget ends) is not waited for.
+   */
+  private async shutdown(): Promise<void> {
+    this.stopping = true;
+    clearInterval(this.timer);
+    await this.producer;
     let lastWaitNote = Date.now();
     for (;;) {
-      const busy = jobs.filter((j) => j.running > 0);
-      if (busy.length === 0 || forced) break;
-      await refresh();
+      const busy = this.jobs.filter((j) => j.running > 0);
+      if (busy.length === 0 || this.forced) break;
+      await this.refresh();
       const holding = busy.filter((j) => j.kind === "maintain" || !j.progress || j.progress.openLeases > 0 || j.progress.exceptions.inflight > 0);
       if (holding.length === 0) break;
       if (Date.now() - lastWaitNote >= 3_000) {
         lastWaitNote = Date.now();
-        say(`waiting for ${holding.map((j) => j.name).join(", ")} to finish (Ctrl-C again to stop now)`);
+        this.say(`waiting for ${holding.map((j) => j.name).join(", ")} to finish (Ctrl-C again to stop now)`);
       }
-      draw();
-      await Promise.race([Promise.race([...inflight]), sleep(REFRESH_MS)]);
+      this.draw();
+      await Promise.race([Promise.race([...this.inflight]), sleep(REFRESH_MS)]);
     }
-    await refresh();
-    draw(true);
-    const snap = snapshot();
-    const abandoned = jobs.reduce((n, j) => n + j.running, 0);
-    await services?.close().catch(() => {});
-    services = undefined;
+  }
+
+  /** The final view and summary, after the services, the client and the embedded server stopped. */
+  private async finish(exitCode: number): Promise<number> {
+    const { ctx, io, o } = this;
+    await this.refresh();
+    this.draw(true);
+    const snap = this.snapshot();
+    const abandoned = this.jobs.reduce((n, j) => n + j.running, 0);
+    await this.services?.close().catch(() => {});
+    this.services = undefined;
     await ctx.close();
-    if (server) {
-      await server.stop();
-      server = undefined;
+    if (this.server) {
+      await this.server.stop();
+      this.server = undefined;
     }
-    await logs.close();
-    summary(io, json, snap, exitCode, stopReason, o, rel(io.cwd, resolve(io.cwd, o.logFile)), abandoned, ctx.common.databaseUrl && !secretsEmbedded(where) ? maskUrl(ctx.common.databaseUrl) : undefined);
+    await this.logs?.close();
+    const url = ctx.common.databaseUrl && !secretsEmbedded(this.where) ? maskUrl(ctx.common.databaseUrl) : undefined;
+    summary(io, this.json, snap, exitCode, this.stopReason, o, rel(io.cwd, resolve(io.cwd, o.logFile)), abandoned, url);
     return exitCode;
-  } finally {
-    for (const s of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.removeListener(s, onSignal);
-    process.removeListener("unhandledRejection", onRejection);
-    await services?.close().catch(() => {});
-    await ctx.close();
-    if (server) await server.stop().catch(() => {});
-    process.removeListener("exit", onExit);
-    await logs.close();
-    if (live) io.out("\x1b[?25h");
+  }
+
+  async cleanup(): Promise<void> {
+    for (const s of SIGNALS) process.removeListener(s, this.onSignal);
+    process.removeListener("unhandledRejection", this.onRejection);
+    await this.services?.close().catch(() => {});
+    await this.ctx.close();
+    if (this.server) await this.server.stop().catch(() => {});
+    process.removeListener("exit", this.onExit);
+    await this.logs?.close();
+    if (this.live) this.io.out("\x1b[?25h");
   }
 }
+
+const SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
 
 function secretsEmbedded(where: string): boolean {
   return where.startsWith("embedded");
