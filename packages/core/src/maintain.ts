@@ -3,7 +3,7 @@
 // dev`, stream.maintain()); every step is bounded, independent and safe to run from several
 // invocations at once. The statements live in sql/maintain.ts.
 import type { Runtime } from "./runtime.js";
-import { transaction } from "./db.js";
+import { type Db, transaction } from "./db.js";
 import { SqlStreamsError } from "./errors.js";
 import {
   BATCH,
@@ -133,147 +133,189 @@ function checkDeadline(deadline: unknown): void {
 
 async function maintainOne(client: Runtime, s: MaintainedStream, deadline: number | undefined): Promise<MaintainReport> {
   const db = client.db;
-  const report = emptyReport(s.name);
-  const late = (): boolean => {
-    if (deadline !== undefined && deadline - Date.now() < DEADLINE_MARGIN_MS) {
-      report.deadlineReached = true;
+  const run = new MaintainRun(client, s, deadline);
+  await run.step("partitions", () => run.createAhead());
+  if (s.retentionMs > 0n && run.stateKnown) {
+    await run.step("drop", () => run.dropExpired());
+    await run.step("sweep", () => run.sweep());
+    await run.step("floor", () => run.noteHeldRetention());
+  }
+  // 4.–6. TTL and lease sweeps, in batches until a batch comes back short.
+  const r = run.report;
+  await run.batches("idempotencyKeys", () => deleteIdempotencyKeys(db, s.id, s.idempotencyKeyTtlMs), (n) => (r.idempotencyKeysDeleted += n));
+  await run.batches("keyLeases", () => deleteExpiredKeyLeases(db, s.id), (n) => (r.keyLeasesDeleted += n));
+  await run.batches("emptyHeads", () => deleteEmptyHeads(db, s.id), (n) => (r.emptyHeadsDeleted += n));
+  return r;
+}
+
+/** One maintain() of one stream: the steps of docs/retention.md#maintain over the state they share. */
+class MaintainRun {
+  readonly report: MaintainReport;
+  private readonly db: Db;
+  // Read once (step 1) so that an idle run stays a handful of statements.
+  private next = 0n;
+  private partitions: bigint[] = [];
+  stateKnown = false;
+  /** The floor, read by the drop step (or the sweep when the drop step failed). */
+  private f: Floor | null = null;
+  /**
+   * Set when droppable partitions were left for the next run (lock timeout, another maintain()
+   * dropping, deadline): the sweep then waits too rather than delete those partitions row by row.
+   * A drop that fails with an error (no DDL right, say) does not stop the sweep, which keeps
+   * storage bounded without DROP.
+   */
+  private dropsPending = false;
+
+  constructor(
+    private readonly client: Runtime,
+    private readonly s: MaintainedStream,
+    private readonly deadline: number | undefined,
+  ) {
+    this.db = client.db;
+    this.report = emptyReport(s.name);
+  }
+
+  /** The partition the producers last wrote into (holding id next − 1): never dropped or swept, so the visible head survives retention. */
+  private get active(): bigint {
+    return this.next > 0n ? (this.next - 1n) / this.s.partitionSize : 0n;
+  }
+
+  private get activeLow(): bigint {
+    return this.active * this.s.partitionSize;
+  }
+
+  readonly late = (): boolean => {
+    if (this.deadline !== undefined && this.deadline - Date.now() < DEADLINE_MARGIN_MS) {
+      this.report.deadlineReached = true;
       return true;
     }
     return false;
   };
-  const step = async (name: string, fn: () => Promise<void>): Promise<void> => {
-    if (late()) return;
+
+  /** Runs a step unless the deadline is near; its error is reported and the next step runs. */
+  async step(name: string, fn: () => Promise<void>): Promise<void> {
+    if (this.late()) return;
     try {
       await fn();
     } catch (e) {
       const { code, message } = errorCode(e);
-      report.errors.push({ step: name, code, message });
-      db.events.emit({ level: "error", code, message: `maintain ${name} failed: ${message}`, stream: s.name, step: name });
+      this.report.errors.push({ step: name, code, message });
+      this.db.events.emit({ level: "error", code, message: `maintain ${name} failed: ${message}`, stream: this.s.name, step: name });
     }
-  };
+  }
 
-  // Shared by the steps below; read once (step 1) so that an idle run stays a handful of statements.
-  let next = 0n;
-  let partitions: bigint[] = [];
-  let stateKnown = false;
-
-  // 1. Partition create-ahead: K and K+1 of the id the sequence hands out next.
-  await step("partitions", async () => {
-    const st = await partitionState(db, s.id);
-    next = st.next;
-    partitions = st.partitions;
-    stateKnown = true;
-    const k = next / s.partitionSize;
-    for (const want of [k, k + 1n]) {
-      if (partitions.includes(want)) continue;
-      if (await ensurePartition(db, s.id, s.partitionSize, want)) report.partitionsCreated++;
-      partitions.push(want);
-    }
-  });
-
-  if (s.retentionMs > 0n && stateKnown) {
-    // The partition the producers last wrote into (holding id next − 1) is never dropped or swept,
-    // so the visible head survives retention.
-    const active = next > 0n ? (next - 1n) / s.partitionSize : 0n;
-    const activeLow = active * s.partitionSize;
-    let f: Floor | null = null;
-    // Set when droppable partitions were left for the next run (lock timeout, another maintain()
-    // dropping, deadline): the sweep then waits too rather than delete those partitions row by
-    // row. A drop that fails with an error (no DDL right, say) does not stop the sweep, which
-    // keeps storage bounded without DROP.
-    let dropsPending = false;
-
-    // 2. Drop expired partitions that lie wholly at or below the floor.
-    await step("drop", async () => {
-      f = await floorOf(db, s.id);
-      report.floor = String(f.floor);
-      const candidates = partitions.filter((j) => j < active).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
-      for (const j of candidates) {
-        if ((j + 1n) * s.partitionSize - 1n > f.floor) break; // above the floor: so are the later ones
-        if (late()) {
-          dropsPending = true;
-          return;
-        }
-        let expired: boolean;
-        try {
-          expired = await partitionExpired(db, s.id, j, s.retentionMs);
-        } catch (e) {
-          // Another maintain() dropped it since step 1 listed it.
-          if ((e as { code?: string }).code === "42P01") continue;
-          throw e;
-        }
-        if (!expired) break; // later partitions are newer
-        const r = await dropPartition(client, s, j, late, report);
-        if (r === "dropped") report.partitionsDropped++;
-        else if (r === "skipped" || r === "stop") {
-          // Whoever holds the log will likely hold it for the next partition too: next run.
-          if (r === "skipped") report.partitionsSkipped++;
-          dropsPending = true;
-          return;
-        }
-      }
-    });
-
-    // 3. Sweep expired rows at or below the floor, lowest id first, one batch per transaction.
-    await step("sweep", async () => {
-      if (dropsPending) return;
-      f ??= await floorOf(db, s.id);
-      report.floor = String(f.floor);
-      const limit = f.floor < activeLow - 1n ? f.floor : activeLow - 1n;
-      let after = 0n;
-      while (after < limit) {
-        if (late()) return;
-        const w = await sweepWindow(db, s.id, after, limit, s.retentionMs);
-        if (w.last === null || w.expired.length === 0) return;
-        let r: Awaited<ReturnType<typeof sweepBatchTx>>;
-        try {
-          r = await transaction(db, (c) => sweepBatchTx(db, c, s.id, w.expired));
-        } catch (e) {
-          const code = (e as { code?: string }).code ?? "";
-          if (!LOCK_FAILURES.has(code)) throw e;
-          // A row of the batch stayed locked for 2 s (a redrive, a producer writing a head): the
-          // sweep resumes on the next run.
-          db.events.emit({ level: "warn", code: "SQL0041", message: `sweep of ${s.name} paused: ${(e as Error).message}`, stream: s.name });
-          return;
-        }
-        if (r === null || r.messages === 0) return; // another maintain() is sweeping, or nothing left to take
-        report.rowsSwept += r.messages;
-        report.exceptionRowsDeleted += r.exceptionRows;
-        report.deliveryLogRowsDeleted += r.deliveryLogRows;
-        after = w.last;
-      }
-    });
-
-    // Retention held back by a group: the lowest message above the floor is already expired.
-    // (Maintenance never moves a cursor, so the floor read in step 2 still holds.)
-    await step("floor", async () => {
-      const held = f?.heldBy;
-      if (!f || !held) return;
-      if (await expiredAboveFloor(db, s.id, f.floor, activeLow, s.retentionMs)) {
-        report.retentionHeldBy = {
-          group: held.group,
-          committed: String(held.committed),
-          unresolvedFrom: held.unresolvedFrom === null ? null : String(held.unresolvedFrom),
-          paused: held.paused,
-        };
+  /** A step that deletes in batches until a batch comes back short. */
+  async batches(name: string, fn: () => Promise<number>, add: (n: number) => void): Promise<void> {
+    await this.step(name, async () => {
+      for (;;) {
+        const n = await fn();
+        add(n);
+        if (n < BATCH || this.late()) return;
       }
     });
   }
 
-  // 4.–6. TTL and lease sweeps, in batches until a batch comes back short.
-  const drain = async (name: string, fn: () => Promise<number>, add: (n: number) => void): Promise<void> => {
-    await step(name, async () => {
-      for (;;) {
-        const n = await fn();
-        add(n);
-        if (n < BATCH || late()) return;
+  /** 1. Partition create-ahead: K and K+1 of the id the sequence hands out next. */
+  async createAhead(): Promise<void> {
+    const { db, s } = this;
+    const st = await partitionState(db, s.id);
+    this.next = st.next;
+    this.partitions = st.partitions;
+    this.stateKnown = true;
+    const k = this.next / s.partitionSize;
+    for (const want of [k, k + 1n]) {
+      if (this.partitions.includes(want)) continue;
+      if (await ensurePartition(db, s.id, s.partitionSize, want)) this.report.partitionsCreated++;
+      this.partitions.push(want);
+    }
+  }
+
+  /** 2. Drop expired partitions that lie wholly at or below the floor. */
+  async dropExpired(): Promise<void> {
+    const { s, report } = this;
+    const f = (this.f = await floorOf(this.db, s.id));
+    report.floor = String(f.floor);
+    const candidates = this.partitions.filter((j) => j < this.active).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+    for (const j of candidates) {
+      if ((j + 1n) * s.partitionSize - 1n > f.floor) break; // above the floor: so are the later ones
+      if (this.late()) {
+        this.dropsPending = true;
+        return;
       }
-    });
-  };
-  await drain("idempotencyKeys", () => deleteIdempotencyKeys(db, s.id, s.idempotencyKeyTtlMs), (n) => (report.idempotencyKeysDeleted += n));
-  await drain("keyLeases", () => deleteExpiredKeyLeases(db, s.id), (n) => (report.keyLeasesDeleted += n));
-  await drain("emptyHeads", () => deleteEmptyHeads(db, s.id), (n) => (report.emptyHeadsDeleted += n));
-  return report;
+      if (!(await this.expired(j))) break; // later partitions are newer
+      const r = await dropPartition(this.client, s, j, this.late, report);
+      if (r === "dropped") report.partitionsDropped++;
+      else if (r === "skipped" || r === "stop") {
+        // Whoever holds the log will likely hold it for the next partition too: next run.
+        if (r === "skipped") report.partitionsSkipped++;
+        this.dropsPending = true;
+        return;
+      }
+    }
+  }
+
+  /** Whether partition j is wholly expired (false when another maintain() dropped it since step 1). */
+  private async expired(j: bigint): Promise<boolean> {
+    try {
+      return await partitionExpired(this.db, this.s.id, j, this.s.retentionMs);
+    } catch (e) {
+      if ((e as { code?: string }).code === "42P01") return false;
+      throw e;
+    }
+  }
+
+  /** 3. Sweep expired rows at or below the floor, lowest id first, one batch per transaction. */
+  async sweep(): Promise<void> {
+    if (this.dropsPending) return;
+    const { db, s, report } = this;
+    const f = (this.f ??= await floorOf(db, s.id));
+    report.floor = String(f.floor);
+    const limit = f.floor < this.activeLow - 1n ? f.floor : this.activeLow - 1n;
+    let after = 0n;
+    while (after < limit) {
+      if (this.late()) return;
+      const w = await sweepWindow(db, s.id, after, limit, s.retentionMs);
+      if (w.last === null || w.expired.length === 0) return;
+      const r = await this.sweepBatch(w.expired);
+      if (r === null || r.messages === 0) return; // another maintain() is sweeping, or nothing left to take
+      report.rowsSwept += r.messages;
+      report.exceptionRowsDeleted += r.exceptionRows;
+      report.deliveryLogRowsDeleted += r.deliveryLogRows;
+      after = w.last;
+    }
+  }
+
+  /** One sweep transaction; null when a row of the batch stayed locked (the sweep resumes next run). */
+  private async sweepBatch(ids: Parameters<typeof sweepBatchTx>[3]): Promise<Awaited<ReturnType<typeof sweepBatchTx>>> {
+    const { db, s } = this;
+    try {
+      return await transaction(db, (c) => sweepBatchTx(db, c, s.id, ids));
+    } catch (e) {
+      const code = (e as { code?: string }).code ?? "";
+      if (!LOCK_FAILURES.has(code)) throw e;
+      // Locked for 2 s by a redrive or a producer writing a head.
+      db.events.emit({ level: "warn", code: "SQL0041", message: `sweep of ${s.name} paused: ${(e as Error).message}`, stream: s.name });
+      return null;
+    }
+  }
+
+  /**
+   * Retention held back by a group: the lowest message above the floor is already expired.
+   * (Maintenance never moves a cursor, so the floor read in step 2 still holds.)
+   */
+  async noteHeldRetention(): Promise<void> {
+    const f = this.f;
+    const held = f?.heldBy;
+    if (!f || !held) return;
+    if (await expiredAboveFloor(this.db, this.s.id, f.floor, this.activeLow, this.s.retentionMs)) {
+      this.report.retentionHeldBy = {
+        group: held.group,
+        committed: String(held.committed),
+        unresolvedFrom: held.unresolvedFrom === null ? null : String(held.unresolvedFrom),
+        paused: held.paused,
+      };
+    }
+  }
 }
 
 /**
