@@ -82,7 +82,10 @@ export class DatabaseProvider {
       connectionTimeoutMillis: 10_000,
       // Keep the connection for the next warm invocation: the container is frozen in between.
       idleTimeoutMillis: 0,
+      // A peer that vanished (NAT drop, a container frozen between invocations) is noticed in
+      // seconds; a statement that hangs anyway ends at its bound (docs/operations.md#timeouts).
       keepAlive: true,
+      keepAliveInitialDelayMillis: 10_000,
       ...this.opts.pool,
       ...settings.config,
       max: this.opts.maxConnections ?? 1,

@@ -1,5 +1,5 @@
 import pg from "pg";
-import { type Db, type QueryHook, assertOpen, query, transaction } from "./db.js";
+import { type Db, DEFAULT_STATEMENT_TIMEOUT_MS, type QueryHook, assertOpen, query, transaction } from "./db.js";
 import { SqlStreamsError } from "./errors.js";
 import { EventLog, type Logger, consoleLogger } from "./log.js";
 import { asPermissionError, migrateAll, systemVersion } from "./sql/migrate.js";
@@ -20,6 +20,12 @@ export interface SqlStreamsOptions {
   onQuery?: QueryHook;
   /** Pool size when the client creates its pool (default 10). */
   maxConnections?: number;
+  /**
+   * Ceiling in ms of every statement outside a poll (inside a poll or drain the poll's deadline
+   * bounds them too). A statement still unanswered then is abandoned, its connection destroyed,
+   * and the call fails with SQL0050. Default 60 000; 100 to 3 600 000 (docs/operations.md#timeouts).
+   */
+  statementTimeout?: number;
 }
 
 export type { StreamInfo } from "./runtime.js";
@@ -44,12 +50,26 @@ export class SqlStreams implements Runtime {
       throw new SqlStreamsError("SQL0001", "connectionString must be a non-empty string");
     }
     const schema = validateSchemaName(opts.schema ?? "sqlstreams");
+    const statementTimeout = opts.statementTimeout ?? DEFAULT_STATEMENT_TIMEOUT_MS;
+    if (typeof statementTimeout !== "number" || !Number.isInteger(statementTimeout) || statementTimeout < 100 || statementTimeout > 3_600_000) {
+      throw new SqlStreamsError("SQL0051", `statementTimeout = ${String(statementTimeout)}: must be an integer number of ms between 100 and 3600000`, {
+        statementTimeout: typeof statementTimeout === "number" ? statementTimeout : typeof statementTimeout,
+      });
+    }
     let pool: pg.Pool;
     if (hasPool) {
       pool = opts.pool as pg.Pool;
       this.ownsPool = false;
     } else {
-      pool = new pg.Pool({ connectionString: opts.connectionString, max: opts.maxConnections ?? 10 });
+      pool = new pg.Pool({
+        connectionString: opts.connectionString,
+        max: opts.maxConnections ?? 10,
+        // A connection attempt that hangs gives its pool slot back (the caller gave up at its bound).
+        connectionTimeoutMillis: statementTimeout,
+        // A peer that vanished (NAT drop, frozen container) is noticed in seconds, not the OS's 2 h.
+        keepAlive: true,
+        keepAliveInitialDelayMillis: 10_000,
+      });
       this.ownsPool = true;
     }
     const events = new EventLog(opts.logger ?? consoleLogger);
@@ -65,7 +85,7 @@ export class SqlStreams implements Runtime {
     pool.on("connect", (c: pg.PoolClient) => {
       c.on("error", () => {});
     });
-    this.db = { pool, schema, q: quoteIdent(schema), onQuery: opts.onQuery, events, closed: false };
+    this.db = { pool, schema, q: quoteIdent(schema), onQuery: opts.onQuery, events, closed: false, statementTimeout };
   }
 
   get schema(): string {

@@ -1,4 +1,10 @@
-// The one place statements are sent: the query hook, transient-error retries and transactions.
+// The one place statements are sent: the query hook, time bounds, transient-error retries and
+// transactions. Every statement is bounded in time (docs/operations.md#timeouts): by the
+// remaining budget of the poll it belongs to, else by the client's statementTimeout. A
+// statement still unanswered at its bound is abandoned: its connection is destroyed (a frozen
+// backend or a silently dropped connection never answers) and the caller gets SQL0050.
+import { AsyncLocalStorage } from "node:async_hooks";
+import { performance } from "node:perf_hooks";
 import pg from "pg";
 import { SqlStreamsError } from "./errors.js";
 import type { EventLog } from "./log.js";
@@ -15,23 +21,151 @@ export interface Db {
   onQuery?: QueryHook;
   events: EventLog;
   closed: boolean;
+  /** Ceiling of every statement outside a poll's budget, ms (SqlStreamsOptions.statementTimeout). */
+  statementTimeout: number;
 }
+
+export const DEFAULT_STATEMENT_TIMEOUT_MS = 60_000;
 
 const TRANSIENT = new Set(["40001", "40P01", "55P03", "57P01", "57P02", "57P03", "08000", "08001", "08003", "08004", "08006", "53300"]);
 const NETWORK = new Set(["ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", "ENOTFOUND", "EAI_AGAIN"]);
 export const RETRY_PAUSES = [100, 200, 400];
 
-/** True for errors worth repeating a statement that is safe to repeat (SPEC §3.8, §5.8). */
+/**
+ * True when a pooler reports that the server connection behind it failed (PgBouncer's 08P01
+ * "server conn crashed?", "server closed the connection unexpectedly", pooler login failures
+ * other than a password), i.e. the statement did not run to completion.
+ */
+export function isPoolerServerFailure(e: unknown): boolean {
+  const err = e as { code?: string; message?: string } | null;
+  if (!err || err.code !== "08P01") return false;
+  return !isPoolerAuthMessage(String(err.message ?? ""));
+}
+
+/**
+ * True when a pooler refused the statement before any server saw it (PgBouncer's 08P01 for a
+ * full pool or a server it cannot reach): repeating it is always safe.
+ */
+export function isPoolerNotSent(e: unknown): boolean {
+  const err = e as { code?: string; message?: string } | null;
+  if (!err || err.code !== "08P01") return false;
+  return /query_wait_timeout|no more connections allowed|cannot connect to server|server login failed|pooler error: (no|too many)/i.test(String(err.message ?? ""));
+}
+
+/** PgBouncer reports a rejected password as 08P01 with this text (docs/operations.md#credentials). */
+export function isPoolerAuthMessage(m: string): boolean {
+  return /password authentication failed|SASL authentication failed|no such user|authentication failed/i.test(m);
+}
+
+/** True for errors worth repeating a statement that is safe to repeat (docs/crash-recovery.md). */
 export function isTransient(e: unknown): boolean {
   const err = e as { code?: string; message?: string } | null;
   if (!err) return false;
+  if (err instanceof SqlStreamsError) return false; // SQL0050 and the like: the bound is spent
   if (err.code && (TRANSIENT.has(err.code) || NETWORK.has(err.code))) return true;
+  if (isPoolerServerFailure(err)) return true;
   const m = String(err.message ?? "");
-  return /Connection terminated|connection timeout|Client has encountered a connection error|terminating connection/i.test(m);
+  return /Connection terminated|connection timeout|Client has encountered a connection error|terminating connection|server conn crashed|server closed the connection/i.test(m);
 }
 
 export function assertOpen(db: Db): void {
   if (db.closed) throw new SqlStreamsError("SQL0002", "the client was closed");
+}
+
+/** The end of the current poll's budget, on the monotonic clock (performance.now()). */
+interface Budget {
+  end: number;
+  what: string;
+}
+const budgets = new AsyncLocalStorage<Budget>();
+
+/**
+ * Runs fn with every statement it sends (directly or through awaited calls) bounded by
+ * `deadline` (epoch ms, as PollOptions.deadline) + `margin`; without a deadline, fn runs with the
+ * client's statementTimeout only.
+ */
+export function withBudget<T>(deadline: number | undefined, margin: number, what: string, fn: () => Promise<T>): Promise<T> {
+  if (deadline === undefined) return fn();
+  // Convert once to the monotonic clock: wall-clock steps must not stretch or cut the budget.
+  const end = performance.now() + (deadline + margin - Date.now());
+  return budgets.run({ end, what }, fn);
+}
+
+/** How long the next statement may take, ms; SQL0050 when the poll's budget is already spent. */
+export function statementBound(db: Db): number {
+  const b = budgets.getStore();
+  if (!b) return db.statementTimeout;
+  const left = Math.floor(b.end - performance.now());
+  if (left <= 0) throw timeoutError(`${b.what}: its deadline has passed; the statement was not sent`, 0, false);
+  return Math.min(left, db.statementTimeout);
+}
+
+function timeoutError(message: string, ms: number, sent: boolean, cause?: unknown): SqlStreamsError {
+  return new SqlStreamsError("SQL0050", message, { timeoutMs: ms, sent }, cause);
+}
+
+/** Clients whose connection this module destroyed: they must leave the pool, never be reused. */
+const destroyed = new WeakSet<pg.PoolClient>();
+
+function destroy(c: pg.PoolClient): void {
+  destroyed.add(c);
+  const stream = (c as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream;
+  try {
+    stream?.destroy();
+  } catch {
+    // already gone
+  }
+}
+
+export function isDestroyed(c: pg.PoolClient): boolean {
+  return destroyed.has(c);
+}
+
+/** Races p against ms; on expiry calls onLate (with the late value, if it ever comes) and rejects. */
+function within<T>(p: Promise<T>, ms: number, onExpire: () => void, expired: () => Error, onLate?: (v: T) => void): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    let done = false;
+    const timer = setTimeout(() => {
+      done = true;
+      onExpire();
+      reject(expired());
+    }, ms);
+    p.then(
+      (v) => {
+        if (done) return onLate?.(v);
+        done = true;
+        clearTimeout(timer);
+        resolve(v);
+      },
+      (e: unknown) => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer);
+        reject(e instanceof Error ? e : new Error(String(e)));
+      },
+    );
+  });
+}
+
+/** Takes a pooled connection within the statement's bound (a new one may hang in a dead network). */
+export function connect(db: Db, ms: number = statementBound(db)): Promise<pg.PoolClient> {
+  return within(
+    db.pool.connect(),
+    ms,
+    () => {},
+    () => timeoutError(`no database connection within ${ms} ms (network, pooler or server not answering); nothing was sent`, ms, false),
+    (late) => late.release(true),
+  );
+}
+
+async function send<R extends pg.QueryResultRow>(c: pg.PoolClient, text: string, values: unknown[] | undefined, ms: number): Promise<pg.QueryResult<R>> {
+  if (destroyed.has(c)) throw timeoutError("the connection was abandoned after an earlier statement timed out", 0, false);
+  return within(
+    c.query<R>(text, values),
+    ms,
+    () => destroy(c),
+    () => timeoutError(`no answer from the database within ${ms} ms; the connection was discarded and the outcome of the statement is unknown`, ms, true),
+  );
 }
 
 export async function query<R extends pg.QueryResultRow = pg.QueryResultRow>(
@@ -40,8 +174,27 @@ export async function query<R extends pg.QueryResultRow = pg.QueryResultRow>(
   text: string,
   values?: unknown[],
 ): Promise<pg.QueryResult<R>> {
+  const ms = statementBound(db);
   db.onQuery?.(text, values);
-  return on.query<R>(text, values);
+  // A checked-out client has release(); a pool (possibly from another copy of pg) has not.
+  if ("release" in on) return send<R>(on, text, values, ms);
+  const started = performance.now();
+  const c = await connect(db, ms);
+  let broken: Error | undefined;
+  try {
+    return await send<R>(c, text, values, Math.max(1, ms - Math.floor(performance.now() - started)));
+  } catch (e) {
+    broken = e as Error;
+    throw e;
+  } finally {
+    // A connection whose statement failed with a connection error (or was abandoned) is not reused.
+    c.release(broken && (destroyed.has(c) || isTransient(broken) || isConnectionError(broken)) ? broken : undefined);
+  }
+}
+
+function isConnectionError(e: unknown): boolean {
+  const code = (e as { code?: string } | null)?.code;
+  return typeof code === "string" && (code.startsWith("08") || NETWORK.has(code));
 }
 
 /** Runs a statement that is safe to repeat, retrying transient failures (100, 200, 400 ms). */
@@ -62,7 +215,7 @@ export async function queryRetry<R extends pg.QueryResultRow = pg.QueryResultRow
 
 /** Runs fn inside BEGIN/COMMIT on one pooled connection; rolls back on error. */
 export async function transaction<T>(db: Db, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
-  const c = await db.pool.connect();
+  const c = await connect(db, statementBound(db));
   let broken = false;
   try {
     await query(db, c, "BEGIN");
@@ -70,14 +223,19 @@ export async function transaction<T>(db: Db, fn: (c: pg.PoolClient) => Promise<T
     await query(db, c, "COMMIT");
     return out;
   } catch (e) {
-    try {
-      await c.query("ROLLBACK");
-    } catch {
+    if (destroyed.has(c)) {
       broken = true;
+    } else {
+      try {
+        // Bounded too: a ROLLBACK on a connection that stopped answering must not hang.
+        await send(c, "ROLLBACK", undefined, Math.min(db.statementTimeout, 5_000));
+      } catch {
+        broken = true;
+      }
     }
     throw e;
   } finally {
-    c.release(broken ? true : undefined);
+    c.release(broken || destroyed.has(c) ? true : undefined);
   }
 }
 

@@ -43,6 +43,8 @@ export const ERROR_CODES = {
   SQL0041: { kind: "event", meaning: "partition upkeep: create-ahead failed, a missing partition was recovered, or a drop was skipped on a lock timeout or deadlock (retried on the next run)", fix: "check DDL rights and long transactions" },
   SQL0042: { kind: "error", meaning: "destroy refused: the group or stream still has live work", fix: "pause and let the work finish, or pass force" },
   SQL0043: { kind: "event", meaning: "a producer transaction of this stream has held the fence for seconds: claims wait for it to end", fix: "commit or roll back the named backend's transaction; keep produceInTx transactions short" },
+  SQL0050: { kind: "error", meaning: "the database did not answer within the statement's time bound (the poll's deadline or statementTimeout); the connection was discarded", fix: "nothing is lost (leases expire and the next poll resumes); check the database, pooler and network; a produce's outcome is unknown (SQL0024)" },
+  SQL0051: { kind: "error", meaning: "invalid statementTimeout", fix: "pass an integer number of ms between 100 and 3600000" },
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

@@ -2,8 +2,8 @@ import type pg from "pg";
 import type { Runtime, StreamInfo } from "./runtime.js";
 import { type MessageOptions, validateMessageOptions, validateStreamOptions, type StreamOptions } from "./config.js";
 import { Consumer } from "./consumer.js";
-import { RETRY_PAUSES, isTransient, query, transaction } from "./db.js";
-import { SqlStreamsError } from "./errors.js";
+import { RETRY_PAUSES, connect, isPoolerAuthMessage, isPoolerNotSent, isTransient, query, transaction } from "./db.js";
+import { SqlStreamsError, isSqlStreamsError } from "./errors.js";
 import { type MaintainOptions, type MaintainReport, maintainStream } from "./maintain.js";
 import { type DestroyStreamResult, destroyStream } from "./destroy.js";
 import { asPermissionError, lockMigrations, migrateStream } from "./sql/migrate.js";
@@ -107,8 +107,15 @@ function isNoPartition(e: unknown): boolean {
 }
 
 /** Errors that arrive without a server SQLSTATE after the statement was sent: outcome unknown. */
+/**
+ * The produce statement may have committed: the connection failed after it was sent (a network
+ * error, a pooler's 08P01 for a crashed server connection) or no answer came within its bound.
+ */
 function connectionLost(e: unknown): boolean {
+  if (isSqlStreamsError(e, "SQL0050")) return e.details.sent === true;
   const code = (e as { code?: string })?.code;
+  if (code === "08P01") return !isPoolerNotSent(e) && !isPoolerAuthMessage(String((e as Error).message));
+  if (code === "08006" || code === "08003") return true;
   return !code || !/^[0-9A-Z]{5}$/.test(code) ? isTransient(e) : false;
 }
 
@@ -307,7 +314,7 @@ export class Stream<T = unknown> {
     for (;;) {
       let c: pg.PoolClient;
       try {
-        c = await db.pool.connect();
+        c = await connect(db);
       } catch (e) {
         if (transient < RETRY_PAUSES.length && isTransient(e)) {
           await sleep(RETRY_PAUSES[transient++]);
@@ -330,7 +337,9 @@ export class Stream<T = unknown> {
         if (connectionLost(e)) {
           throw new SqlStreamsError(
             "SQL0024",
-            "the connection was lost while the produce was committing: the message may or may not exist; an idempotencyKey makes a retry safe",
+            isSqlStreamsError(e, "SQL0050")
+              ? `the database did not answer the produce within ${String(e.details.timeoutMs)} ms: the message may or may not exist; an idempotencyKey makes a retry safe`
+              : "the connection was lost while the produce was committing: the message may or may not exist; an idempotencyKey makes a retry safe",
             {},
             e,
           );

@@ -1,7 +1,7 @@
 // One bounded claim cycle (SPEC §5): load → range phase → exception phase → cursor advance.
 import type { Runtime } from "../runtime.js";
 import { type ResolvedPollOptions, groupResolution } from "../config.js";
-import { queryRetry } from "../db.js";
+import { queryRetry, withBudget } from "../db.js";
 import { SqlStreamsError, groupNotRegistered, isSqlStreamsError } from "../errors.js";
 import * as S from "../sql/cycle.js";
 import { type Ctx, type LoadRow, aborted, big } from "./context.js";
@@ -14,7 +14,18 @@ export interface PollState {
   fenceBlocked: boolean;
 }
 
-export async function pollOnce<T>(
+/**
+ * One poll. Every statement it sends (and those of handlers it awaits) ends by the deadline plus
+ * recordMargin, when the leases it takes end too; one still unanswered then fails the poll with
+ * SQL0050 and its leases expire as designed (docs/operations.md#timeouts).
+ */
+export function pollOnce<T>(
+  client: Runtime, stream: string, group: string, handler: Handler<T>, o: ResolvedPollOptions, state?: PollState,
+): Promise<CycleReport> {
+  return withBudget(o.deadline, o.recordMargin, `poll of ${stream}/${group}`, () => cycle(client, stream, group, handler, o, state));
+}
+
+async function cycle<T>(
   client: Runtime, stream: string, group: string, handler: Handler<T>, o: ResolvedPollOptions, state?: PollState,
 ): Promise<CycleReport> {
   const started = Date.now();

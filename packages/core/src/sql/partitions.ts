@@ -1,5 +1,5 @@
 // message_log_N partitions (SPEC §3.7): created by producers ahead of need and by maintain().
-import { type Db, query } from "../db.js";
+import { type Db, connect, query } from "../db.js";
 import { partitionName, table } from "./names.js";
 
 const ALREADY_EXISTS = new Set(["42P07", "42710", "23505"]);
@@ -10,7 +10,7 @@ const ALREADY_EXISTS = new Set(["42P07", "42710", "23505"]);
  * Returns true when this call created it.
  */
 export async function ensurePartition(db: Db, streamId: string, partitionSize: bigint, k: bigint): Promise<boolean> {
-  const c = await db.pool.connect();
+  const c = await connect(db);
   let broken = false;
   try {
     await query(db, c, "BEGIN");

@@ -1,0 +1,90 @@
+// A TCP proxy the test controls, in front of the test's Postgres: it can drop every connection
+// it carries silently (no FIN, no RST: bytes in both directions are swallowed, as after a NAT
+// drop or with a frozen peer) and can leave new connections hanging (a dead network path).
+//
+//   const proxy = await startProxy(dbUrl);
+//   const client = new SqlStreams({ connectionString: proxy.url });
+//   proxy.dropExisting();   // what the client has open now goes silent
+//   proxy.hangNew = true;   // new connections are accepted but never reach the server
+import net from "node:net";
+
+export interface TcpProxy {
+  /** The database URL rewritten to go through the proxy. */
+  url: string;
+  port: number;
+  /** New connections are accepted but never forwarded while true. */
+  hangNew: boolean;
+  /** Connections accepted so far. */
+  accepted: number;
+  /** Silently drops every connection open now: data is swallowed, sockets stay open. */
+  dropExisting(): void;
+  /** Closes the listener and destroys every socket. */
+  close(): Promise<void>;
+}
+
+interface Pair {
+  client: net.Socket;
+  server: net.Socket | null;
+  dropped: boolean;
+}
+
+export async function startProxy(databaseUrl: string): Promise<TcpProxy> {
+  const target = new URL(databaseUrl);
+  const host = target.hostname || "127.0.0.1";
+  const targetPort = Number(target.port || 5432);
+  const pairs = new Set<Pair>();
+  const sockets = new Set<net.Socket>();
+  const track = (s: net.Socket) => {
+    sockets.add(s);
+    s.on("close", () => sockets.delete(s));
+    s.on("error", () => {});
+  };
+
+  const server = net.createServer((client) => {
+    track(client);
+    proxy.accepted++;
+    const pair: Pair = { client, server: null, dropped: false };
+    pairs.add(pair);
+    client.on("close", () => {
+      pairs.delete(pair);
+      if (!pair.dropped) pair.server?.destroy();
+    });
+    if (proxy.hangNew) {
+      pair.dropped = true; // accepted, never forwarded
+      client.on("data", () => {});
+      return;
+    }
+    const upstream = net.connect(targetPort, host);
+    track(upstream);
+    pair.server = upstream;
+    client.on("data", (b) => {
+      if (!pair.dropped) upstream.write(b);
+    });
+    upstream.on("data", (b) => {
+      if (!pair.dropped) client.write(b);
+    });
+    upstream.on("close", () => {
+      if (!pair.dropped) client.destroy();
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const port = (server.address() as net.AddressInfo).port;
+  const url = new URL(databaseUrl);
+  url.hostname = "127.0.0.1";
+  url.port = String(port);
+
+  const proxy: TcpProxy = {
+    url: url.toString(),
+    port,
+    hangNew: false,
+    accepted: 0,
+    dropExisting() {
+      for (const p of pairs) p.dropped = true;
+    },
+    async close() {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+  return proxy;
+}
