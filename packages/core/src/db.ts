@@ -176,8 +176,8 @@ export async function query<R extends pg.QueryResultRow = pg.QueryResultRow>(
 ): Promise<pg.QueryResult<R>> {
   const ms = statementBound(db);
   db.onQuery?.(text, values);
-  // A checked-out client has release(); a pool (possibly from another copy of pg) has not.
-  if ("release" in on) return send<R>(on, text, values, ms);
+  // A connection given by the caller (a transaction's client, produceInTx's pg.Client or PoolClient).
+  if (on !== db.pool) return send<R>(on as pg.PoolClient, text, values, ms);
   const started = performance.now();
   const c = await connect(db, ms);
   let broken: Error | undefined;
