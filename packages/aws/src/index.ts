@@ -15,3 +15,5 @@ export type { ConnectionSettings, CredentialSource, SecretReader } from "./crede
 export { validateGroups, findGroup, groupKey, resolvedDeclaration, DEFAULTS as GROUP_DEFAULTS } from "./declaration.js";
 export type { GroupDeclaration, PollMode, StreamDeclarations } from "./declaration.js";
 export type { LineWriter, LogLine } from "./log.js";
+export { NAMESPACE as METRICS_NAMESPACE, DurationHistogram, pollDocument, maintainDocuments, stageFromEnv } from "./metrics.js";
+export type { EmfDocument, EmfUnit, EmfValues, EmfMetricDefinition } from "./metrics.js";

@@ -4,6 +4,7 @@ import type { MaintainReport } from "@sqlstreams/core";
 import type { LambdaContext } from "./context.js";
 import { DatabaseProvider, defaultDatabase } from "./database.js";
 import { type LineWriter, errorFields, stdoutWriter, writeLine } from "./log.js";
+import { maintainDocuments, metricsWriter, stageFromEnv } from "./metrics.js";
 
 export interface MaintainHandlerOptions {
   /** Only these streams; default every registered stream. */
@@ -12,6 +13,10 @@ export interface MaintainHandlerOptions {
   margin?: number;
   database?: DatabaseProvider;
   log?: LineWriter;
+  /** Where the per-stream EMF documents go (docs/operations.md#metrics); as for createPollHandler. */
+  metrics?: LineWriter | false;
+  /** The Stage dimension; default SQLSTREAMS_STAGE. */
+  stage?: string;
 }
 
 export type MaintainHandler = (event: unknown, context: LambdaContext) => Promise<Record<string, MaintainReport>>;
@@ -19,6 +24,8 @@ export type MaintainHandler = (event: unknown, context: LambdaContext) => Promis
 export function createMaintainHandler(opts: MaintainHandlerOptions = {}): MaintainHandler {
   const margin = opts.margin ?? 3_000;
   const log = opts.log ?? stdoutWriter;
+  const emf = metricsWriter(opts.metrics, stdoutWriter);
+  const stage = opts.stage ?? stageFromEnv();
   return async function maintainHandler(_event: unknown, context: LambdaContext) {
     const started = Date.now();
     const requestId = context?.awsRequestId;
@@ -39,6 +46,7 @@ export function createMaintainHandler(opts: MaintainHandlerOptions = {}): Mainta
         totals.emptyHeadsDeleted += r.emptyHeadsDeleted;
         totals.errors += r.errors.length;
       }
+      if (emf) for (const doc of maintainDocuments(reports, stage)) writeLine(emf, doc);
       writeLine(log, {
         level: totals.errors > 0 ? "warn" : "info",
         event: "sqlstreams.maintain",

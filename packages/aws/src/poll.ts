@@ -1,11 +1,12 @@
 // The poll Lambda (SPEC §11.7): one invocation drains one group until it is idle (`drain` mode)
 // or until its budget ends (`continuous` mode), with the deadline of SPEC §9.2.
-import { SqlStreamsError, mergeReports, type CycleReport, type Handler } from "@sqlstreams/core";
+import { SqlStreamsError, mergeReports, type CycleReport, type Handler, type Progress } from "@sqlstreams/core";
 import type { LambdaContext } from "./context.js";
 import { DatabaseProvider, defaultDatabase } from "./database.js";
 import { DEFAULTS, type GroupDeclaration, type PollMode, checkNames, findGroup, groupKey, validateGroups } from "./declaration.js";
 import { type LineWriter, errorFields, stdoutWriter, writeLine } from "./log.js";
 import { setTimeout as sleep } from "node:timers/promises";
+import { DurationHistogram, metricsWriter, pollDocument, stageFromEnv } from "./metrics.js";
 
 /** The schedule's payload: which group to poll. */
 export interface PollEvent {
@@ -35,6 +36,45 @@ export interface PollHandlerOptions<T = unknown> {
   database?: DatabaseProvider;
   /** Where the per-invocation JSON line goes; default stdout. */
   log?: LineWriter;
+  /**
+   * Where the per-invocation EMF document goes (docs/operations.md#metrics): default stdout when
+   * running in Lambda, nowhere elsewhere; `false` turns it off.
+   */
+  metrics?: LineWriter | false;
+  /** The Stage dimension of the metrics; default SQLSTREAMS_STAGE, none when unset. */
+  stage?: string;
+}
+
+function isThenable(v: unknown): v is PromiseLike<unknown> {
+  return v !== null && (typeof v === "object" || typeof v === "function") && typeof (v as PromiseLike<unknown>).then === "function";
+}
+
+/** The handler, timed into `hist`; a synchronous handler stays synchronous. */
+function timed<T>(handle: Handler<T>, hist: DurationHistogram): Handler<T> {
+  return (msg) => {
+    const t0 = performance.now();
+    let r: unknown;
+    try {
+      r = handle(msg);
+    } catch (e) {
+      hist.add(performance.now() - t0);
+      throw e;
+    }
+    if (!isThenable(r)) {
+      hist.add(performance.now() - t0);
+      return r;
+    }
+    return Promise.resolve(r).then(
+      (v) => {
+        hist.add(performance.now() - t0);
+        return v;
+      },
+      (e: unknown) => {
+        hist.add(performance.now() - t0);
+        throw e;
+      },
+    );
+  };
 }
 
 
@@ -93,10 +133,14 @@ export function createPollHandler<T = unknown>(opts: PollHandlerOptions<T>): Pol
   const concurrency = opts.concurrency ?? declaration?.concurrency;
   const log = opts.log ?? stdoutWriter;
   const declared = declaration ? "declared in functions/groups.ts" : "bound by createPollHandler";
+  const emf = metricsWriter(opts.metrics, stdoutWriter);
+  const stage = opts.stage ?? stageFromEnv();
 
   return async function pollHandler(event: PollEvent, context: LambdaContext): Promise<CycleReport> {
     const started = Date.now();
     const requestId = context?.awsRequestId;
+    const durations = new DurationHistogram();
+    const run = emf ? timed(handle, durations) : handle;
     try {
       checkEvent(event, stream, group, declared);
       if (typeof context?.getRemainingTimeInMillis !== "function") {
@@ -111,29 +155,31 @@ export function createPollHandler<T = unknown>(opts: PollHandlerOptions<T>): Pol
         ...(concurrency !== undefined ? { concurrency } : {}),
       };
       const database = opts.database ?? defaultDatabase();
-      const { report, lag } = await database.use(async (client) => {
+      const { report, progress } = await database.use(async (client) => {
         const consumer = client.stream<T>(stream).consumer(group);
-        let total = await consumer.drain(handle, pollOpts);
+        let total = await consumer.drain(run, pollOpts);
         let last = total;
         if (mode === "continuous") {
           // Keep polling while another idle wait and a drain still fit before the deadline.
           // A drain that could not start a message for the deadline ends it: later ones could not either.
           while (!last.paused && last.notStarted === 0 && deadline - Date.now() - idleWait >= 2 * recordMargin) {
             await sleep(idleWait);
-            last = await consumer.drain(handle, pollOpts);
+            last = await consumer.drain(run, pollOpts);
             total = mergeReports(total, last);
           }
         }
-        let lag: string | null = null;
+        let progress: Progress | null = null;
         if (context.getRemainingTimeInMillis() > recordMargin) {
           try {
-            lag = (await consumer.progress()).lag;
+            progress = await consumer.progress();
           } catch {
-            lag = null;
+            progress = null;
           }
         }
-        return { report: { ...total, durationMs: Date.now() - started }, lag };
+        return { report: { ...total, durationMs: Date.now() - started }, progress };
       });
+      const lag = progress?.lag ?? null;
+      if (emf) writeLine(emf, pollDocument({ stream, group, stage, report, progress, durations, durationMs: report.durationMs }));
       writeLine(log, {
         level: "info",
         event: "sqlstreams.poll",
@@ -145,6 +191,7 @@ export function createPollHandler<T = unknown>(opts: PollHandlerOptions<T>): Pol
       });
       return report;
     } catch (e) {
+      if (emf) writeLine(emf, pollDocument({ stream, group, stage, durations, durationMs: Date.now() - started, error: true }));
       writeLine(log, {
         level: "error",
         event: "sqlstreams.poll",

@@ -20,6 +20,7 @@ import {
   loadStreams,
   partitionExpired,
   partitionState,
+  retentionStatus,
   sweepBatchTx,
   sweepWindow,
 } from "./sql/maintain.js";
@@ -53,6 +54,8 @@ export interface MaintainReport {
    * cursor (or oldest unresolved row) holds the floor. Monitoring should alert on it.
    */
   retentionHeldBy: { group: string; committed: string; unresolvedFrom: string | null; paused: boolean } | null;
+  /** How long the oldest expired message has been kept past its retention, when held; else null. */
+  retentionHeldMs: number | null;
   /** True when the deadline stopped a step or a batch loop early. */
   deadlineReached: boolean;
   errors: { step: string; code: string; message: string }[];
@@ -75,6 +78,7 @@ function emptyReport(stream: string): MaintainReport {
     emptyHeadsDeleted: 0,
     floor: null,
     retentionHeldBy: null,
+    retentionHeldMs: null,
     deadlineReached: false,
     errors: [],
   };
@@ -314,6 +318,7 @@ class MaintainRun {
         unresolvedFrom: held.unresolvedFrom === null ? null : String(held.unresolvedFrom),
         paused: held.paused,
       };
+      this.report.retentionHeldMs = (await retentionStatus(this.db, this.s.id)).heldForMs;
     }
   }
 }
