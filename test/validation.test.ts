@@ -116,3 +116,91 @@ describe("bad input is rejected with a coded error before anything is written (C
     expect(await streamIdOf(t, "secret.stream.name")).toBe("2");
   });
 });
+
+describe("strings and values that cannot round-trip are rejected before anything is written", () => {
+  it("values that cannot round-trip: lone surrogates, Map/Set/typed arrays, deep nesting (issue 11 item 6)", async () => {
+    const t = testClient(url());
+    await t.client.migrate();
+    const s = t.client.stream<unknown>("hostile.strings");
+    await s.register();
+    const g = s.consumer("g");
+    await g.register();
+    await s.produce({ ok: true }, { key: "k", idempotencyKey: "idem-\uD83D\uDE00" }); // a valid pair is fine
+    const before = await snapshot(t);
+    const err = async (p: Promise<unknown>) => (await p.then(() => null, (e: unknown) => e)) as SqlStreamsError;
+
+    // Keys: a lone surrogate would become U+FFFD, so "a\uD800" and "a\uDFFF" would be one key.
+    for (const bad of ["a\uD800", "a\uDFFF", "\uDC00x", "x\uD83D"]) {
+      const ek = await err(s.produce({}, { key: bad }));
+      expect(ek.code).toBe("SQL0018");
+      expect(ek.message).toMatch(/key contains a lone UTF-16 surrogate/);
+      expect(ek.details.field).toBe("key");
+      const ei = await err(s.produce({}, { idempotencyKey: bad }));
+      expect(ei.code).toBe("SQL0018");
+      expect(ei.details.field).toBe("idempotencyKey");
+      expect(ei.message).toContain("fix:");
+    }
+    expect((await err(s.produceBatch([{ payload: {}, key: "ok" }, { payload: {}, key: "b\uD800" }]))).code).toBe("SQL0018");
+
+    // Payload strings and object keys: a raw 22P02 from Postgres before, a coded error now.
+    const es = await err(s.produce({ a: { b: ["x", "lone \uD800 here"] } }));
+    expect(es.code).toBe("SQL0016");
+    expect(es.message).toContain("payload.a.b[1]");
+    expect(es.message).toMatch(/lone UTF-16 surrogate at index 5/);
+    expect((await err(s.produce("\uDFFF"))).code).toBe("SQL0016");
+    expect((await err(s.produce({ ["k\uD800"]: 1 }))).code).toBe("SQL0016");
+
+    // Built-ins JSON would store as {}.
+    const cases: [unknown, string, RegExp][] = [
+      [{ m: new Map([["a", 1]]) }, "payload.m", /a Map .*Object\.fromEntries/],
+      [{ s: new Set([1]) }, "payload.s", /a Set .*\[\.\.\.set\]/],
+      [{ t: new Uint8Array([1, 2]) }, "payload.t", /typed array/],
+      [{ t: new Float64Array(2) }, "payload.t", /typed array/],
+      [{ d: new DataView(new ArrayBuffer(2)) }, "payload.d", /DataView/],
+      [{ b: new ArrayBuffer(4) }, "payload.b", /ArrayBuffer/],
+      [[new WeakMap()], "payload[0]", /WeakMap/],
+      [{ r: /x/ }, "payload.r", /RegExp/],
+      [{ e: new Error("x") }, "payload.e", /an Error/],
+      [new Map(), "payload", /a Map/],
+    ];
+    for (const [payload, path, why] of cases) {
+      const e = await err(s.produce(payload));
+      expect(e.code, path).toBe("SQL0016");
+      expect(e.message).toContain(`at ${path}`);
+      expect(e.message).toMatch(why);
+      expect(e.details.path).toBe(path);
+    }
+    expect((await err(s.produceBatch([{ payload: { ok: 1 } }, { payload: { s: new Set() } }]))).code).toBe("SQL0016");
+
+    // Nesting: 20,000 levels threw a RangeError; now a coded error naming the depth.
+    let deep: unknown = 1;
+    for (let i = 0; i < 20_000; i++) deep = { d: deep };
+    const ed = await err(s.produce(deep));
+    expect(ed.code).toBe("SQL0016");
+    expect(ed.message).toMatch(/deeper than 1000 levels/);
+    let deepArr: unknown = [];
+    for (let i = 0; i < 1_001; i++) deepArr = [deepArr];
+    expect((await err(s.produce(deepArr))).code).toBe("SQL0016");
+
+    expect(await snapshot(t)).toEqual(before);
+
+    // What still goes through: exactly 1000 levels, a class instance (its own properties), a Date
+    // and a Buffer (their toJSON()), valid surrogate pairs; all stored as the JSON they encode to.
+    let ok: unknown = "leaf";
+    for (let i = 0; i < 999; i++) ok = [ok];
+    class Point {
+      constructor(readonly x: number, readonly y: number) {}
+    }
+    await s.produce({ ok });
+    await s.produce({ p: new Point(1, 2), at: new Date(0), buf: Buffer.from([1]), smile: "\uD83D\uDE00" }, { key: "\uD83D\uDE00" });
+    const seen: unknown[] = [];
+    await g.drain((m) => {
+      seen.push(m.payload);
+    });
+    expect(seen).toHaveLength(3);
+    expect(seen[2]).toEqual({ p: { x: 1, y: 2 }, at: "1970-01-01T00:00:00.000Z", buf: { type: "Buffer", data: [1] }, smile: "\uD83D\uDE00" });
+    let depth = 0;
+    for (let v = (seen[1] as { ok: unknown }).ok; Array.isArray(v); v = v[0]) depth++;
+    expect(depth).toBe(999);
+  });
+});

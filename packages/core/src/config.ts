@@ -256,6 +256,7 @@ export function validateStreamOptions(v: unknown): ResolvedStreamOptions {
 export interface ResolvedPollOptions {
   batchLimit: number;
   concurrency: number;
+  /** Epoch ms as validated; the consumer moves it onto the monotonic clock of clock.ts. */
   deadline: number | undefined;
   recordMargin: number;
   signal: AbortSignal | undefined;

@@ -12,6 +12,7 @@ import { SqlStreamsError, groupNotRegistered } from "./errors.js";
 import * as A from "./sql/admin.js";
 import { type Tables, insertDeliveryLog, tables } from "./sql/cycle.js";
 import { setTimeout as sleep } from "node:timers/promises";
+import { monotonicOptions, now } from "./clock.js";
 
 export type ExceptionStatus = "ready" | "deferred" | "inflight" | "dead" | "superseded";
 
@@ -106,21 +107,21 @@ export class Consumer<T = unknown> {
   /** One bounded claim cycle (SPEC §5). */
   async poll(handler: Handler<T>, opts: PollOptions = {}): Promise<CycleReport> {
     if (typeof handler !== "function") throw new SqlStreamsError("SQL0015", "handler must be a function (msg) => …");
-    const o = validatePollOptions(opts);
+    const o = monotonicOptions(validatePollOptions(opts));
     return pollOnce(this.client, this.stream, this.name, handler, o);
   }
 
   /** Repeats poll() until the group is idle or paused, the signal aborts, or the deadline is near. */
   async drain(handler: Handler<T>, opts: PollOptions = {}): Promise<CycleReport> {
     if (typeof handler !== "function") throw new SqlStreamsError("SQL0015", "handler must be a function (msg) => …");
-    const o = validatePollOptions(opts);
-    const started = Date.now();
+    const o = monotonicOptions(validatePollOptions(opts));
+    const started = now();
     let total = emptyReport(this.stream, this.name);
     const state = { fenceBlocked: false };
     let blockedSince: number | null = null;
     for (;;) {
       if (o.signal?.aborted) break;
-      if (o.deadline !== undefined && o.deadline - Date.now() < 2 * o.recordMargin) break;
+      if (o.deadline !== undefined && o.deadline - now() < 2 * o.recordMargin) break;
       const r = await pollOnce(this.client, this.stream, this.name, handler, o, state);
       total = mergeReports(total, r);
       if (r.paused) break;
@@ -128,8 +129,8 @@ export class Consumer<T = unknown> {
         // Messages are visible but not yet provably complete: an older write transaction is still
         // open. Keep asking for a while (it usually ends within milliseconds) instead of leaving
         // them to the next invocation; a long transaction ends the drain after FENCE_PATIENCE_MS.
-        blockedSince ??= Date.now();
-        if (Date.now() - blockedSince < FENCE_PATIENCE_MS) {
+        blockedSince ??= now();
+        if (now() - blockedSince < FENCE_PATIENCE_MS) {
           await sleep(50);
           continue;
         }
@@ -142,7 +143,7 @@ export class Consumer<T = unknown> {
       const moved = r.rangesClaimed + r.rangesReclaimed + r.rangesResumed + r.rangesQuarantined + r.started + r.superseded + r.expired + r.killed;
       if (moved === 0) break;
     }
-    total.durationMs = Date.now() - started;
+    total.durationMs = Math.round(now() - started);
     return total;
   }
 

@@ -26,6 +26,7 @@ import {
 } from "./sql/maintain.js";
 import { ensurePartition } from "./sql/partitions.js";
 import { validateStreamName } from "./validate.js";
+import { monotonicDeadline, now } from "./clock.js";
 
 export interface MaintainOptions {
   /** Epoch ms. No step or batch starts when less than 2 000 ms remain. */
@@ -137,7 +138,8 @@ function checkDeadline(deadline: unknown): void {
 
 async function maintainOne(client: Runtime, s: MaintainedStream, deadline: number | undefined): Promise<MaintainReport> {
   const db = client.db;
-  const run = new MaintainRun(client, s, deadline);
+  // The deadline moves onto the monotonic clock once (docs/poll-cycle.md#options).
+  const run = new MaintainRun(client, s, deadline === undefined ? undefined : monotonicDeadline(deadline));
   await run.step("partitions", () => run.createAhead());
   if (s.retentionMs > 0n && run.stateKnown) {
     await run.step("drop", () => run.dropExpired());
@@ -189,7 +191,7 @@ class MaintainRun {
   }
 
   readonly late = (): boolean => {
-    if (this.deadline !== undefined && this.deadline - Date.now() < DEADLINE_MARGIN_MS) {
+    if (this.deadline !== undefined && this.deadline - now() < DEADLINE_MARGIN_MS) {
       this.report.deadlineReached = true;
       return true;
     }

@@ -1,5 +1,6 @@
 // Input checks that run before any statement is sent (SPEC §2.4, §3.2, §3.4). Pure.
 import { createHash } from "node:crypto";
+import { types } from "node:util";
 import { SqlStreamsError } from "./errors.js";
 
 const NAME = /^[a-z0-9][a-z0-9._-]{0,199}$/;
@@ -40,20 +41,44 @@ export function validateSchemaName(name: unknown): string {
   return name;
 }
 
-/** A message key or idempotency key: 1..1024 UTF-8 bytes, no U+0000 (SQL0018). */
+/** Matches a UTF-16 surrogate that is not part of a pair: it has no UTF-8 form. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+type WellFormed = { isWellFormed?: () => boolean };
+/** True when the string has no lone surrogate (native String#isWellFormed where the runtime has it). */
+const wellFormed: (s: string) => boolean =
+  typeof (String.prototype as WellFormed).isWellFormed === "function"
+    ? (s) => (s as unknown as Required<WellFormed>).isWellFormed()
+    : (s) => !LONE_SURROGATE.test(s);
+
+/** Where the first lone surrogate of s is, for the error message. */
+function surrogateAt(s: string): number {
+  return s.search(LONE_SURROGATE);
+}
+
+/** A message key or idempotency key: 1..1024 UTF-8 bytes, no U+0000, no lone surrogate (SQL0018). */
 export function validateKey(v: unknown, what: "key" | "idempotencyKey"): string {
   if (typeof v !== "string" || v.length === 0) {
     throw new SqlStreamsError("SQL0018", `${what} must be a non-empty string, got ${shown(v)}`, { field: what });
   }
   if (v.includes("\u0000")) throw new SqlStreamsError("SQL0018", `${what} contains U+0000`, { field: what });
+  // A lone surrogate has no UTF-8 form: encoding turns it into U+FFFD, so two different keys
+  // would become one (an idempotency key would then drop the second message as a duplicate).
+  if (!wellFormed(v)) {
+    throw new SqlStreamsError("SQL0018", `${what} contains a lone UTF-16 surrogate at index ${surrogateAt(v)}, which has no UTF-8 form and would be stored as U+FFFD`, { field: what, index: surrogateAt(v) });
+  }
   const bytes = Buffer.byteLength(v, "utf8");
   if (bytes > 1024) throw new SqlStreamsError("SQL0018", `${what} is ${bytes} UTF-8 bytes; the limit is 1024`, { field: what, bytes });
   return v;
 }
 
+/** Deepest nesting of arrays and objects a payload may have (deeper ones overflow the stack). */
+export const MAX_PAYLOAD_DEPTH = 1000;
+
 /**
  * Encodes a payload as JSON text after checking it can be stored losslessly (SQL0016):
- * no BigInt, cycle, function, symbol, non-finite number or U+0000, and not undefined.
+ * no BigInt, cycle, function, symbol, non-finite number, U+0000 or lone surrogate, no Map, Set,
+ * typed array or other built-in whose data JSON drops, nesting at most MAX_PAYLOAD_DEPTH deep,
+ * and not undefined.
  */
 export function encodePayload(payload: unknown): string {
   // The fast walk builds no paths; only a payload it cannot vouch for gets the careful walk,
@@ -75,7 +100,7 @@ const hasOwn = Object.prototype.hasOwnProperty;
 function plainJson(v: unknown, depth: number): boolean {
   switch (typeof v) {
     case "string":
-      return v.indexOf("\u0000") === -1;
+      return v.indexOf("\u0000") === -1 && wellFormed(v);
     case "number":
       return Number.isFinite(v);
     case "boolean":
@@ -94,9 +119,12 @@ function plainJson(v: unknown, depth: number): boolean {
         }
         return true;
       }
+      // Only plain objects here: a Map, Set, typed array or class instance gets the careful walk.
+      const proto: unknown = Object.getPrototypeOf(v);
+      if (proto !== Object.prototype && proto !== null) return false;
       for (const k in v) {
         if (!hasOwn.call(v, k)) continue;
-        if (k.indexOf("\u0000") !== -1) return false;
+        if (k.indexOf("\u0000") !== -1 || !wellFormed(k)) return false;
         const x: unknown = (v as Record<string, unknown>)[k];
         if (typeof x === "function" || typeof x === "symbol") return false;
         if (x !== undefined && !plainJson(x, depth + 1)) return false;
@@ -112,10 +140,35 @@ function bad(path: string, why: string): never {
   throw new SqlStreamsError("SQL0016", `payload cannot be stored as JSON: ${why} at ${path}`, { path });
 }
 
-function checkJson(v: unknown, path: string, seen: Set<object>): void {
+/** A built-in whose data lives outside its own enumerable properties: JSON would store it as {}. */
+function opaqueKind(v: object): string | null {
+  if (types.isMap(v)) return "a Map";
+  if (types.isSet(v)) return "a Set";
+  if (types.isWeakMap(v) || types.isWeakSet(v)) return "a WeakMap or WeakSet";
+  if (types.isArrayBufferView(v)) return "a typed array, Buffer or DataView";
+  if (types.isAnyArrayBuffer(v)) return "an ArrayBuffer";
+  if (types.isRegExp(v)) return "a RegExp";
+  if (types.isPromise(v)) return "a Promise";
+  if (types.isNativeError(v)) return "an Error";
+  if (types.isBoxedPrimitive(v) && (types.isSymbolObject(v) || types.isBigIntObject(v))) return "a boxed Symbol or BigInt";
+  if (typeof WeakRef === "function" && v instanceof WeakRef) return "a WeakRef";
+  return null;
+}
+
+const OPAQUE_FIX: Record<string, string> = {
+  "a Map": "convert it with Object.fromEntries(map) or [...map]",
+  "a Set": "convert it with [...set]",
+  "a typed array, Buffer or DataView": "convert it with Array.from(...) or to a base64 string",
+  "an ArrayBuffer": "convert it to a base64 string or an array of numbers",
+  "an Error": "store { name, message } instead",
+  "a RegExp": "store its source string",
+};
+
+function checkJson(v: unknown, path: string, seen: Set<object>, depth = 0): void {
   switch (typeof v) {
     case "string":
       if (v.includes("\u0000")) bad(path, "a string contains U+0000");
+      if (!wellFormed(v)) bad(path, `a string contains a lone UTF-16 surrogate at index ${surrogateAt(v)} (it has no UTF-8 form; remove it or replace it with U+FFFD yourself)`);
       return;
     case "number":
       if (!Number.isFinite(v)) bad(path, `the number ${v} is not finite`);
@@ -134,12 +187,15 @@ function checkJson(v: unknown, path: string, seen: Set<object>): void {
       return;
     case "object": {
       if (v === null) return;
+      if (depth >= MAX_PAYLOAD_DEPTH) bad(path, `nesting is deeper than ${MAX_PAYLOAD_DEPTH} levels (flatten the structure)`);
       const withToJson = v as { toJSON?: () => unknown };
       if (typeof withToJson.toJSON === "function") {
-        checkJson(withToJson.toJSON(), path, seen);
+        checkJson(withToJson.toJSON(), path, seen, depth + 1);
         return;
       }
       if (seen.has(v)) bad(path, "the value contains a cycle");
+      const opaque = opaqueKind(v);
+      if (opaque !== null) bad(path, `${opaque} has no lossless JSON form (it would be stored as {}); ${OPAQUE_FIX[opaque] ?? "convert it to plain objects and arrays"}`);
       seen.add(v);
       if (Array.isArray(v)) {
         for (let i = 0; i < v.length; i++) {
@@ -147,14 +203,15 @@ function checkJson(v: unknown, path: string, seen: Set<object>): void {
           if (typeof item === "function" || typeof item === "symbol" || item === undefined) {
             bad(`${path}[${i}]`, "an array item has no JSON form");
           }
-          checkJson(item, `${path}[${i}]`, seen);
+          checkJson(item, `${path}[${i}]`, seen, depth + 1);
         }
       } else {
         for (const k of Object.keys(v)) {
           if (k.includes("\u0000")) bad(path, "an object key contains U+0000");
+          if (!wellFormed(k)) bad(path, `an object key contains a lone UTF-16 surrogate at index ${surrogateAt(k)} (it has no UTF-8 form)`);
           const item = (v as Record<string, unknown>)[k];
           if (typeof item === "function" || typeof item === "symbol") bad(`${path}.${k}`, `a ${typeof item} has no JSON form`);
-          checkJson(item, `${path}.${k}`, seen);
+          checkJson(item, `${path}.${k}`, seen, depth + 1);
         }
       }
       seen.delete(v);

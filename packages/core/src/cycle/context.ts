@@ -9,6 +9,7 @@ import { compareIds } from "../ids.js";
 import type * as S from "../sql/cycle.js";
 import { RunMessage } from "./run.js";
 import type { CycleReport, Handler } from "./types.js";
+import { now } from "../clock.js";
 
 export interface RawMessage {
   id: string;
@@ -77,7 +78,7 @@ export function aborted<T>(ctx: Ctx<T>): boolean {
 }
 
 export function leaseCap<T>(ctx: Ctx<T>): number | null {
-  return ctx.o.deadline === undefined ? null : Math.max(1, Math.floor(ctx.o.deadline - Date.now()) + ctx.o.recordMargin);
+  return ctx.o.deadline === undefined ? null : Math.max(1, Math.floor(ctx.o.deadline - now()) + ctx.o.recordMargin);
 }
 
 export function resolve<T>(ctx: Ctx<T>, m: RawMessage, stored?: MessageOptions | null): ResolvedMessage {
@@ -108,7 +109,7 @@ export function mayStart<T>(ctx: Ctx<T>, timeout: number): boolean {
     ctx.stop = true;
     return false;
   }
-  if (ctx.o.deadline !== undefined && Date.now() + timeout + ctx.o.recordMargin > ctx.o.deadline) {
+  if (ctx.o.deadline !== undefined && now() + timeout + ctx.o.recordMargin > ctx.o.deadline) {
     ctx.stop = true;
     return false;
   }

@@ -8,6 +8,7 @@ import { type Ctx, type LoadRow, aborted, big } from "./context.js";
 import { expirePhase, exceptionPhase } from "./exceptions.js";
 import { claimPhase, reclaimPhase } from "./range.js";
 import { type CycleReport, type Handler, emptyReport } from "./types.js";
+import { now } from "../clock.js";
 
 /** Poll facts a drain needs beyond the report. */
 export interface PollState {
@@ -28,7 +29,7 @@ export function pollOnce<T>(
 async function cycle<T>(
   client: Runtime, stream: string, group: string, handler: Handler<T>, o: ResolvedPollOptions, state?: PollState,
 ): Promise<CycleReport> {
-  const started = Date.now();
+  const started = now();
   const report = emptyReport(stream, group);
   report.polls = 1;
   const db = client.db;
@@ -47,7 +48,7 @@ async function cycle<T>(
       report.paused = true;
       return finish(report, started);
     }
-    if (o.deadline !== undefined && o.deadline - Date.now() < o.recordMargin) {
+    if (o.deadline !== undefined && o.deadline - now() < o.recordMargin) {
       report.idle = true;
       return finish(report, started);
     }
@@ -81,7 +82,7 @@ async function cycle<T>(
 }
 
 function finish(r: CycleReport, started: number): CycleReport {
-  r.durationMs = Date.now() - started;
+  r.durationMs = Math.round(now() - started);
   return r;
 }
 

@@ -12,6 +12,7 @@ import {
 import { type Plan, type RunOutcome, plan } from "./plan.js";
 import { runHandler } from "./run.js";
 import { setTimeout as sleep } from "node:timers/promises";
+import { now } from "../clock.js";
 
 // ---------------------------------------------------------------------------------------------
 // Range phase
@@ -34,7 +35,7 @@ export async function claimPhase<T>(ctx: Ctx<T>, L: LoadRow): Promise<boolean> {
   let sentAt: number;
   let r: pg.QueryResult<RawMessage & { low: string; high: string }>;
   for (let wait = 0; ; wait++) {
-    sentAt = Date.now();
+    sentAt = now();
     r = await queryRetry<RawMessage & { low: string; high: string }>(ctx.db, S.claim(ctx.t), [
       ctx.groupId, ctx.o.batchLimit, L.head, L.obs, token, tb.def, tb.min, tb.max, ctx.o.concurrency, ctx.o.recordMargin, leaseCap(ctx),
     ]);
@@ -42,7 +43,7 @@ export async function claimPhase<T>(ctx: Ctx<T>, L: LoadRow): Promise<boolean> {
     // transaction of this stream's producers is still open (docs/poll-cycle.md#the-fence). They
     // are usually milliseconds from committing, so ask again a few times before giving up.
     if (claimed(r) || wait >= FENCE_WAITS_MS.length || ctx.stop || aborted(ctx)) break;
-    if (ctx.o.deadline !== undefined && ctx.o.deadline - Date.now() < ctx.o.recordMargin + FENCE_WAITS_MS[wait]) break;
+    if (ctx.o.deadline !== undefined && ctx.o.deadline - now() < ctx.o.recordMargin + FENCE_WAITS_MS[wait]) break;
     await sleep(FENCE_WAITS_MS[wait]);
   }
   if (!claimed(r)) {
@@ -93,7 +94,7 @@ function warnFenceHolders<T>(ctx: Ctx<T>, rows: FenceRow[]): void {
 
 export async function reclaimPhase<T>(ctx: Ctx<T>): Promise<boolean> {
   const { db, t, g } = ctx;
-  const sentAt = Date.now();
+  const sentAt = now();
   const taken = await transactionRetry(db, async (c): Promise<TakenRange | "none" | "done"> => {
     const l = await query<{ token: string; low: string; high: string; reclaims: number; released: boolean }>(db, c, S.lockExpiredRange(t), [ctx.groupId]);
     if (l.rowCount === 0) return "none";
@@ -185,11 +186,11 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
   let extending: Promise<boolean> | null = null;
 
   const fits = async (timeout: number): Promise<boolean> => {
-    while (Date.now() + timeout + o.recordMargin - slack > leaseExpiry) {
+    while (now() + timeout + o.recordMargin - slack > leaseExpiry) {
       if (!extending) {
         const cap = leaseCap(ctx);
         const ms = cap === null ? timeout + o.recordMargin : Math.min(timeout + o.recordMargin, cap);
-        const at = Date.now();
+        const at = now();
         extending = queryRetry(db, S.extendRange(t), [ctx.groupId, range.token, ms]).then((r) => {
           if (r.rowCount === 0) return false;
           leaseExpiry = Math.max(leaseExpiry, at + ms);
@@ -198,7 +199,7 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
         const ok = await extending;
         extending = null;
         if (!ok) return false;
-        if (at + ms < Date.now() + timeout + o.recordMargin) return true; // capped by the deadline: nothing more to gain
+        if (at + ms < now() + timeout + o.recordMargin) return true; // capped by the deadline: nothing more to gain
       } else if (!(await extending)) return false;
     }
     return true;
@@ -213,7 +214,7 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
         continue;
       }
       if (!mayStart(ctx, m.resolved.timeout)) return;
-      if (Date.now() + m.resolved.timeout + o.recordMargin - slack > leaseExpiry && !(await fits(m.resolved.timeout))) {
+      if (now() + m.resolved.timeout + o.recordMargin - slack > leaseExpiry && !(await fits(m.resolved.timeout))) {
         lost = true;
         ctx.stop = true;
         return;
@@ -227,11 +228,11 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
         const k = m.message_key as string;
         const ks = keys.get(k) ?? { held: false, expiry: 0, result: "busy" as string | null };
         keys.set(k, ks);
-        const need = m.compaction_rank !== null || (ks.held ? Date.now() + m.resolved.timeout + o.recordMargin - slack > ks.expiry : m !== unit[0] || !asked);
+        const need = m.compaction_rank !== null || (ks.held ? now() + m.resolved.timeout + o.recordMargin - slack > ks.expiry : m !== unit[0] || !asked);
         let res = ks.result;
         if (need) {
           const ms = keyMs(m.resolved.timeout);
-          const at = Date.now();
+          const at = now();
           const r = await queryRetry<{ result: string | null }>(db, S.takeKey(t), [
             ctx.groupId, k, keyToken, ms, m.id, ordered, range.low, range.high, m.compaction_rank !== null,
           ]);
@@ -279,7 +280,7 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
         ms: keyMs(u[0].resolved.timeout),
       }));
     if (wanted.length > 0) {
-      const at = Date.now();
+      const at = now();
       const ms = new Map(wanted.map((w) => [w.k, w.ms]));
       const r = await queryRetry<{ k: string; result: string | null }>(db, S.takeKeys(t), [
         ctx.groupId, keyToken, range.low, range.high, JSON.stringify(wanted),
