@@ -81,13 +81,13 @@ const budgets = new AsyncLocalStorage<Budget>();
 
 /**
  * Runs fn with every statement it sends (directly or through awaited calls) bounded by
- * `deadline` (epoch ms, as PollOptions.deadline) + `margin`; without a deadline, fn runs with the
- * client's statementTimeout only.
+ * `deadline` + `margin`; without a deadline, fn runs with the client's statementTimeout only.
+ * The deadline is already on the monotonic clock (performance.now(), clock.ts): the consumer
+ * converted the caller's epoch ms once, so wall-clock steps cannot stretch or cut the budget.
  */
 export function withBudget<T>(deadline: number | undefined, margin: number, what: string, fn: () => Promise<T>): Promise<T> {
   if (deadline === undefined) return fn();
-  // Convert once to the monotonic clock: wall-clock steps must not stretch or cut the budget.
-  const end = performance.now() + (deadline + margin - Date.now());
+  const end = deadline + margin;
   return budgets.run({ end, what }, fn);
 }
 
