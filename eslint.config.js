@@ -39,6 +39,7 @@ export default defineConfig(
       "bench/**/*.{ts,mts,js,mjs}",
       "scripts/**/*.{ts,mts,js,mjs}",
       "sst.config.ts",
+      "packages/aws/sst/**/*.ts",
       "vitest.config.ts",
       "eslint.config.js",
     ],
@@ -85,7 +86,7 @@ export default defineConfig(
   },
   {
     // sst.config.ts conventionally starts with `/// <reference path="./.sst/platform/config.d.ts" />`.
-    files: ["sst.config.ts"],
+    files: ["sst.config.ts", "packages/aws/sst/**/*.ts", "test/fixtures/sst-*.config.ts"],
     rules: { "@typescript-eslint/triple-slash-reference": "off" },
   },
 );

@@ -1,0 +1,405 @@
+/// <reference path="../../../.sst/platform/config.d.ts" />
+// @sqlstreams/aws/sst: SQLStreams as a building block of an SST (v3/v4) app. Runs inside the
+// `run()` of an sst.config.ts (SST bundles this file with the config; the globals `sst`, `aws`,
+// `$app`, `$dev`, `$interpolate`, `$jsonStringify`, `$util` are SST's). See
+// docs/deployment.md#an-existing-sst-app for a complete example.
+//
+//   const streams = new SqlStreams("Streams", { vpc, database, groups });
+//   new sst.aws.Function("Api", { handler: "src/api.handler", vpc, link: [streams] });
+//
+// Creates: the credentials secret (RDS JSON) the functions read, a migrate function invoked on
+// every deploy, one poll function + EventBridge Scheduler schedule(s) per group, the maintenance
+// function + schedule, and (wake on produce) the right for linked producers to invoke the pollers.
+import type { GroupDeclaration } from "@sqlstreams/aws";
+
+type Resolved<T> = T extends $util.Input<infer U> ? U : T;
+
+/** What `secureDatabase()` made: the two security groups and the transforms for the database. */
+export interface DatabaseSecurity {
+  /** Security group of every SQLStreams function (and, if you like, your producers). */
+  functions: aws.ec2.SecurityGroup;
+  /** Security group of the database and its proxy: 5432 from `functions` (and itself) only. */
+  database: aws.ec2.SecurityGroup;
+  /** Pass as `transform` of your `sst.aws.Postgres`. */
+  postgres: NonNullable<sst.aws.PostgresArgs["transform"]>;
+  /** Pass as `transform` of your `sst.aws.Aurora`. */
+  aurora: NonNullable<sst.aws.AuroraArgs["transform"]>;
+}
+
+export interface SecureDatabaseArgs {
+  vpc: sst.aws.Vpc;
+  /** Deletion protection and a final snapshot. Default: the stage is `production`. */
+  production?: boolean;
+}
+
+/**
+ * Security groups and resource transforms that lock an RDS database down for SQLStreams: TLS
+ * required by the server (`rds.force_ssl = 1`, `requireTls` on an RDS Proxy), the database and
+ * proxy in their own security group admitting 5432 only from the functions' group, deletion
+ * protection and a final snapshot on production stages. Create it before the database:
+ *
+ *   const security = secureDatabase("Streams", { vpc });
+ *   const database = new sst.aws.Postgres("Database", { vpc, transform: security.postgres });
+ */
+export function secureDatabase(name: string, args: SecureDatabaseArgs): DatabaseSecurity {
+  const production = args.production ?? $app.stage === "production";
+  const functions = new aws.ec2.SecurityGroup(`${name}FunctionsSecurityGroup`, {
+    vpcId: args.vpc.id,
+    description: "SQLStreams functions: egress only",
+    egress: [{ protocol: "-1", fromPort: 0, toPort: 0, cidrBlocks: ["0.0.0.0/0"] }],
+  });
+  const database = new aws.ec2.SecurityGroup(`${name}DatabaseSecurityGroup`, {
+    vpcId: args.vpc.id,
+    description: "SQLStreams database: Postgres from the SQLStreams functions only",
+    ingress: [
+      { protocol: "tcp", fromPort: 5432, toPort: 5432, securityGroups: [functions.id], description: "SQLStreams functions" },
+      { protocol: "tcp", fromPort: 5432, toPort: 5432, self: true, description: "RDS Proxy to the instance" },
+    ],
+    egress: [{ protocol: "tcp", fromPort: 5432, toPort: 5432, self: true, description: "RDS Proxy to the instance" }],
+  });
+  const finalSnapshot = (kind: string) => `${$app.name}-${$app.stage}-${name}-${kind}-final`.toLowerCase().replace(/[^a-z0-9-]/g, "-").replace(/-+/g, "-").slice(0, 255);
+  const forceSsl = (parameters: Resolved<aws.rds.ParameterGroupArgs["parameters"]>) =>
+    [...(parameters ?? []).filter((p) => (p as { name: string }).name !== "rds.force_ssl"), { name: "rds.force_ssl", value: "1" }];
+  return {
+    functions,
+    database,
+    postgres: {
+      parameterGroup: (a) => {
+        a.parameters = $util.output(a.parameters).apply((p) => forceSsl(p));
+      },
+      instance: (a) => {
+        a.vpcSecurityGroupIds = [database.id];
+        a.deletionProtection = production;
+        a.skipFinalSnapshot = !production;
+        if (production) a.finalSnapshotIdentifier = finalSnapshot("instance");
+      },
+      proxy: (a) => {
+        a.requireTls = true;
+        a.vpcSecurityGroupIds = [database.id];
+      },
+    },
+    aurora: {
+      clusterParameterGroup: (a) => {
+        a.parameters = $util.output(a.parameters).apply((p) => forceSsl(p));
+      },
+      cluster: (a) => {
+        a.vpcSecurityGroupIds = [database.id];
+        a.deletionProtection = production;
+        a.skipFinalSnapshot = !production;
+        if (production) a.finalSnapshotIdentifier = finalSnapshot("cluster");
+      },
+      proxy: (a) => {
+        a.requireTls = true;
+        a.vpcSecurityGroupIds = [database.id];
+      },
+    },
+  };
+}
+
+/** `db.t4g.micro` or `t4g.micro` → `t4g.micro` (sst.aws.Postgres adds the `db.` prefix itself). */
+export function instanceClass(value: string | undefined, fallback = "t4g.micro"): `${string}.${string}` {
+  const v = (value ?? "").trim().replace(/^db\./, "") || fallback;
+  if (!/^[a-z0-9]+\.[a-z0-9]+$/.test(v)) throw new Error(`instance class ${JSON.stringify(value)}: expected e.g. t4g.micro or db.t4g.micro`);
+  return v as `${string}.${string}`;
+}
+
+/** The context an `alarms` hook receives, once per group. */
+export interface PollerContext {
+  /** PascalCase id of the group, used in resource names: `OrdersPlacedFraudScoring`. */
+  id: string;
+  group: GroupDeclaration;
+  function: sst.aws.Function;
+  schedules: (sst.aws.CronV2 | aws.scheduler.Schedule)[];
+}
+
+export interface SqlStreamsArgs {
+  /** The stream and group declaration (functions/groups.ts). */
+  groups: GroupDeclaration[];
+  /**
+   * The database: your `sst.aws.Postgres` or `sst.aws.Aurora`, or an `sst.Secret` holding a
+   * postgres:// URL (Neon, Supabase, self-hosted).
+   */
+  database: sst.aws.Postgres | sst.aws.Aurora | sst.Secret;
+  /** Your VPC: the functions run in its private subnets (required for an RDS database). */
+  vpc?: sst.aws.Vpc;
+  /** From `secureDatabase()`: the functions get its functions security group. */
+  security?: DatabaseSecurity;
+  /**
+   * An interface endpoint for Secrets Manager in the VPC, so functions without a NAT read the
+   * credentials. Default true with a VPC; false when your VPC has a NAT or its own endpoint.
+   */
+  secretsEndpoint?: boolean;
+  /** Handler paths of the migrate and maintain functions. */
+  handlers?: { migrate?: string; maintain?: string };
+  /** Maintenance schedule. Default `rate(5 minutes)`. */
+  maintainSchedule?: string;
+  /**
+   * Wake on produce: linked producers may invoke the pollers (an asynchronous `Event`
+   * invocation after a produce commits); the group schedules become the safety net. Default false.
+   */
+  wake?: boolean;
+  /**
+   * TLS verification of the database certificate. `rds` (default for RDS databases): verify
+   * against the pinned RDS CA bundle; `system`: the runtime's CAs (default for a URL).
+   */
+  tls?: "rds" | "system";
+  /** Overrides of the shared function arguments (runtime, architecture, nodejs, environment, …). */
+  function?: Partial<sst.aws.FunctionArgs>;
+  /** In `sst dev`: run `sqlstreams dev` locally (true, default) instead of deployed schedules. */
+  devScheduler?: boolean | { command?: string };
+  /** Extension point: called once per group after its poller and schedules exist (alarms, …). */
+  alarms?: (poller: PollerContext) => void;
+  /** Extension point: called once after every poller exists (a dashboard, …). */
+  dashboard?: (streams: SqlStreams) => void;
+}
+
+const pascal = (s: string) =>
+  s
+    .split(/[^A-Za-z0-9]+/)
+    .filter(Boolean)
+    .map((w) => w[0].toUpperCase() + w.slice(1))
+    .join("");
+const seconds = (ms: number) => `${Math.ceil(ms / 1000)} seconds` as const;
+
+/** The connection as RDS secret JSON, from a postgres:// URL (kept in an sst.Secret). */
+function rdsJsonFromUrl(url: string): string {
+  const u = new URL(url);
+  if (u.protocol !== "postgres:" && u.protocol !== "postgresql:") throw new Error("the database secret must hold a postgres:// URL");
+  return JSON.stringify({
+    engine: "postgres",
+    username: decodeURIComponent(u.username),
+    password: decodeURIComponent(u.password),
+    host: u.hostname,
+    port: Number(u.port || 5432),
+    dbname: decodeURIComponent(u.pathname.replace(/^\//, "")) || "postgres",
+  });
+}
+
+/**
+ * SQLStreams on AWS for an SST app. Linkable: `link: [streams]` gives a producer function the
+ * credentials secret (read access to it only) and, with `wake`, the right to invoke the pollers;
+ * `Resource.<Name>` holds `secretArn` and `pollers` (`"stream/group"` → function name).
+ */
+export class SqlStreams extends $util.ComponentResource {
+  /** The credentials secret (RDS JSON) every function reads. */
+  readonly secret: aws.secretsmanager.Secret;
+  readonly migrate: sst.aws.Function;
+  /** The migrate invocation of this deploy (undefined in `sst dev`). */
+  readonly migration?: aws.lambda.Invocation;
+  readonly maintain: sst.aws.Function;
+  /** One poller per group, keyed `stream/group`. */
+  readonly pollers: Record<string, PollerContext> = {};
+  /** The environment a producer needs (also set on every SQLStreams function). */
+  readonly environment: Record<string, $util.Input<string>>;
+  private readonly wake: boolean;
+
+  constructor(name: string, args: SqlStreamsArgs, opts?: $util.ComponentResourceOptions) {
+    super("sqlstreams:aws:SqlStreams", name, {}, opts);
+    const parent = this; // eslint-disable-line @typescript-eslint/no-this-alias -- the closures below name the parent
+    this.wake = args.wake ?? false;
+    const db = args.database;
+    const isUrl = db instanceof sst.Secret;
+    if (!isUrl && !args.vpc) throw new Error(`SqlStreams ${name}: an RDS database needs the VPC it lives in (args.vpc)`);
+
+    // Credentials: one Secrets Manager secret in the RDS format; functions get only its ARN.
+    this.secret = new aws.secretsmanager.Secret(
+      `${name}Credentials`,
+      { description: $interpolate`SQLStreams ${$app.name}/${$app.stage} database credentials (RDS secret JSON)`, recoveryWindowInDays: 0 },
+      { parent },
+    );
+    const secretValue = new aws.secretsmanager.SecretVersion(
+      `${name}CredentialsValue`,
+      {
+        secretId: this.secret.id,
+        secretString: isUrl
+          ? $util.secret(db.value.apply(rdsJsonFromUrl))
+          : $jsonStringify({ engine: "postgres", username: db.username, password: db.password, host: db.host, port: db.port, dbname: db.database }),
+      },
+      { parent },
+    );
+    const tls = args.tls ?? (isUrl ? "system" : "rds");
+    this.environment = {
+      SQLSTREAMS_DB_SECRET_ARN: this.secret.arn,
+      SQLSTREAMS_DB_CA: tls,
+      // Node 20+ Lambda runtimes trust the RDS CAs only through this file.
+      ...(tls === "rds" ? { NODE_EXTRA_CA_CERTS: "/var/runtime/ca-cert.pem" } : {}),
+      ...(this.wake ? { SQLSTREAMS_WAKE: "lambda" } : {}),
+    };
+    const credentialsLink = new sst.Linkable(`${name}Secret`, {
+      properties: { arn: this.secret.arn },
+      include: [sst.aws.permission({ actions: ["secretsmanager:GetSecretValue"], resources: [this.secret.arn] })],
+    });
+
+    const network: $util.Resource[] = [];
+    const vpc = args.vpc
+      ? {
+          privateSubnets: args.vpc.privateSubnets,
+          securityGroups: args.security ? [args.security.functions.id] : args.vpc.securityGroups,
+        }
+      : undefined;
+    if (args.vpc && (args.secretsEndpoint ?? true)) {
+      network.push(
+        new aws.ec2.VpcEndpoint(
+          `${name}SecretsManagerEndpoint`,
+          {
+            vpcId: args.vpc.id,
+            serviceName: $interpolate`com.amazonaws.${aws.getRegionOutput().region}.secretsmanager`,
+            vpcEndpointType: "Interface",
+            privateDnsEnabled: true,
+            subnetIds: args.vpc.privateSubnets,
+            securityGroupIds: args.vpc.securityGroups,
+          },
+          { parent },
+        ),
+      );
+    }
+
+    const shared = {
+      // Node 20 is past its Lambda deprecation; the bundles target Node 20 syntax and run on 22.
+      runtime: "nodejs22.x",
+      architecture: "arm64",
+      ...(vpc ? { vpc } : {}),
+      link: [credentialsLink],
+      // A failed invocation is not retried by Lambda: the next tick resumes from Postgres.
+      retries: 0,
+      nodejs: { format: "esm", minify: true, esbuild: { external: ["pg-native"] } },
+      ...args.function,
+      environment: { ...this.environment, ...args.function?.environment },
+    } satisfies Partial<sst.aws.FunctionArgs>;
+
+    // Migrate on every deploy, before any poller, schedule or the maintainer is updated.
+    this.migrate = new sst.aws.Function(
+      `${name}Migrate`,
+      {
+        ...shared,
+        handler: args.handlers?.migrate ?? "functions/migrate.handler",
+        timeout: "5 minutes",
+        memory: "512 MB",
+        description: "SQLStreams: migrate and register the declared streams and groups",
+      },
+      { parent },
+    );
+    this.migration = $dev
+      ? undefined
+      : new aws.lambda.Invocation(
+          `${name}MigrateOnDeploy`,
+          {
+            functionName: this.migrate.name,
+            input: JSON.stringify({ source: "sst-deploy" }),
+            // A new value on every deploy: the invocation runs again each time.
+            triggers: { deployedAt: String(Date.now()) },
+          },
+          { parent, dependsOn: [secretValue, ...network, ...(isUrl ? [] : [db])] },
+        );
+    // Ordering after the migration goes on the created resources (the Lambda function and the
+    // schedules), never into the component options: sst.aws.Function forwards those into its
+    // region lookup, which a preview leaves unknown while the invocation is being replaced, and
+    // then nothing of the function (code, schedule targets, outputs) resolves.
+    const migration = this.migration;
+    const afterMigration = (_args: unknown, o: $util.CustomResourceOptions) => {
+      if (!migration) return undefined;
+      const prior = o.dependsOn;
+      o.dependsOn = prior === undefined ? [migration] : Array.isArray(prior) ? [...(prior as $util.Input<$util.Resource>[]), migration] : [prior as $util.Input<$util.Resource>, migration];
+      return undefined;
+    };
+
+    const devScheduler = $dev && args.devScheduler !== false;
+    for (const g of args.groups) {
+      const id = pascal(`${g.stream}-${g.group}`);
+      const event = { stream: g.stream, group: g.group };
+      const fn = new sst.aws.Function(
+        `${name}${id}Poller`,
+        {
+          ...shared,
+          handler: g.function,
+          timeout: seconds(g.timeout ?? 60_000),
+          memory: `${g.memory ?? 256} MB`,
+          description: `SQLStreams poller ${g.stream}/${g.group} (${g.mode ?? "drain"})`,
+          transform: { function: afterMigration },
+        },
+        { parent },
+      );
+      const schedules: PollerContext["schedules"] = [];
+      if (!devScheduler) {
+        const cron = new sst.aws.CronV2(
+          `${name}${id}Cron`,
+          { function: fn, schedule: g.schedule as `rate(${string})`, event, retries: 0, transform: { schedule: afterMigration } },
+          { parent },
+        );
+        schedules.push(cron);
+        // parallelism > 1: more schedules on the same function and role, so each tick starts
+        // that many overlapping invocations (safe: claims lock the cursor, rows use SKIP LOCKED).
+        for (let i = 2; i <= (g.parallelism ?? 1); i++) {
+          schedules.push(
+            new aws.scheduler.Schedule(
+              `${name}${id}Cron${i}`,
+              {
+                scheduleExpression: g.schedule,
+                flexibleTimeWindow: { mode: "OFF" },
+                target: { arn: fn.arn, roleArn: cron.nodes.role.arn, input: JSON.stringify(event), retryPolicy: { maximumRetryAttempts: 0 } },
+              },
+              { parent, dependsOn: migration ? [migration] : [] },
+            ),
+          );
+        }
+      }
+      const poller = { id, group: g, function: fn, schedules };
+      this.pollers[`${g.stream}/${g.group}`] = poller;
+      args.alarms?.(poller);
+    }
+
+    this.maintain = new sst.aws.Function(
+      `${name}Maintainer`,
+      {
+        ...shared,
+        handler: args.handlers?.maintain ?? "functions/maintain.handler",
+        timeout: "2 minutes",
+        memory: "256 MB",
+        description: "SQLStreams maintenance: partitions, retention, sweeps for every stream",
+        transform: { function: afterMigration },
+      },
+      { parent },
+    );
+    if (!devScheduler) {
+      new sst.aws.CronV2(
+        `${name}MaintainCron`,
+        { function: this.maintain, schedule: (args.maintainSchedule ?? "rate(5 minutes)") as `rate(${string})`, retries: 0, transform: { schedule: afterMigration } },
+        { parent },
+      );
+    } else {
+      // `sst dev`: the local scheduler runs every group's handler at its schedule (and on wake),
+      // against the same database, instead of deployed schedules.
+      const command = typeof args.devScheduler === "object" && args.devScheduler.command ? args.devScheduler.command : "npx sqlstreams dev";
+      new sst.x.DevCommand(
+        `${name}Dev`,
+        {
+          dev: { command, autostart: true, title: "SQLStreams" },
+          environment: isUrl
+            ? { DATABASE_URL: db.value }
+            : { DATABASE_URL: $interpolate`postgres://${db.username}:${db.password}@${db.host}:${db.port}/${db.database}` },
+        },
+        { parent },
+      );
+    }
+    args.dashboard?.(this);
+    this.registerOutputs({});
+  }
+
+  /** `stream/group` → poll function name (a stack output). */
+  get pollerNames(): Record<string, $util.Output<string>> {
+    return Object.fromEntries(Object.entries(this.pollers).map(([k, p]) => [k, p.function.name]));
+  }
+
+  /** @internal SST's link contract: what `link: [streams]` gives a function. */
+  getSSTLink() {
+    const pollers = Object.values(this.pollers).map((p) => p.function);
+    return {
+      properties: { secretArn: this.secret.arn, pollers: this.pollerNames },
+      include: [
+        sst.aws.permission({ actions: ["secretsmanager:GetSecretValue"], resources: [this.secret.arn] }),
+        ...(this.wake && pollers.length > 0 ? [sst.aws.permission({ actions: ["lambda:InvokeFunction"], resources: pollers.map((f) => f.arn) })] : []),
+        { type: "environment" as const, env: this.environment },
+      ],
+    };
+  }
+}
