@@ -30,6 +30,7 @@ export default defineConfig(
     "coverage/**",
     "bench/results/**",
     "packages/core/src/generated/**",
+    "test/prisma/generated/**",
   ]),
   {
     files: [

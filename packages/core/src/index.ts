@@ -1,6 +1,7 @@
 // The public exports of @sqlstreams/core.
 export { SqlStreams, type SqlStreamsOptions } from "./client.js";
 export { Stream, type ProduceOptions, type ProduceResult, type BatchItem } from "./stream.js";
+export { type TxExecutor, type Transactional, type PostgresJsTx, type PrismaTx, fromPostgresJs, fromPrisma } from "./executor.js";
 export {
   Consumer, type Progress, type FailureRow, type RedriveSelector, type SeekTarget, type ExceptionStatus,
 } from "./consumer.js";

@@ -12,6 +12,7 @@ import * as P from "./sql/produce.js";
 import { encodePayload, idempotencyUuid, validateGroupName, validateKey } from "./validate.js";
 import { setTimeout as sleep } from "node:timers/promises";
 import { compareIds } from "./ids.js";
+import { type Row, type Transactional, type TxExecutor, sqlState, toExecutor } from "./executor.js";
 
 export interface ProduceOptions {
   key?: string;
@@ -119,6 +120,39 @@ function connectionLost(e: unknown): boolean {
   return !code || !/^[0-9A-Z]{5}$/.test(code) ? isTransient(e) : false;
 }
 
+/** Validates a batch (at most 1000 items, no idempotency keys), before any statement. */
+function prepareBatch<T>(items: BatchItem<T>[]): Prepared[] {
+  if (!Array.isArray(items)) throw new SqlStreamsError("SQL0015", "produceBatch takes an array of items");
+  if (items.length > MAX_BATCH) {
+    throw new SqlStreamsError("SQL0015", `produceBatch takes at most ${MAX_BATCH} items, got ${items.length}`, { count: items.length });
+  }
+  return items.map((it, i) => {
+    if (typeof it !== "object" || it === null) throw new SqlStreamsError("SQL0015", `items[${i}] must be an object { payload, key?, ... }`);
+    const { payload, ...rest } = it;
+    if (!("payload" in it)) throw new SqlStreamsError("SQL0015", `items[${i}].payload is missing`);
+    return prepare(payload, rest, false, `items[${i}]`);
+  });
+}
+
+/** The one statement of a batch: a JSON document reduced in SQL with compaction, else multi-row VALUES. */
+function batchStatement(q: string, streamId: string, prepared: Prepared[]): { text: string; values: unknown[] } {
+  if (prepared.some((p) => p.rank !== null)) {
+    // Compaction needs the batch's winners per key: one JSON document, reduced in SQL.
+    const parts: string[] = [];
+    for (const p of prepared) {
+      parts.push(`{"p":${p.payload},"k":${p.key === null ? "null" : JSON.stringify(p.key)},"r":${p.rank ?? "null"},"o":${p.options ?? "null"}}`);
+    }
+    return { text: P.produceBatch(q, streamId), values: [`[${parts.join(",")}]`] };
+  }
+  const meta = prepared.some((p) => p.key !== null || p.options !== null);
+  const values: unknown[] = [];
+  for (const p of prepared) {
+    if (meta) values.push(p.key, p.payload, p.options);
+    else values.push(p.payload);
+  }
+  return { text: P.produceBatchValues(q, streamId, prepared.length, meta), values };
+}
+
 export class Stream<T = unknown> {
   /** Partitions this handle has seen or created (create-ahead is skipped for them). */
   private readonly seenPartitions = new Set<bigint>();
@@ -208,38 +242,12 @@ export class Stream<T = unknown> {
 
   /** Appends up to 1000 messages in one transaction, all or nothing; ids ascend in item order. */
   async produceBatch(items: BatchItem<T>[]): Promise<ProduceResult[]> {
-    if (!Array.isArray(items)) throw new SqlStreamsError("SQL0015", "produceBatch takes an array of items");
-    if (items.length > MAX_BATCH) {
-      throw new SqlStreamsError("SQL0015", `produceBatch takes at most ${MAX_BATCH} items, got ${items.length}`, { count: items.length });
-    }
-    if (items.length === 0) return [];
-    const prepared = items.map((it, i) => {
-      if (typeof it !== "object" || it === null) throw new SqlStreamsError("SQL0015", `items[${i}] must be an object { payload, key?, ... }`);
-      const { payload, ...rest } = it;
-      if (!("payload" in it)) throw new SqlStreamsError("SQL0015", `items[${i}].payload is missing`);
-      return prepare(payload, rest, false, `items[${i}]`);
-    });
+    const prepared = prepareBatch(items);
+    if (prepared.length === 0) return [];
     const info = await this.client.streamInfo(this.name);
     for (const p of prepared) checkSize(p, info);
-    let rows: { id: string }[];
-    if (prepared.some((p) => p.rank !== null)) {
-      // Compaction needs the batch's winners per key: one JSON document, reduced in SQL.
-      const parts: string[] = [];
-      for (const p of prepared) {
-        parts.push(
-          `{"p":${p.payload},"k":${p.key === null ? "null" : JSON.stringify(p.key)},"r":${p.rank ?? "null"},"o":${p.options ?? "null"}}`,
-        );
-      }
-      rows = await this.runProduce<{ id: string }>(info, P.produceBatch(this.client.db.q, info.id), [`[${parts.join(",")}]`], items.length);
-    } else {
-      const meta = prepared.some((p) => p.key !== null || p.options !== null);
-      const values: unknown[] = [];
-      for (const p of prepared) {
-        if (meta) values.push(p.key, p.payload, p.options);
-        else values.push(p.payload);
-      }
-      rows = await this.runProduce<{ id: string }>(info, P.produceBatchValues(this.client.db.q, info.id, prepared.length, meta), values, items.length);
-    }
+    const st = batchStatement(this.client.db.q, info.id, prepared);
+    const rows = await this.runProduce<{ id: string }>(info, st.text, st.values, items.length);
     // Ids were drawn in item order; RETURNING order is not promised, so order them.
     const ids = rows.map((r) => r.id).sort(compareIds);
     await this.createAhead(info, ids);
@@ -247,45 +255,78 @@ export class Stream<T = unknown> {
   }
 
   /**
-   * Appends one message inside the caller's open transaction (a pg.PoolClient after BEGIN). It
-   * becomes visible when the caller commits; a failed insert rolls back to a savepoint only.
+   * Appends one message inside the caller's open transaction: a pg client after BEGIN, a
+   * postgres.js or Prisma transaction, or any TxExecutor (docs/producing.md#producing-inside-your-transaction).
+   * It becomes visible when the caller commits; a failed insert rolls back to a savepoint only.
    */
-  async produceInTx(tx: pg.PoolClient, payload: T, opts: ProduceOptions = {}): Promise<ProduceResult> {
-    if (!tx || typeof (tx as { query?: unknown }).query !== "function") {
-      throw new SqlStreamsError("SQL0015", "produceInTx needs the pg client of an open transaction (after BEGIN)");
-    }
+  async produceInTx(tx: Transactional, payload: T, opts: ProduceOptions = {}): Promise<ProduceResult> {
+    const ex = toExecutor(tx, "produceInTx");
     const p = prepare(payload, opts, true);
     const info = await this.client.streamInfo(this.name);
     checkSize(p, info);
-    const db = this.client.db;
+    const q = this.client.db.q;
+    const text = p.idempotency ? P.produceIdempotent(q, info.id) : P.produceOne(q, info.id);
+    const values: unknown[] = [p.key, p.rank, p.payload, p.options];
+    if (p.idempotency) values.push(p.idempotency);
+    const rows = await this.runInTx<{ id: string; duplicate: boolean }>(ex, info, text, values, 1, "produceInTx");
+    if (rows.length === 0) {
+      // The key's first produce committed after this statement's snapshot: read it now.
+      const again = await this.send<{ id: string }>(ex, P.idempotencyLookup(q, info.id), [p.idempotency]);
+      return { id: again[0].id, duplicate: true };
+    }
+    return { id: rows[0].id, duplicate: rows[0].duplicate };
+  }
+
+  /**
+   * Appends up to 1000 messages inside the caller's open transaction, like produceInTx; all of
+   * them commit or roll back with it. Ids ascend in item order.
+   */
+  async produceBatchInTx(tx: Transactional, items: BatchItem<T>[]): Promise<ProduceResult[]> {
+    const ex = toExecutor(tx, "produceBatchInTx");
+    const prepared = prepareBatch(items);
+    if (prepared.length === 0) return [];
+    const info = await this.client.streamInfo(this.name);
+    for (const p of prepared) checkSize(p, info);
+    const st = batchStatement(this.client.db.q, info.id, prepared);
+    const rows = await this.runInTx<{ id: string }>(ex, info, st.text, st.values, prepared.length, "produceBatchInTx");
+    return rows.map((r) => r.id).sort(compareIds).map((id) => ({ id, duplicate: false }));
+  }
+
+  /** Sends one statement on the caller's executor, through the client's query hook. */
+  private async send<R extends Row>(ex: TxExecutor, text: string, values?: unknown[]): Promise<R[]> {
+    this.client.db.onQuery?.(text, values);
+    const r = await ex.query(text, values);
+    return r.rows as R[];
+  }
+
+  /**
+   * Runs a produce statement behind a savepoint in the caller's transaction: a failed insert
+   * rolls back to it only, and a missing partition is created (on another pooled connection,
+   * at most 2 s) and the insert tried again (docs/producing.md#partitions).
+   */
+  private async runInTx<R extends Row>(ex: TxExecutor, info: StreamInfo, text: string, values: unknown[], n: number, where: string): Promise<R[]> {
     try {
-      await query(db, tx, "SAVEPOINT sqlstreams_produce");
+      await this.send(ex, "SAVEPOINT sqlstreams_produce");
     } catch (e) {
-      if ((e as { code?: string }).code === "25P01") {
-        throw new SqlStreamsError("SQL0015", "produceInTx needs a client inside an open transaction: call BEGIN first", {}, e);
+      if (sqlState(e) === "25P01") {
+        throw new SqlStreamsError("SQL0015", `${where} needs a connection inside an open transaction: call BEGIN first`, {}, e);
       }
       throw e;
     }
-    const text = p.idempotency ? P.produceIdempotent(db.q, info.id) : P.produceOne(db.q, info.id);
-    const values: unknown[] = [p.key, p.rank, p.payload, p.options];
-    if (p.idempotency) values.push(p.idempotency);
     for (let attempt = 0; ; attempt++) {
       try {
-        const r = await query<{ id: string; duplicate: boolean }>(db, tx, text, values);
-        await query(db, tx, "RELEASE SAVEPOINT sqlstreams_produce");
-        if (r.rows.length === 0) {
-          const again = await query<{ id: string }>(db, tx, P.idempotencyLookup(db.q, info.id), [p.idempotency]);
-          return { id: again.rows[0].id, duplicate: true };
-        }
-        return { id: r.rows[0].id, duplicate: r.rows[0].duplicate };
+        const rows = await this.send<R>(ex, text, values);
+        await this.send(ex, "RELEASE SAVEPOINT sqlstreams_produce");
+        return rows;
       } catch (e) {
-        await query(db, tx, "ROLLBACK TO SAVEPOINT sqlstreams_produce");
-        if (!isNoPartition(e) || attempt >= 3) {
-          if (isNoPartition(e)) throw new SqlStreamsError("SQL0023", "partition creation cannot keep up with the id sequence", {}, e);
+        await this.send(ex, "ROLLBACK TO SAVEPOINT sqlstreams_produce");
+        const noPartition = sqlState(e) === NO_PARTITION;
+        if (!noPartition || attempt >= 3) {
+          if (noPartition) throw new SqlStreamsError("SQL0023", "partition creation cannot keep up with the id sequence", {}, e);
           throw e;
         }
         try {
-          await this.recoverPartitions(info, 1, 2_000);
+          await this.recoverPartitions(info, n, 2_000);
         } catch (err) {
           throw new SqlStreamsError("SQL0022", `the partition for the next id of ${this.name} is missing and could not be created now`, {}, err);
         }
