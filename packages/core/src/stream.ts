@@ -292,10 +292,9 @@ export class Stream<T = unknown> {
     return rows.map((r) => r.id).sort(compareIds).map((id) => ({ id, duplicate: false }));
   }
 
-  /** Sends one statement on the caller's executor, through the client's query hook. */
+  /** Sends one statement on the caller's executor, through the client's query hook and statement bound. */
   private async send<R extends Row>(ex: TxExecutor, text: string, values?: unknown[]): Promise<R[]> {
-    this.client.db.onQuery?.(text, values);
-    const r = await ex.query(text, values);
+    const r = await query(this.client.db, ex as unknown as pg.PoolClient, text, values);
     return r.rows as R[];
   }
 
