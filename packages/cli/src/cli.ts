@@ -3,6 +3,7 @@
 import { parseArgs, type ParseArgsConfig } from "node:util";
 import { LIBRARY_VERSION } from "@sqlstreams/core";
 import * as C from "./commands.js";
+import * as O from "./operate.js";
 import { Ctx, type Common, type Io, processIo } from "./context.js";
 import { describeError, formatError, usageError } from "./errors.js";
 
@@ -13,8 +14,10 @@ interface Command {
   usage: string;
   help: string;
   options: Options;
+  /** How many positional arguments it takes (default none). */
+  positionals?: number;
   /** Returns the exit code (default 0). */
-  run(ctx: Ctx, values: C.Values): Promise<number | void>;
+  run(ctx: Ctx, values: C.Values, positionals: string[]): Promise<number | void>;
 }
 
 const COMMON: Options = {
@@ -45,37 +48,96 @@ export const COMMANDS: Record<string, Command> = {
   },
   status: {
     summary: "progress of consumer groups: head, committed, lag, leases, exceptions",
-    usage: "sqlstreams status [--stream S] [--group G]",
+    usage: "sqlstreams status [--stream S] [--group G] [--watch [--interval 2s]] [--check] [--max-age 5m]",
     help: `Shows every consumer group (or those of --stream / named --group): head, committed cursor, lag
 (in ids), open/expired claim leases, exception rows by status (ready, deferred, inflight, dead,
 superseded), the age of the oldest unresolved message, and whether the group is paused.
-Lag 0 with dead rows is not success: dead messages do not hold the cursor.`,
-    options: { ...STREAM, ...GROUP },
+Lag 0 with dead rows is not success: dead messages do not hold the cursor.
+  --watch              refresh the table every --interval (default 2s) until Ctrl-C; with --json one
+                       JSON line per refresh
+  --iterations N       with --watch, stop after N refreshes
+  --check              for alerting: exit code 2 when any group has dead messages
+  --max-age DURATION   for alerting: exit code 2 when any group has dead messages or its oldest
+                       unresolved message is older than DURATION (90s, 5m, 2h, 1d); implies --check
+Exit codes: 0 fine, 1 the command failed, 2 an alert (only with --check / --max-age).`,
+    options: {
+      ...STREAM, ...GROUP, watch: { type: "boolean" }, interval: { type: "string" }, iterations: { type: "string" },
+      check: { type: "boolean" }, "max-age": { type: "string" },
+    },
     run: (ctx, v) => C.status(ctx, v),
   },
   failures: {
     summary: "list a group's dead (or ready/deferred/inflight) exception rows",
-    usage: "sqlstreams failures --stream S --group G [--status dead|ready|deferred|inflight] [--limit N]",
-    help: "Lists the group's exception rows of one status (default dead), newest first, with payload and last error.\n  --limit N            1 … 1000 rows (default 100)",
-    options: { ...STREAM, ...GROUP, status: { type: "string" }, limit: { type: "string" } },
+    usage: "sqlstreams failures --stream S --group G [--status dead|ready|deferred|inflight] [filters] [--limit N] [--offset N]",
+    help: `Lists the group's exception rows of one status (default dead), newest first, with payload and last error.
+${O.FILTER_HELP}
+  --limit N            1 … 1000 rows per page (default 100)
+  --offset N           skip the first N matching rows (the next page; the footer prints it)`,
+    options: { ...STREAM, ...GROUP, status: { type: "string" }, limit: { type: "string" }, offset: { type: "string" }, ...O.FILTER_OPTIONS },
     run: (ctx, v) => C.failures(ctx, v),
   },
   redrive: {
     summary: "put dead rows back to work with a fresh retry budget",
-    usage: "sqlstreams redrive --stream S --group G (--ids 1,2 | --error-contains X | --all) [--reason R]",
+    usage: "sqlstreams redrive --stream S --group G (--ids 1,2 | filters | --all) [--reason R] [--rate N]",
     help: `Selects dead rows by id, or by a filter, and makes them ready again (attempts and delays reset).
   --ids 1,2,3          these message ids (1 … 10000)
-  --error-contains X   dead rows whose last error contains X (case-insensitive)
-  --dead-since TIME    dead rows last updated at or after TIME (ISO-8601)
-  --dead-before TIME   dead rows last updated before TIME
+${O.FILTER_HELP}
+  --dead-since TIME    same as --since;  --dead-before TIME  same as --before
   --all                every dead row (up to --limit)
-  --limit N            filter cap, 1 … 10000 (default 1000)
+  --limit N            filter cap, 1 … 10000 (default 1000; no cap with --rate)
+  --rate N             N rows per second in small transactions (each commits on its own; stop it
+                       any time and run the same command again to continue)
   --reason R           recorded in the delivery log`,
     options: {
-      ...STREAM, ...GROUP, ids: { type: "string" }, "error-contains": { type: "string" }, "dead-since": { type: "string" },
-      "dead-before": { type: "string" }, all: { type: "boolean" }, limit: { type: "string" }, reason: { type: "string" },
+      ...STREAM, ...GROUP, ids: { type: "string" }, ...O.FILTER_OPTIONS, "dead-since": { type: "string" },
+      "dead-before": { type: "string" }, all: { type: "boolean" }, limit: { type: "string" }, reason: { type: "string" }, rate: { type: "string" },
     },
     run: (ctx, v) => C.redrive(ctx, v),
+  },
+  discard: {
+    summary: "throw dead messages away, leaving an audit row in the delivery log",
+    usage: "sqlstreams discard --stream S --group G (--ids 1,2 | filters | --all) [--reason R] [--rate N]",
+    help: `Deletes dead exception rows (the group will not run those messages again) and writes a
+'discarded: <reason>' row to the delivery log for each, whatever the stream's delivery log mode.
+Only dead rows are touched; the messages stay in the log until retention removes them.
+  --ids 1,2,3          these message ids (1 … 10000)
+${O.FILTER_HELP}
+  --all                every dead row (up to --limit)
+  --limit N            filter cap, 1 … 10000 (default 1000; no cap with --rate)
+  --rate N             N rows per second in small transactions (resumable, as for redrive)
+  --reason R           recorded in the audit row`,
+    options: {
+      ...STREAM, ...GROUP, ids: { type: "string" }, ...O.FILTER_OPTIONS, all: { type: "boolean" }, limit: { type: "string" },
+      reason: { type: "string" }, rate: { type: "string" },
+    },
+    run: (ctx, v) => O.discard(ctx, v),
+  },
+  inspect: {
+    summary: "one message and, for every group, where it stands and its delivery timeline",
+    usage: "sqlstreams inspect <stream> (--id N | --key K [--limit N])",
+    help: `Shows the message (payload, key, options, created_at) and, for every consumer group: not reached
+yet, claimed, resolved, or its exception row (status, attempts, delays, next run, last error), with
+the group's delivery_log rows for it. With --key, the key's latest messages (--limit, default 10).
+SQL0058 when the stream has no such message (never produced, or removed by retention).`,
+    options: { id: { type: "string" }, key: { type: "string" }, limit: { type: "string" }, ...STREAM },
+    positionals: 1,
+    run: (ctx, v, p) => O.inspect(ctx, v, p),
+  },
+  produce: {
+    summary: "produce one message to a stream (payload as an argument, from a file, or stdin)",
+    usage: "sqlstreams produce <stream> ['<json payload>' | --file PATH | < payload.json] [--key K] [--idempotency-key K] [--message '<json>'] [--rank N]",
+    help: `Produces one JSON payload. Without an argument or --file, reads it from stdin (--file - too).
+  --key K              the message key
+  --idempotency-key K  a repeat with the same key writes nothing and returns the first id
+  --message JSON       message options, e.g. '{"concurrency":"ordered","maxAttempts":3}'
+  --rank N             compaction rank (compacts by key; --compaction for an automatic rank)
+SQL0062 when the payload or --message is not valid JSON.`,
+    options: {
+      file: { type: "string" }, key: { type: "string" }, "idempotency-key": { type: "string" }, message: { type: "string" },
+      rank: { type: "string" }, compaction: { type: "boolean" }, ...STREAM,
+    },
+    positionals: 2,
+    run: (ctx, v, p) => O.produce(ctx, v, p),
   },
   seek: {
     summary: "move a group's position to a message id or a time",
@@ -188,13 +250,16 @@ export async function main(argv: string[], io: Io = processIo()): Promise<number
     const command = COMMANDS[first];
     if (!command) throw usageError(first.startsWith("-") ? `expected a command before ${first}` : `unknown command ${JSON.stringify(first)}`);
     let values: C.Values;
+    let positionals: string[];
     try {
-      const parsed = parseArgs({ args: rest, options: { ...COMMON, ...command.options }, strict: true, allowPositionals: false });
+      const parsed = parseArgs({ args: rest, options: { ...COMMON, ...command.options }, strict: true, allowPositionals: (command.positionals ?? 0) > 0 });
       values = parsed.values as C.Values;
+      positionals = parsed.positionals;
     } catch (e) {
       throw usageError((e as Error).message.replace(/\. To specify a positional argument.*$/s, ""), first);
     }
     json = values.json === true;
+    if (positionals.length > (command.positionals ?? 0)) throw usageError(`unexpected argument ${JSON.stringify(positionals[command.positionals ?? 0])}`, first);
     if (values.help) {
       io.out(commandHelp(first));
       return 0;
@@ -206,7 +271,7 @@ export async function main(argv: string[], io: Io = processIo()): Promise<number
       verbose: values.verbose === true,
     };
     ctx = new Ctx(io, common);
-    const code = await command.run(ctx, values);
+    const code = await command.run(ctx, values, positionals);
     return typeof code === "number" ? code : 0;
   } catch (e) {
     const p = describeError(e, secrets);

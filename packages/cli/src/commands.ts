@@ -1,11 +1,12 @@
 // The operator commands: migrate, status, failures, redrive, seek, pause, resume, destroy,
 // maintain. Each takes the parsed options and prints a table (or JSON with --json).
 import { SqlStreamsError, type FailureRow, type Progress, type RedriveSelector } from "@sqlstreams/core";
-import type { Ctx } from "./context.js";
+import type { Ctx, Values } from "./context.js";
+import { deadSelector, failureFilter, progressLine, rateOption } from "./operate.js";
 import { usageError } from "./errors.js";
-import { age, table, truncate, yesNo } from "./format.js";
+import { age, paint, parseDuration, table, truncate, yesNo } from "./format.js";
 
-export type Values = Record<string, string | boolean | undefined>;
+export type { Values } from "./context.js";
 
 function str(v: Values, name: string): string | undefined {
   const x = v[name];
@@ -72,9 +73,7 @@ export async function migrate(ctx: Ctx): Promise<void> {
   else ctx.print(`migrated schema ${client.schema}: control plane at version ${version} (${durationMs} ms)`);
 }
 
-export async function status(ctx: Ctx, v: Values): Promise<void> {
-  const stream = str(v, "stream");
-  const group = str(v, "group");
+async function statusOnce(ctx: Ctx, stream: string | undefined, group: string | undefined, alert: Alert | null, frame: boolean): Promise<string[]> {
   const pairs = await listGroups(ctx, stream, group);
   const progress: Progress[] = [];
   for (const p of pairs) progress.push(await ctx.client().stream(p.stream).consumer(p.group).progress());
@@ -93,26 +92,99 @@ export async function status(ctx: Ctx, v: Values): Promise<void> {
     }
     if (p.expiredLeases > 0) notes.push(`${p.stream}/${p.group}: ${p.expiredLeases} expired lease(s) — a poll crashed or timed out; the next poll reclaims them`);
   }
+  const alerts = alert === null ? [] : alertsOf(progress, alert);
   if (ctx.json) {
-    ctx.printJson({ groups: progress, notes });
-    return;
+    const doc = { groups: progress, notes, ...(alert === null ? {} : { alerts }) };
+    if (frame) ctx.io.out(JSON.stringify({ time: new Date().toISOString(), ...doc }) + "\n");
+    else ctx.printJson(doc);
+    return alerts;
   }
+  const out: string[] = [];
   if (progress.length === 0) {
-    ctx.print(stream ? `stream ${stream} has no consumer groups` : "no consumer groups registered");
-    return;
-  }
-  ctx.print(
+    out.push(stream ? `stream ${stream} has no consumer groups` : "no consumer groups registered");
+  } else {
+    const c = ctx.colour;
+    out.push(
     table(
       ["STREAM", "GROUP", "HEAD", "COMMITTED", "LAG", "LEASES", "READY", "DEFERRED", "INFLIGHT", "DEAD", "SUPERSEDED", "OLDEST", "PAUSED"],
       progress.map((p) => [
         p.stream, p.group, p.head, p.committed, p.lag, `${p.openLeases}/${p.expiredLeases}`,
-        String(p.exceptions.ready), String(p.exceptions.deferred), String(p.exceptions.inflight), String(p.exceptions.dead),
-        String(p.exceptions.superseded), age(p.oldestUnresolvedAgeMs), yesNo(p.paused),
+        String(p.exceptions.ready), String(p.exceptions.deferred), String(p.exceptions.inflight),
+        p.exceptions.dead > 0 ? paint(c, "red", String(p.exceptions.dead)) : String(p.exceptions.dead),
+        String(p.exceptions.superseded), age(p.oldestUnresolvedAgeMs), p.paused ? paint(c, "yellow", "yes") : yesNo(p.paused),
       ]),
     ),
-  );
-  ctx.print("LEASES = open/expired claim leases; OLDEST = age of the oldest unresolved message");
-  for (const n of notes) ctx.print(`note: ${n}`);
+    );
+    out.push("LEASES = open/expired claim leases; OLDEST = age of the oldest unresolved message");
+    for (const n of notes) out.push(`note: ${n}`);
+  }
+  for (const a of alerts) out.push(paint(ctx.colour, "red", `alert: ${a}`));
+  if (frame && ctx.io.isTTY) ctx.io.out("\u001b[H\u001b[2J");
+  if (frame) out.unshift(`${new Date().toISOString()}  (refreshing; Ctrl-C to stop)`);
+  ctx.print(out.join("\n"));
+  return alerts;
+}
+
+interface Alert {
+  /** Oldest unresolved message older than this (ms) is an alert; null: only dead rows are. */
+  maxAgeMs: number | null;
+}
+
+function alertsOf(progress: Progress[], a: Alert): string[] {
+  const out: string[] = [];
+  for (const p of progress) {
+    if (p.exceptions.dead > 0) out.push(`${p.stream}/${p.group} has ${p.exceptions.dead} dead message(s)`);
+    if (a.maxAgeMs !== null && p.oldestUnresolvedAgeMs !== null && p.oldestUnresolvedAgeMs > a.maxAgeMs) {
+      out.push(`${p.stream}/${p.group}: oldest unresolved message is ${age(p.oldestUnresolvedAgeMs)} old (threshold ${age(a.maxAgeMs)})`);
+    }
+  }
+  return out;
+}
+
+/**
+ * `status`: one table, or with --watch a refreshing one. With --check (or --max-age) the exit
+ * code is 2 when any group has dead rows or an unresolved message older than --max-age, so a
+ * cron job or an alerting probe can run it (docs/operations.md#the-operator-cli).
+ */
+export async function status(ctx: Ctx, v: Values): Promise<number> {
+  const stream = str(v, "stream");
+  const group = str(v, "group");
+  const maxAge = str(v, "max-age");
+  let alert: Alert | null = v.check === true ? { maxAgeMs: null } : null;
+  if (maxAge !== undefined) {
+    const ms = parseDuration(maxAge);
+    if (ms === null) throw usageError(`--max-age must be a duration such as 90s, 5m, 2h or 1d, got ${JSON.stringify(maxAge)}`, "status");
+    alert = { maxAgeMs: ms };
+  }
+  if (v.watch !== true) {
+    if (v.interval !== undefined || v.iterations !== undefined) throw usageError("--interval and --iterations go with --watch", "status");
+    const alerts = await statusOnce(ctx, stream, group, alert, false);
+    return alerts.length > 0 ? 2 : 0;
+  }
+  const interval = str(v, "interval") === undefined ? 2_000 : parseDuration(str(v, "interval") as string);
+  if (interval === null || interval < 200 || interval > 3_600_000) throw usageError("--interval must be a duration between 200ms and 1h (e.g. 2s)", "status");
+  const iterations = int(v, "iterations", "status", 1, 1_000_000);
+  const stop = new AbortController();
+  const onSignal = () => stop.abort();
+  process.once("SIGINT", onSignal);
+  process.once("SIGTERM", onSignal);
+  let alerted = false;
+  try {
+    for (let n = 1; ; n++) {
+      const alerts = await statusOnce(ctx, stream, group, alert, true);
+      alerted ||= alerts.length > 0;
+      if (iterations !== undefined && n >= iterations) break;
+      await new Promise<void>((res) => {
+        const t = setTimeout(res, interval);
+        stop.signal.addEventListener("abort", () => { clearTimeout(t); res(); }, { once: true });
+      });
+      if (stop.signal.aborted) break;
+    }
+  } finally {
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+  }
+  return alerted ? 2 : 0;
 }
 
 const STATUSES = ["dead", "ready", "deferred", "inflight"] as const;
@@ -123,13 +195,20 @@ export async function failures(ctx: Ctx, v: Values): Promise<void> {
   const st = str(v, "status") ?? "dead";
   if (!(STATUSES as readonly string[]).includes(st)) throw usageError(`--status must be one of ${STATUSES.join(", ")}, got ${JSON.stringify(st)}`, "failures");
   const limit = int(v, "limit", "failures", 1, 1_000) ?? 100;
-  const rows: FailureRow[] = await ctx.client().stream(stream).consumer(group).failures({ status: st as (typeof STATUSES)[number], limit });
+  const offset = int(v, "offset", "failures", 0, 10_000_000) ?? 0;
+  const filter = failureFilter(v, "failures");
+  const c = ctx.client().stream(stream).consumer(group);
+  const status = st as (typeof STATUSES)[number];
+  const rows: FailureRow[] = await c.failures({ ...filter, status, limit, offset });
+  const total = await c.countFailures({ ...filter, status });
+  const next = offset + rows.length < total ? offset + rows.length : null;
   if (ctx.json) {
-    ctx.printJson({ stream, group, status: st, limit, rows });
+    ctx.printJson({ stream, group, status: st, limit, offset, total, nextOffset: next, filter, rows });
     return;
   }
+  const filtered = Object.keys(filter).length > 0 ? " matching the filter" : "";
   if (rows.length === 0) {
-    ctx.print(`${stream}/${group}: no ${st} rows`);
+    ctx.print(`${stream}/${group}: no ${st} rows${filtered}${offset > 0 ? ` from offset ${offset} (${total} in all)` : ""}`);
     return;
   }
   const now = Date.now();
@@ -137,44 +216,33 @@ export async function failures(ctx: Ctx, v: Values): Promise<void> {
     table(
       ["MESSAGE", "KEY", "STATUS", "ATTEMPTS", "DELAYS", "UPDATED", "RUN AFTER", "PAYLOAD", "LAST ERROR"],
       rows.map((r) => [
-        r.messageId, r.key ?? "-", r.status, String(r.attempts), String(r.delays), `${age(now - r.updatedAt.getTime())} ago`,
+        r.messageId, r.key ?? "-", paint(ctx.colour, r.status === "dead" ? "red" : "yellow", r.status), String(r.attempts), String(r.delays),
+        `${age(now - r.updatedAt.getTime())} ago`,
         r.canRunAfter.getTime() > now ? `in ${age(r.canRunAfter.getTime() - now)}` : "now",
         truncate(JSON.stringify(r.payload) ?? "null", 40), r.lastError ?? "-",
       ]),
       { maxLast: 100 },
     ),
   );
-  ctx.print(`${rows.length} ${st} row(s)${rows.length === limit ? ` (limit ${limit}; --limit for more)` : ""}, newest first`);
+  ctx.print(
+    `${rows.length} ${st} row(s)${filtered} (${offset + 1}–${offset + rows.length} of ${total}), newest first` +
+      (next !== null ? `; next page: --offset ${next}` : ""),
+  );
   if (st === "dead") ctx.print(`redrive after the fix: sqlstreams redrive --stream ${stream} --group ${group} --ids ${rows.slice(0, 3).map((r) => r.messageId).join(",")}${rows.length > 3 ? ",…" : ""}`);
 }
 
 export async function redrive(ctx: Ctx, v: Values): Promise<void> {
   const stream = required(v, "stream", "redrive");
   const group = required(v, "group", "redrive");
-  const ids = str(v, "ids");
-  let selector: RedriveSelector;
-  if (ids !== undefined) {
-    if (v["error-contains"] !== undefined || v.all || v["dead-since"] !== undefined || v["dead-before"] !== undefined || v.limit !== undefined) {
-      throw new SqlStreamsError("SQL0030", "--ids takes no other criteria (--error-contains, --dead-since, --dead-before, --all, --limit)");
-    }
-    selector = { ids: ids.split(",").map((s) => s.trim()).filter((s) => s.length > 0) };
-  } else {
-    const f: { errorContains?: string; deadSince?: string; deadBefore?: string; all?: boolean; limit?: number } = {};
-    if (str(v, "error-contains") !== undefined) f.errorContains = str(v, "error-contains");
-    if (str(v, "dead-since") !== undefined) f.deadSince = str(v, "dead-since");
-    if (str(v, "dead-before") !== undefined) f.deadBefore = str(v, "dead-before");
-    if (v.all === true) f.all = true;
-    const limit = int(v, "limit", "redrive", 1, 10_000);
-    if (limit !== undefined) f.limit = limit;
-    if (Object.keys(f).filter((k) => k !== "limit").length === 0) {
-      throw new SqlStreamsError("SQL0030", "redrive needs a selector: --ids 1,2,3, --error-contains TEXT, --dead-since/--dead-before TIME, or --all");
-    }
-    selector = f;
-  }
+  const rate = rateOption(v, "redrive");
+  const selector: RedriveSelector = deadSelector(v, "redrive", "SQL0030", rate !== undefined);
   const reason = str(v, "reason");
-  const r = await ctx.client().stream(stream).consumer(group).redrive(selector, reason === undefined ? {} : { reason });
+  const r = await ctx.client().stream(stream).consumer(group).redrive(selector, {
+    ...(reason === undefined ? {} : { reason }),
+    ...(rate === undefined ? {} : { rate, onBatch: progressLine(ctx, "redriven") }),
+  });
   if (ctx.json) ctx.printJson({ stream, group, ...r });
-  else ctx.print(`${stream}/${group}: redrove ${r.redriven} dead row(s), skipped ${r.skipped} (not dead or message gone)`);
+  else ctx.print(`${stream}/${group}: redrove ${r.redriven} dead row(s), skipped ${r.skipped} (not dead or message gone)${r.batches !== undefined ? ` in ${r.batches} batch(es)` : ""}`);
 }
 
 export async function seek(ctx: Ctx, v: Values): Promise<void> {

@@ -2,6 +2,7 @@
 // connection opened on demand (and always closed).
 import pg from "pg";
 import { SqlStreams, SqlStreamsError, type LogEvent } from "@sqlstreams/core";
+import { colourEnabled } from "./format.js";
 
 export interface Io {
   /** stdout, one call per chunk (include the newline). */
@@ -14,6 +15,10 @@ export interface Io {
   isTTY: boolean;
   /** Terminal width when known. */
   columns?: number;
+  /** Reads all of stdin (for `produce` without a payload argument); absent when there is none. */
+  readStdin?: () => Promise<string>;
+  /** stdin is a terminal (then `produce` does not wait for it). */
+  stdinIsTTY?: boolean;
 }
 
 /**
@@ -29,11 +34,20 @@ export const processIo = (): Io => {
     env: process.env,
     cwd: process.cwd(),
     isTTY: process.stdout.isTTY === true,
+    stdinIsTTY: process.stdin.isTTY === true,
+    readStdin: async () => {
+      const chunks: Buffer[] = [];
+      for await (const c of process.stdin) chunks.push(c as Buffer);
+      return Buffer.concat(chunks).toString("utf8");
+    },
     get columns() {
       return process.stdout.columns;
     },
   };
 };
+
+/** Parsed options of a command. */
+export type Values = Record<string, string | boolean | undefined>;
 
 export interface Common {
   databaseUrl?: string;
@@ -53,6 +67,11 @@ export class Ctx {
 
   get json(): boolean {
     return this.common.json;
+  }
+
+  /** Colours on stdout: only on a terminal, never with NO_COLOR or --json. */
+  get colour(): boolean {
+    return !this.common.json && colourEnabled(this.io.isTTY, this.io.env);
   }
 
   /** Writes a line (or a JSON document with --json) to stdout. */

@@ -9,11 +9,15 @@ const NUMERIC = /^-?[0-9][0-9,./]*$/;
  */
 export function table(headers: string[], rows: string[][], opts: { maxLast?: number } = {}): string {
   const cells = rows.map((r) => r.map((c, i) => (i === headers.length - 1 && opts.maxLast ? truncate(c, opts.maxLast) : c)));
-  const widths = headers.map((h, i) => Math.max(h.length, ...cells.map((r) => (r[i] ?? "").length)));
-  const right = headers.map((_, i) => cells.length > 0 && cells.every((r) => (r[i] ?? "") === "" || r[i] === "-" || NUMERIC.test(r[i] ?? "")));
+  const widths = headers.map((h, i) => Math.max(h.length, ...cells.map((r) => visible(r[i] ?? "").length)));
+  const right = headers.map((_, i) => cells.length > 0 && cells.every((r) => visible(r[i] ?? "") === "" || visible(r[i]) === "-" || NUMERIC.test(visible(r[i] ?? ""))));
+  const pad = (c: string, w: number, start: boolean) => {
+    const fill = " ".repeat(Math.max(0, w - visible(c).length));
+    return start ? fill + c : c + fill;
+  };
   const line = (r: string[]) =>
     r
-      .map((c, i) => (i === r.length - 1 && !right[i] ? c : right[i] ? c.padStart(widths[i]) : c.padEnd(widths[i])))
+      .map((c, i) => (i === r.length - 1 && !right[i] ? c : pad(c, widths[i], right[i])))
       .join("  ")
       .trimEnd();
   return [line(headers), ...cells.map(line)].join("\n");
@@ -70,4 +74,33 @@ export function bar(fraction: number, width = 16): string {
 
 export function yesNo(b: boolean): string {
   return b ? "yes" : "no";
+}
+
+const ESC = String.fromCharCode(27);
+const ANSI = new RegExp(`${ESC}\\[[0-9;]*m`, "g");
+
+/** The text without colour codes (for widths). */
+export function visible(s: string): string {
+  return s.replace(ANSI, "");
+}
+
+const COLOURS = { red: 31, green: 32, yellow: 33, dim: 2, bold: 1 } as const;
+export type Colour = keyof typeof COLOURS;
+
+/** Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org). */
+export function colourEnabled(isTTY: boolean, env: Record<string, string | undefined>): boolean {
+  return isTTY && !(env.NO_COLOR !== undefined && env.NO_COLOR !== "") && env.TERM !== "dumb";
+}
+
+export function paint(enabled: boolean, colour: Colour, text: string): string {
+  return enabled ? `${ESC}[${COLOURS[colour]}m${text}${ESC}[0m` : text;
+}
+
+/** "90s", "5m", "2h", "1d", "250ms" or plain milliseconds → ms; null when unreadable. */
+export function parseDuration(s: string): number | null {
+  const m = /^([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)?$/.exec(s.trim());
+  if (!m) return null;
+  const n = Number(m[1]);
+  const unit = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }[(m[2] ?? "ms") as "ms"];
+  return Math.round(n * unit);
 }

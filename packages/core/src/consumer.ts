@@ -1,3 +1,4 @@
+import type { PoolClient } from "pg";
 import type { Runtime } from "./runtime.js";
 import {
   type ConsumerConfig, type MessageOptions, type PollOptions, groupResolution, resolveMessage,
@@ -10,6 +11,7 @@ import { type DestroyGroupResult, destroyGroup } from "./destroy.js";
 import { retentionStatus } from "./sql/maintain.js";
 import { SqlStreamsError, groupNotRegistered } from "./errors.js";
 import * as A from "./sql/admin.js";
+import * as O from "./sql/operator.js";
 import { type Tables, insertDeliveryLog, tables } from "./sql/cycle.js";
 import { setTimeout as sleep } from "node:timers/promises";
 import { monotonicOptions, now } from "./clock.js";
@@ -49,9 +51,47 @@ export interface FailureRow<T = unknown> {
   updatedAt: Date;
 }
 
+/**
+ * Which dead rows redrive() and discard() act on: ids, or a filter (every criterion given must
+ * match; `all: true` when there is none). `limit` caps a filter (default 1000; unlimited with a rate).
+ */
 export type RedriveSelector =
   | { ids: (string | number | bigint)[] }
-  | { errorContains?: string; deadSince?: Date | string | number; deadBefore?: Date | string | number; all?: boolean; limit?: number };
+  | {
+      errorContains?: string; key?: string; payloadContains?: unknown; deadSince?: Date | string | number;
+      deadBefore?: Date | string | number; all?: boolean; limit?: number;
+    };
+export type DeadSelector = RedriveSelector;
+
+/** Filters of failures() (docs/operations.md#failures): each one given must match. */
+export interface FailureFilter {
+  status?: "dead" | "ready" | "deferred" | "inflight";
+  /** 1 … 1000 rows (default 100), from `offset` (default 0) in newest-first order. */
+  limit?: number;
+  offset?: number;
+  /** The last error contains this text (case-insensitive). */
+  errorContains?: string;
+  key?: string;
+  /** Rows last updated at or after / before. */
+  since?: Date | string | number;
+  before?: Date | string | number;
+  /** jsonb containment: the payload contains this JSON (an object or array, e.g. { customer: 7 }). */
+  payloadContains?: unknown;
+}
+
+/** How redrive() and discard() run: one transaction, or batches at a rate (docs/operations.md#redrive). */
+export interface BatchOptions {
+  /** Recorded in the delivery log. */
+  reason?: string;
+  /** Rows per second: small transactions of `batchSize` rows, paced; each batch commits on its own. */
+  rate?: number;
+  /** Rows per transaction with a rate (default min(rate, 100)). */
+  batchSize?: number;
+  /** Stops between batches (what committed stays committed). */
+  signal?: AbortSignal;
+  /** Called after every committed batch with the running totals. */
+  onBatch?: (progress: { done: number; skipped: number; batches: number }) => void;
+}
 
 export interface SeekTarget {
   id?: string | number | bigint;
@@ -62,13 +102,13 @@ const ID = /^-?[0-9]{1,19}$/;
 /** How long a drain keeps asking while the snapshot fence waits for an open write transaction. */
 const FENCE_PATIENCE_MS = 2_000;
 
-function asId(v: unknown, what: string, code: "SQL0015" | "SQL0030"): string {
+function asId(v: unknown, what: string, code: "SQL0015" | "SQL0030" | "SQL0059"): string {
   const s = typeof v === "bigint" || typeof v === "number" ? String(v) : v;
   if (typeof s !== "string" || !ID.test(s)) throw new SqlStreamsError(code, `${what} must be a message id (decimal string, integer or bigint), got ${String(v)}`);
   return s;
 }
 
-function asTime(v: unknown, what: string, code: "SQL0015" | "SQL0030"): Date {
+function asTime(v: unknown, what: string, code: "SQL0015" | "SQL0030" | "SQL0059"): Date {
   const d = v instanceof Date ? v : typeof v === "string" || typeof v === "number" ? new Date(v) : null;
   if (!d || Number.isNaN(d.getTime())) throw new SqlStreamsError(code, `${what} must be a Date, an ISO string or epoch ms, got ${String(v)}`);
   return d;
@@ -167,20 +207,25 @@ export class Consumer<T = unknown> {
     };
   }
 
-  async failures(opts: { status?: "dead" | "ready" | "deferred" | "inflight"; limit?: number } = {}): Promise<FailureRow<T>[]> {
-    const status = opts.status ?? "dead";
-    if (!["dead", "ready", "deferred", "inflight"].includes(status)) throw new SqlStreamsError("SQL0015", `failures() status must be dead, ready, deferred or inflight, got ${String(status)}`);
-    const limit = opts.limit ?? 100;
-    if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new SqlStreamsError("SQL0015", `failures() limit must be an integer 1 … 1000, got ${String(limit)}`);
+  async failures(opts: FailureFilter = {}): Promise<FailureRow<T>[]> {
+    const f = validateFailureFilter(opts);
     const { t, groupId } = await this.groupId();
     const r = await queryRetry<{
       message_id: string; message_key: string | null; status: ExceptionStatus; payload: T; attempts: number; delays: number;
       last_error: string | null; can_run_after: Date; created_at: Date; updated_at: Date;
-    }>(this.client.db, A.failures(t), [groupId, status, limit]);
+    }>(this.client.db, O.filteredRows(t), [groupId, f.status, f.limit, f.errorContains, f.key, f.since, f.before, f.payload, f.offset]);
     return r.rows.map((x) => ({
       messageId: x.message_id, key: x.message_key, status: x.status, payload: x.payload, attempts: x.attempts, delays: x.delays,
       lastError: x.last_error, canRunAfter: x.can_run_after, createdAt: x.created_at, updatedAt: x.updated_at,
     }));
+  }
+
+  /** How many rows failures() with the same filter would page through. */
+  async countFailures(opts: Omit<FailureFilter, "limit" | "offset"> = {}): Promise<number> {
+    const f = validateFailureFilter(opts);
+    const { t, groupId } = await this.groupId();
+    const r = await queryRetry<{ n: number }>(this.client.db, O.countRows(t), [groupId, f.status, f.errorContains, f.key, f.since, f.before, f.payload]);
+    return r.rows[0].n;
   }
 
   /** While paused, every poll returns at once with paused: true and writes nothing. */
@@ -240,35 +285,95 @@ export class Consumer<T = unknown> {
     return out;
   }
 
-  /** Puts dead rows back to work with a fresh budget (SPEC §11.6). */
-  async redrive(selector: RedriveSelector, opts: { reason?: string } = {}): Promise<{ redriven: number; skipped: number }> {
-    const sel = validateSelector(selector);
-    const reason = opts.reason ?? "no reason given";
-    if (typeof reason !== "string") throw new SqlStreamsError("SQL0030", "redrive reason must be a string");
+  /**
+   * Puts dead rows back to work with a fresh budget (docs/operations.md#redrive); with `rate`, in
+   * small paced transactions that can be stopped and run again (redriven rows are no longer dead).
+   */
+  async redrive(selector: RedriveSelector, opts: BatchOptions = {}): Promise<{ redriven: number; skipped: number; batches?: number }> {
+    const b = validateBatch(opts, "SQL0030", "redrive");
+    const sel = validateSelector(selector, "SQL0030", "redrive", b.rate !== null);
     const db = this.client.db;
     const { t, groupId, config, streamId } = await this.groupId();
     const g = groupResolution(config ?? {});
     const modeRow = await query<{ mode: string }>(db, db.pool, `SELECT delivery_log_mode AS mode FROM ${db.q}.stream_config WHERE id = $1`, [streamId]);
     const mode = modeRow.rows[0].mode;
-    return transaction(db, async (c) => {
-      const rows = (sel.ids
-        ? await query<{ message_id: string; attempts: number; message_key: string | null; exists: boolean; options: MessageOptions | null; compacted: boolean | null }>(db, c, A.selectDead(t, true), [groupId, sel.ids])
-        : await query<{ message_id: string; attempts: number; message_key: string | null; exists: boolean; options: MessageOptions | null; compacted: boolean | null }>(db, c, A.selectDead(t, false), [groupId, sel.errorContains, sel.deadSince, sel.deadBefore, sel.limit])).rows;
-      const live = rows.filter((r) => r.exists);
+    const r = await this.onDead(t, groupId, sel, b, async (c, rows) => {
+      const live = rows.filter((x) => x.exists);
       if (live.length > 0) {
-        const upd = live.map((r) => ({
-          message_id: r.message_id,
-          concurrency: resolveMessage(g, r.options, r.message_key !== null, r.compacted === true).resolved.concurrency,
+        const upd = live.map((x) => ({
+          message_id: x.message_id,
+          concurrency: resolveMessage(g, x.options, x.message_key !== null, x.compacted === true).resolved.concurrency,
         }));
         await query(db, c, A.redriveRows(t), [groupId, JSON.stringify(upd)]);
         if (mode !== "off") {
-          const logs = live.map((r) => ({ message_id: r.message_id, attempt: r.attempts, status: "redriven", error: `redriven: ${reason}` }));
+          const logs = live.map((x) => ({ message_id: x.message_id, attempt: x.attempts, status: "redriven", error: `redriven: ${b.reason}` }));
           await query(db, c, insertDeliveryLog(t), [groupId, JSON.stringify(logs)]);
         }
       }
-      const skipped = sel.ids ? sel.ids.length - live.length : rows.length - live.length;
-      return { redriven: live.length, skipped };
+      return live.length;
     });
+    return { redriven: r.done, skipped: r.skipped, ...(b.rate === null ? {} : { batches: r.batches }) };
+  }
+
+  /**
+   * Throws dead rows away (docs/operations.md#discarding-dead-messages): each row is deleted and a
+   * `discarded: <reason>` row is written to the delivery log, whatever its mode, as the audit trail.
+   * The message stays in the log (retention removes it); the group will not run it again.
+   */
+  async discard(selector: DeadSelector, opts: BatchOptions = {}): Promise<{ discarded: number; skipped: number; batches?: number }> {
+    const b = validateBatch(opts, "SQL0059", "discard");
+    const sel = validateSelector(selector, "SQL0059", "discard", b.rate !== null);
+    const db = this.client.db;
+    const { t, groupId } = await this.groupId();
+    const r = await this.onDead(t, groupId, sel, b, async (c, rows) => {
+      const gone = await query(db, c, O.discardRows(t), [groupId, rows.map((x) => x.message_id), b.reason]);
+      return gone.rowCount ?? 0;
+    });
+    return { discarded: r.done, skipped: r.skipped, ...(b.rate === null ? {} : { batches: r.batches }) };
+  }
+
+  /** Selects dead rows (all at once, or in paced batches walking up the ids) and applies `apply` to each selection in its transaction. */
+  private async onDead(
+    t: Tables, groupId: string, sel: Selector, b: Batch,
+    apply: (c: PoolClient, rows: DeadRow[]) => Promise<number>,
+  ): Promise<{ done: number; skipped: number; batches: number }> {
+    const db = this.client.db;
+    const size = b.rate === null ? Number.MAX_SAFE_INTEGER : b.batchSize;
+    const chunks: string[][] = [];
+    if (sel.ids) for (let i = 0; i < sel.ids.length; i += Math.min(size, sel.ids.length)) chunks.push(sel.ids.slice(i, i + size));
+    const total = { done: 0, skipped: 0, batches: 0 };
+    let after = "0";
+    let remaining = sel.limit;
+    const started = performance.now();
+    for (let i = 0; ; i++) {
+      if (i > 0 && b.signal?.aborted) break;
+      if (sel.ids && i >= chunks.length) break;
+      if (!sel.ids && remaining <= 0) break;
+      if (b.rate !== null && total.done + total.skipped > 0) {
+        const due = started + ((total.done + total.skipped) / b.rate) * 1000;
+        const wait = due - performance.now();
+        if (wait > 0) await sleep(wait);
+        if (b.signal?.aborted) break;
+      }
+      const want = sel.ids ? chunks[i].length : Math.min(size, remaining);
+      const r = await transaction(db, async (c) => {
+        const rows = sel.ids
+          ? (await query<DeadRow>(db, c, O.selectDead(t, true), [groupId, chunks[i]])).rows
+          : (await query<DeadRow>(db, c, O.selectDead(t, false), [groupId, sel.errorContains, sel.deadSince, sel.deadBefore, want, sel.key, sel.payload, after])).rows;
+        const done = rows.length === 0 ? 0 : await apply(c, rows);
+        return { rows, done };
+      });
+      total.batches++;
+      total.done += r.done;
+      total.skipped += sel.ids ? chunks[i].length - r.done : r.rows.length - r.done;
+      b.onBatch?.({ ...total });
+      if (!sel.ids) {
+        if (r.rows.length > 0) after = r.rows[r.rows.length - 1].message_id;
+        remaining -= r.rows.length;
+        if (r.rows.length < want) break;
+      }
+    }
+    return total;
   }
 
   /** Deletes the group with its cursor and rows; refused while it has live work unless forced. */
@@ -277,36 +382,123 @@ export class Consumer<T = unknown> {
   }
 }
 
+interface DeadRow {
+  message_id: string;
+  attempts: number;
+  message_key: string | null;
+  exists: boolean;
+  options: MessageOptions | null;
+  compacted: boolean | null;
+}
+
 interface Selector {
   ids: string[] | null;
   errorContains: string | null;
+  key: string | null;
+  payload: string | null;
   deadSince: Date | null;
   deadBefore: Date | null;
   limit: number;
 }
 
-function validateSelector(s: unknown): Selector {
-  if (typeof s !== "object" || s === null || Array.isArray(s)) throw new SqlStreamsError("SQL0030", "redrive() takes { ids } or a filter { errorContains?, deadSince?, deadBefore?, all?, limit? }");
-  const o = s as Record<string, unknown>;
-  if ("ids" in o) {
-    if (Object.keys(o).length !== 1) throw new SqlStreamsError("SQL0030", "redrive({ ids }) takes no other criteria");
-    if (!Array.isArray(o.ids) || o.ids.length < 1 || o.ids.length > 10_000) throw new SqlStreamsError("SQL0030", "redrive ids must be an array of 1 … 10000 message ids");
-    const ids = [...new Set(o.ids.map((v) => asId(v, "redrive id", "SQL0030")))];
-    return { ids, errorContains: null, deadSince: null, deadBefore: null, limit: ids.length };
+interface Batch {
+  reason: string;
+  rate: number | null;
+  batchSize: number;
+  signal: AbortSignal | undefined;
+  onBatch: BatchOptions["onBatch"];
+}
+
+function validateBatch(o: BatchOptions, code: "SQL0030" | "SQL0059", what: string): Batch {
+  if (typeof o !== "object" || o === null) throw new SqlStreamsError(code, `${what}() options must be an object`);
+  const reason = o.reason ?? "no reason given";
+  if (typeof reason !== "string") throw new SqlStreamsError(code, `${what} reason must be a string`);
+  if (o.rate !== undefined && (typeof o.rate !== "number" || !Number.isFinite(o.rate) || o.rate <= 0 || o.rate > 100_000)) {
+    throw new SqlStreamsError(code, `${what} rate must be a number of rows per second, above 0 and at most 100000, got ${String(o.rate)}`);
   }
-  const allowed = ["errorContains", "deadSince", "deadBefore", "all", "limit"];
-  for (const k of Object.keys(o)) if (!allowed.includes(k)) throw new SqlStreamsError("SQL0030", `redrive filter: unknown key ${k}; allowed: ids or ${allowed.join(", ")}`);
-  if (o.all !== undefined && o.all !== true) throw new SqlStreamsError("SQL0030", "redrive filter: all must be true when given");
-  if (o.errorContains !== undefined && (typeof o.errorContains !== "string" || o.errorContains.length === 0)) throw new SqlStreamsError("SQL0030", "redrive filter: errorContains must be a non-empty string");
-  const hasCriterion = o.errorContains !== undefined || o.deadSince !== undefined || o.deadBefore !== undefined;
-  if (!hasCriterion && o.all !== true) throw new SqlStreamsError("SQL0030", "redrive filter needs errorContains, deadSince, deadBefore, or all: true");
-  const limit = o.limit ?? 1_000;
-  if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 1 || limit > 10_000) throw new SqlStreamsError("SQL0030", "redrive filter: limit must be an integer 1 … 10000");
+  const rate = o.rate ?? null;
+  const batchSize = o.batchSize ?? Math.max(1, Math.min(100, Math.floor(rate ?? 100)));
+  if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > 10_000) throw new SqlStreamsError(code, `${what} batchSize must be an integer 1 … 10000, got ${String(o.batchSize)}`);
+  if (o.onBatch !== undefined && typeof o.onBatch !== "function") throw new SqlStreamsError(code, `${what} onBatch must be a function`);
+  return { reason, rate, batchSize, signal: o.signal, onBatch: o.onBatch };
+}
+
+/** A JSON object or array for jsonb containment, as text; `what` names it in the error. */
+function containment(v: unknown, code: "SQL0015" | "SQL0030" | "SQL0059", what: string): string | null {
+  if (v === undefined) return null;
+  let text: string | undefined;
+  try {
+    text = typeof v === "object" && v !== null ? JSON.stringify(v) : undefined;
+  } catch {
+    text = undefined;
+  }
+  if (text === undefined) throw new SqlStreamsError(code, `${what} must be a JSON object or array (jsonb containment, e.g. { "customer": 7 }), got ${String(v)}`);
+  return text;
+}
+
+function optionalText(v: unknown, code: "SQL0015" | "SQL0030" | "SQL0059", what: string): string | null {
+  if (v === undefined) return null;
+  if (typeof v !== "string" || v.length === 0) throw new SqlStreamsError(code, `${what} must be a non-empty string`);
+  return v;
+}
+
+interface Filter {
+  status: string;
+  limit: number;
+  offset: number;
+  errorContains: string | null;
+  key: string | null;
+  since: Date | null;
+  before: Date | null;
+  payload: string | null;
+}
+
+function validateFailureFilter(o: FailureFilter): Filter {
+  if (typeof o !== "object" || o === null) throw new SqlStreamsError("SQL0015", "failures() takes an options object");
+  const allowed = ["status", "limit", "offset", "errorContains", "key", "since", "before", "payloadContains"];
+  for (const k of Object.keys(o)) if (!allowed.includes(k)) throw new SqlStreamsError("SQL0015", `failures(): unknown option ${k}; allowed: ${allowed.join(", ")}`);
+  const status = o.status ?? "dead";
+  if (!["dead", "ready", "deferred", "inflight"].includes(status)) throw new SqlStreamsError("SQL0015", `failures() status must be dead, ready, deferred or inflight, got ${String(status)}`);
+  const limit = o.limit ?? 100;
+  if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new SqlStreamsError("SQL0015", `failures() limit must be an integer 1 … 1000, got ${String(limit)}`);
+  const offset = o.offset ?? 0;
+  if (!Number.isInteger(offset) || offset < 0 || offset > 10_000_000) throw new SqlStreamsError("SQL0015", `failures() offset must be an integer 0 … 10000000, got ${String(offset)}`);
   return {
-    ids: null,
-    errorContains: (o.errorContains as string | undefined) ?? null,
-    deadSince: o.deadSince === undefined ? null : asTime(o.deadSince, "deadSince", "SQL0030"),
-    deadBefore: o.deadBefore === undefined ? null : asTime(o.deadBefore, "deadBefore", "SQL0030"),
+    status, limit, offset,
+    errorContains: optionalText(o.errorContains, "SQL0015", "failures() errorContains"),
+    key: optionalText(o.key, "SQL0015", "failures() key"),
+    since: o.since === undefined ? null : asTime(o.since, "failures() since", "SQL0015"),
+    before: o.before === undefined ? null : asTime(o.before, "failures() before", "SQL0015"),
+    payload: containment(o.payloadContains, "SQL0015", "failures() payloadContains"),
+  };
+}
+
+function validateSelector(s: unknown, code: "SQL0030" | "SQL0059", what: string, paced: boolean): Selector {
+  if (typeof s !== "object" || s === null || Array.isArray(s)) throw new SqlStreamsError(code, `${what}() takes { ids } or a filter { errorContains?, key?, payloadContains?, deadSince?, deadBefore?, all?, limit? }`);
+  const o = s as Record<string, unknown>;
+  const none = { errorContains: null, key: null, payload: null, deadSince: null, deadBefore: null };
+  if ("ids" in o) {
+    if (Object.keys(o).length !== 1) throw new SqlStreamsError(code, `${what}({ ids }) takes no other criteria`);
+    const max = paced ? 1_000_000 : 10_000;
+    if (!Array.isArray(o.ids) || o.ids.length < 1 || o.ids.length > max) throw new SqlStreamsError(code, `${what} ids must be an array of 1 … ${max} message ids`);
+    const ids = [...new Set(o.ids.map((v) => asId(v, `${what} id`, code)))];
+    return { ids, ...none, limit: ids.length };
+  }
+  const allowed = ["errorContains", "key", "payloadContains", "deadSince", "deadBefore", "all", "limit"];
+  for (const k of Object.keys(o)) if (!allowed.includes(k)) throw new SqlStreamsError(code, `${what} filter: unknown key ${k}; allowed: ids or ${allowed.join(", ")}`);
+  if (o.all !== undefined && o.all !== true) throw new SqlStreamsError(code, `${what} filter: all must be true when given`);
+  const errorContains = optionalText(o.errorContains, code, `${what} filter: errorContains`);
+  const key = optionalText(o.key, code, `${what} filter: key`);
+  const payload = containment(o.payloadContains, code, `${what} filter: payloadContains`);
+  const hasCriterion = errorContains !== null || key !== null || payload !== null || o.deadSince !== undefined || o.deadBefore !== undefined;
+  if (!hasCriterion && o.all !== true) throw new SqlStreamsError(code, `${what} filter needs errorContains, key, payloadContains, deadSince, deadBefore, or all: true`);
+  const maxLimit = paced ? 1_000_000_000 : 10_000;
+  const limit = o.limit ?? (paced ? maxLimit : 1_000);
+  if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 1 || limit > maxLimit) throw new SqlStreamsError(code, `${what} filter: limit must be an integer 1 … ${maxLimit}`);
+  return {
+    ids: null, errorContains, key, payload,
+    deadSince: o.deadSince === undefined ? null : asTime(o.deadSince, "deadSince", code),
+    deadBefore: o.deadBefore === undefined ? null : asTime(o.deadBefore, "deadBefore", code),
     limit,
   };
 }

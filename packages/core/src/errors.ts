@@ -45,6 +45,11 @@ export const ERROR_CODES = {
   SQL0043: { kind: "event", meaning: "a producer transaction of this stream has held the fence for seconds: claims wait for it to end", fix: "commit or roll back the named backend's transaction; keep produceInTx transactions short" },
   SQL0050: { kind: "error", meaning: "the database did not answer within the statement's time bound (the poll's deadline or statementTimeout); the connection was discarded", fix: "nothing is lost (leases expire and the next poll resumes); check the database, pooler and network; a produce's outcome is unknown (SQL0024)" },
   SQL0051: { kind: "error", meaning: "invalid statementTimeout", fix: "pass an integer number of ms between 100 and 3600000" },
+  SQL0058: { kind: "error", meaning: "no message with that id or key in the stream (never produced, or already removed by retention)", fix: "check the id or key with `sqlstreams failures` or the producer's result" },
+  SQL0059: { kind: "error", meaning: "invalid discard() selector", fix: "pass ids, or a filter with a criterion or all: true" },
+  SQL0060: { kind: "error", meaning: "the dashboard would listen beyond loopback without authentication", fix: "set SQLSTREAMS_DASHBOARD_TOKEN (or --token), or bind to 127.0.0.1" },
+  SQL0061: { kind: "error", meaning: "dashboard action refused: read-only mode, or the request failed the cross-site check", fix: "start the dashboard without --read-only; submit actions from the dashboard's own pages" },
+  SQL0062: { kind: "error", meaning: "the payload or options given to `sqlstreams produce` are not valid JSON", fix: "pass one JSON document as the argument, with --file PATH, or on stdin" },
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

@@ -4,6 +4,7 @@ import { type MessageOptions, validateMessageOptions, validateStreamOptions, typ
 import { Consumer } from "./consumer.js";
 import { RETRY_PAUSES, connect, isPoolerAuthMessage, isPoolerNotSent, isTransient, query, transaction } from "./db.js";
 import { SqlStreamsError, isSqlStreamsError } from "./errors.js";
+import { type InspectTarget, type InspectedMessage, inspectMessages } from "./operator.js";
 import { type MaintainOptions, type MaintainReport, maintainStream } from "./maintain.js";
 import { type DestroyStreamResult, destroyStream } from "./destroy.js";
 import { asPermissionError, lockMigrations, migrateStream } from "./sql/migrate.js";
@@ -340,6 +341,14 @@ export class Stream<T = unknown> {
   }
 
   /** Drops the stream and its whole table family; refused while it holds messages or groups unless forced. */
+  /**
+   * One message (by id) or a key's latest messages, each with where it stands in every consumer
+   * group and its delivery-log timeline (docs/operations.md#inspect). SQL0058 when there is none.
+   */
+  async inspect(target: InspectTarget): Promise<InspectedMessage<T>[]> {
+    return inspectMessages<T>(this.client, this.name, target);
+  }
+
   async destroy(opts: { force?: boolean } = {}): Promise<DestroyStreamResult> {
     const r = await destroyStream(this.client, this.name, opts);
     this.client.forgetStream(this.name);

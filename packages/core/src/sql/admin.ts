@@ -35,15 +35,6 @@ export function progress(q: string, t: Tables): string {
  WHERE g.stream_id = $1 AND g.name = $2`;
 }
 
-export function failures(t: Tables): string {
-  return `SELECT e.message_id::text AS message_id, e.message_key, e.status, m.payload, e.attempts, e.delays, e.last_error,
-                 e.can_run_after, m.created_at, e.updated_at
-            FROM ${t.eq} e JOIN ${t.ml} m ON m.id = e.message_id
-           WHERE e.consumer_group_id = $1 AND e.status = $2
-           ORDER BY e.updated_at DESC, e.message_id DESC
-           LIMIT $3`;
-}
-
 export function setPaused(q: string): string {
   return `UPDATE ${q}.consumer_group_config
              SET paused = $3, paused_at = CASE WHEN $3 THEN COALESCE(paused_at, now()) ELSE NULL END, updated_at = now()
@@ -93,22 +84,6 @@ export function seekCursor(t: Tables): string {
                  updated_at = now()
            WHERE c.consumer_group_id = $1
        RETURNING claimed::text, committed::text`;
-}
-
-/** Dead rows of the group selected by ids ($2) or a filter ($2 text, $3 since, $4 before, $5 limit). */
-export function selectDead(t: Tables, byIds: boolean): string {
-  const where = byIds
-    ? "e.message_id = ANY($2::bigint[])"
-    : `($2::text IS NULL OR strpos(lower(COALESCE(e.last_error, '')), lower($2::text)) > 0)
-       AND ($3::timestamptz IS NULL OR e.updated_at >= $3::timestamptz)
-       AND ($4::timestamptz IS NULL OR e.updated_at < $4::timestamptz)`;
-  return `SELECT e.message_id::text AS message_id, e.attempts, e.message_key, m.id IS NOT NULL AS exists,
-                 m.options, m.compaction_rank IS NOT NULL AS compacted
-            FROM ${t.eq} e LEFT JOIN ${t.ml} m ON m.id = e.message_id
-           WHERE e.consumer_group_id = $1 AND e.status = 'dead' AND ${where}
-           ORDER BY e.message_id
-           ${byIds ? "" : "LIMIT $5"}
-           FOR UPDATE OF e`;
 }
 
 /** $2: JSON array of {message_id, concurrency}. */

@@ -1,0 +1,92 @@
+// Statements of the operator tools: one message across groups, filtered exception rows, discard
+// (docs/operations.md#inspect, docs/operations.md#failures, docs/operations.md#discarding-dead-messages).
+import type { Tables } from "./cycle.js";
+
+/** Messages by id ($1) or by key ($2), newest first, at most $3. */
+export function messagesById(t: Tables): string {
+  return `SELECT m.id::text AS id, m.message_key, m.compaction_rank::text AS compaction_rank, m.payload, m.options, m.created_at
+            FROM ${t.ml} m WHERE ($1::bigint IS NOT NULL AND m.id = $1::bigint)
+                              OR ($2::text IS NOT NULL AND m.message_key = $2::text)
+           ORDER BY m.id DESC LIMIT $3`;
+}
+
+/** Every group of stream $1 with its cursor, and the exception row of message $2 when there is one. */
+export function groupStates(q: string, t: Tables): string {
+  return `SELECT g.id::text AS group_id, g.name, g.paused, c.claimed::text, c.committed::text,
+                 e.status, e.attempts, e.delays, e.can_run_after, e.last_error, e.lease_expires_at, e.concurrency,
+                 e.created_at AS row_created_at, e.updated_at AS row_updated_at
+            FROM ${q}.consumer_group_config g
+            JOIN ${t.cur} c ON c.consumer_group_id = g.id
+            LEFT JOIN ${t.eq} e ON e.consumer_group_id = g.id AND e.message_id = $2
+           WHERE g.stream_id = $1
+           ORDER BY g.name`;
+}
+
+/** The delivery_log rows of message $1, oldest first. */
+export function timeline(t: Tables): string {
+  return `SELECT consumer_group_id::text AS group_id, attempt, status, error, attempted_at
+            FROM ${t.dl} WHERE message_id = $1 ORDER BY id`;
+}
+
+/**
+ * Exception rows of group $1 with status $2 and the operator filters: $4 error text (case-
+ * insensitive), $5 key, $6 updated at or after, $7 updated before, $8 payload jsonb containment;
+ * newest first, $3 rows from offset $9.
+ */
+export function filteredRows(t: Tables): string {
+  return `SELECT e.message_id::text AS message_id, e.message_key, e.status, m.payload, e.attempts, e.delays, e.last_error,
+                 e.can_run_after, m.created_at, e.updated_at
+            FROM ${t.eq} e JOIN ${t.ml} m ON m.id = e.message_id
+           WHERE e.consumer_group_id = $1 AND e.status = $2
+             AND ($4::text IS NULL OR strpos(lower(COALESCE(e.last_error, '')), lower($4::text)) > 0)
+             AND ($5::text IS NULL OR e.message_key = $5::text)
+             AND ($6::timestamptz IS NULL OR e.updated_at >= $6::timestamptz)
+             AND ($7::timestamptz IS NULL OR e.updated_at < $7::timestamptz)
+             AND ($8::jsonb IS NULL OR m.payload @> $8::jsonb)
+           ORDER BY e.updated_at DESC, e.message_id DESC
+           LIMIT $3 OFFSET $9`;
+}
+
+/** How many rows the same filter matches ($1 group, $2 status, $3 … $7 as filteredRows' $4 … $8). */
+export function countRows(t: Tables): string {
+  return `SELECT count(*)::int AS n
+            FROM ${t.eq} e JOIN ${t.ml} m ON m.id = e.message_id
+           WHERE e.consumer_group_id = $1 AND e.status = $2
+             AND ($3::text IS NULL OR strpos(lower(COALESCE(e.last_error, '')), lower($3::text)) > 0)
+             AND ($4::text IS NULL OR e.message_key = $4::text)
+             AND ($5::timestamptz IS NULL OR e.updated_at >= $5::timestamptz)
+             AND ($6::timestamptz IS NULL OR e.updated_at < $6::timestamptz)
+             AND ($7::jsonb IS NULL OR m.payload @> $7::jsonb)`;
+}
+
+/**
+ * Dead rows of group $1, locked, selected by ids ($2) or by the filter: $2 error text, $3 since,
+ * $4 before, $5 limit, $6 key, $7 payload containment, $8 only ids above (resumable batches).
+ */
+export function selectDead(t: Tables, byIds: boolean): string {
+  const where = byIds
+    ? "e.message_id = ANY($2::bigint[])"
+    : `($2::text IS NULL OR strpos(lower(COALESCE(e.last_error, '')), lower($2::text)) > 0)
+       AND ($3::timestamptz IS NULL OR e.updated_at >= $3::timestamptz)
+       AND ($4::timestamptz IS NULL OR e.updated_at < $4::timestamptz)
+       AND ($6::text IS NULL OR e.message_key = $6::text)
+       AND ($7::jsonb IS NULL OR m.payload @> $7::jsonb)
+       AND e.message_id > $8::bigint`;
+  return `SELECT e.message_id::text AS message_id, e.attempts, e.message_key, m.id IS NOT NULL AS exists,
+                 m.options, m.compaction_rank IS NOT NULL AS compacted
+            FROM ${t.eq} e LEFT JOIN ${t.ml} m ON m.id = e.message_id
+           WHERE e.consumer_group_id = $1 AND e.status = 'dead' AND ${where}
+           ORDER BY e.message_id
+           ${byIds ? "" : "LIMIT $5"}
+           FOR UPDATE OF e`;
+}
+
+/** Deletes the dead rows $2 (bigint[]) of group $1 and writes their 'discarded' audit rows ($3 reason). */
+export function discardRows(t: Tables): string {
+  return `WITH gone AS (
+            DELETE FROM ${t.eq} e WHERE e.consumer_group_id = $1 AND e.message_id = ANY($2::bigint[]) AND e.status = 'dead'
+            RETURNING e.message_id, e.attempts)
+          INSERT INTO ${t.dl} (consumer_group_id, message_id, attempt, status, error)
+          SELECT $1, message_id, attempts, 'discarded', 'discarded: ' || $3::text FROM gone
+          RETURNING message_id::text`;
+}
