@@ -98,6 +98,17 @@ export function takeKeys(t: Tables): string {
   return `SELECT k, result FROM ${t.fn("take_keys")}($1, $2, $3, $4, $5::jsonb)`;
 }
 
+/** Keeps an abandoned run's key lease alive: $1 group, $2 key, $3 token, $4 ms. */
+export function renewKeyLease(t: Tables): string {
+  return `UPDATE ${t.kl} SET expires_at = now() + $4 * interval '1 millisecond'
+           WHERE consumer_group_id = $1 AND message_key = $2 AND token = $3 RETURNING 1`;
+}
+
+/** Releases one key lease if it is still held under the token: $1 group, $2 key, $3 token. */
+export function releaseKeyLease(t: Tables): string {
+  return `DELETE FROM ${t.kl} WHERE consumer_group_id = $1 AND message_key = $2 AND token = $3`;
+}
+
 export function extendRange(t: Tables): string {
   return `UPDATE ${t.cl} SET expires_at = now() + $3 * interval '1 millisecond'
            WHERE consumer_group_id = $1 AND token = $2 RETURNING 1`;
@@ -185,12 +196,8 @@ export function reserve(t: Tables): string {
              AND NOT EXISTS (SELECT 1 FROM ${t.eq} w WHERE w.consumer_group_id = $1 AND w.message_key = e.message_key
                                 AND w.message_id < e.message_id AND w.concurrency <> 'parallel'
                                 AND ((w.status = 'ready' AND w.can_run_after <= now()) OR w.status = 'deferred'))
-             AND (e.concurrency <> 'ordered' OR (
-                   NOT EXISTS (SELECT 1 FROM ${t.eq} p WHERE p.consumer_group_id = $1 AND p.message_key = e.message_key
-                                  AND p.message_id < e.message_id AND p.status IN ('ready', 'inflight', 'deferred'))
-                   AND NOT EXISTS (SELECT 1 FROM ${t.ml} m2
-                                    WHERE m2.message_key = e.message_key AND m2.id < e.message_id
-                                      AND m2.id > (SELECT cur.committed FROM ${t.cur} cur WHERE cur.consumer_group_id = $1))))))
+             -- The predecessor rule, per key (docs/ordering.md#the-predecessor-rule).
+             AND (e.concurrency <> 'ordered' OR ${t.fn("ordered_pred")}($1, e.message_key, e.message_id, 0, 0) IS NULL)))
      ORDER BY e.message_id
      LIMIT $2
      FOR UPDATE OF e SKIP LOCKED
