@@ -260,6 +260,11 @@ export interface ResolvedPollOptions {
   deadline: number | undefined;
   recordMargin: number;
   signal: AbortSignal | undefined;
+  /**
+   * Internal (set by drain, never by a caller): the most a fresh or reclaimed range's lease is
+   * claimed for, or one run when that is longer (docs/poll-cycle.md#range-size-in-a-drain).
+   */
+  rangeLeaseBound?: number;
 }
 
 /** Validates poll()/drain() options (SPEC §5.1, SQL0015). */

@@ -4,7 +4,8 @@ import {
   type ConsumerConfig, type MessageOptions, type PollOptions, groupResolution, resolveMessage,
   validateConsumerConfig, validatePollOptions,
 } from "./config.js";
-import { pollOnce } from "./cycle/poll.js";
+import { type PollState, pollOnce } from "./cycle/poll.js";
+import { RangeSizer, SIZER_CEILING, SIZER_START, emptySample } from "./cycle/sizer.js";
 import { type CycleReport, type Handler, emptyReport, mergeReports } from "./cycle/types.js";
 import { query, queryRetry, transaction } from "./db.js";
 import { type DestroyGroupResult, destroyGroup } from "./destroy.js";
@@ -157,12 +158,24 @@ export class Consumer<T = unknown> {
     const o = monotonicOptions(validatePollOptions(opts));
     const started = now();
     let total = emptyReport(this.stream, this.name);
-    const state = { fenceBlocked: false };
+    // The range size adapts to the handlers (docs/poll-cycle.md#range-size-in-a-drain): without a
+    // batchLimit it starts at 10 and may grow to 1 000; an explicit batchLimit is where it starts
+    // and the most it takes. Range leases are bounded so a crash is recovered promptly.
+    const sizer = new RangeSizer(
+      opts.batchLimit === undefined ? SIZER_CEILING : o.batchLimit,
+      opts.batchLimit === undefined ? SIZER_START : o.batchLimit,
+    );
+    o.rangeLeaseBound = sizer.leaseBoundMs;
+    const state: PollState = { fenceBlocked: false };
     let blockedSince: number | null = null;
     for (;;) {
       if (o.signal?.aborted) break;
       if (o.deadline !== undefined && o.deadline - now() < 2 * o.recordMargin) break;
+      o.batchLimit = sizer.size;
+      const sample = emptySample();
+      state.sample = sample;
       const r = await pollOnce(this.client, this.stream, this.name, handler, o, state);
+      sizer.observe(sample);
       total = mergeReports(total, r);
       if (r.paused) break;
       if (r.idle && state.fenceBlocked) {

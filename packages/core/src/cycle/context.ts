@@ -8,6 +8,7 @@ import type { Db } from "../db.js";
 import { compareIds } from "../ids.js";
 import type * as S from "../sql/cycle.js";
 import { RunMessage } from "./run.js";
+import type { RangeSample } from "./sizer.js";
 import type { CycleReport, Handler } from "./types.js";
 import { now } from "../clock.js";
 
@@ -61,6 +62,8 @@ export interface Ctx<T> {
   fenceBlocked: boolean;
   /** Resolutions of messages produced without options, by (has key, compacted). */
   plain: Map<number, ResolvedMessage>;
+  /** Filled by the range phase when a drain sizes its ranges (docs/poll-cycle.md#range-size-in-a-drain). */
+  sample: RangeSample | undefined;
 }
 
 export const big = (s: string) => BigInt(s);

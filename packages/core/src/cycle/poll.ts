@@ -7,12 +7,15 @@ import * as S from "../sql/cycle.js";
 import { type Ctx, type LoadRow, aborted, big } from "./context.js";
 import { expirePhase, exceptionPhase } from "./exceptions.js";
 import { claimPhase, reclaimPhase } from "./range.js";
+import type { RangeSample } from "./sizer.js";
 import { type CycleReport, type Handler, emptyReport } from "./types.js";
 import { now } from "../clock.js";
 
 /** Poll facts a drain needs beyond the report. */
 export interface PollState {
   fenceBlocked: boolean;
+  /** When set, the range phase fills it for the drain's RangeSizer (left untouched without a range). */
+  sample?: RangeSample;
 }
 
 /**
@@ -55,6 +58,7 @@ async function cycle<T>(
     const ctx: Ctx<T> = {
       client, db, t, stream, group, groupId: L.group_id, g: groupResolution(L.config ?? {}), mode: L.mode,
       handler, o, report, stop: false, advance: big(L.target) > big(L.committed), fenceBlocked: false, plain: new Map(),
+      sample: state?.sample,
     };
     let tookRange = false;
     let tookRows = false;

@@ -37,7 +37,7 @@ export async function claimPhase<T>(ctx: Ctx<T>, L: LoadRow): Promise<boolean> {
   for (let wait = 0; ; wait++) {
     sentAt = now();
     r = await queryRetry<RawMessage & { low: string; high: string }>(ctx.db, S.claim(ctx.t), [
-      ctx.groupId, ctx.o.batchLimit, L.head, L.obs, token, tb.def, tb.min, tb.max, ctx.o.concurrency, ctx.o.recordMargin, leaseCap(ctx),
+      ctx.groupId, ctx.o.batchLimit, L.head, L.obs, token, tb.def, tb.min, tb.max, ctx.o.concurrency, ctx.o.recordMargin, rangeLeaseCap(ctx),
     ]);
     // No range with a non-idle observation means the fence could not prove the head yet: a
     // transaction of this stream's producers is still open (docs/poll-cycle.md#the-fence). They
@@ -53,6 +53,7 @@ export async function claimPhase<T>(ctx: Ctx<T>, L: LoadRow): Promise<boolean> {
   }
   ctx.report.rangesClaimed++;
   const first = r.rows[0]; // the header row: low and high of the range
+  if (ctx.sample) ctx.sample.full = big(first.high) - big(first.low) >= BigInt(ctx.o.batchLimit);
   if (r.rows.length === 1) {
     ctx.advance = true; // an empty range: no lease, the advance passes its ids
     return true;
@@ -60,7 +61,9 @@ export async function claimPhase<T>(ctx: Ctx<T>, L: LoadRow): Promise<boolean> {
   const msgs = byId(r.rows.slice(1));
   // The same formula the function used, from this side's resolutions: never longer than the lease.
   const leaseMs = rangeLeaseMs(ctx, msgs.map((m) => resolve(ctx, m).timeout));
+  const t0 = ctx.sample ? now() : 0;
   await runRange(ctx, { token, low: first.low, high: first.high, leaseMs, msgs }, sentAt);
+  if (ctx.sample) ctx.sample.ms = now() - t0;
   return true;
 }
 
@@ -122,11 +125,23 @@ export async function reclaimPhase<T>(ctx: Ctx<T>): Promise<boolean> {
   return true;
 }
 
-/** §5.3.5: Tmax × ceil(n / c) + recordMargin, capped at deadline + recordMargin. */
+/**
+ * The cap of a range lease: deadline + recordMargin, and in a drain also the lease bound (or one
+ * run of the default timeout when that is longer). A message that would not fit in the remaining
+ * lease extends it before it starts (docs/poll-cycle.md#range-size-in-a-drain).
+ */
+function rangeLeaseCap<T>(ctx: Ctx<T>): number | null {
+  const cap = leaseCap(ctx);
+  if (ctx.o.rangeLeaseBound === undefined) return cap;
+  const bound = Math.max(ctx.o.rangeLeaseBound, ctx.g.defaults.timeout + ctx.o.recordMargin);
+  return cap === null ? bound : Math.min(cap, bound);
+}
+
+/** §5.3.5: Tmax × ceil(n / c) + recordMargin, capped (rangeLeaseCap) like claim_N caps it. */
 function rangeLeaseMs<T>(ctx: Ctx<T>, timeouts: number[]): number {
   const tmax = Math.max(...timeouts);
   const lease = tmax * Math.ceil(timeouts.length / ctx.o.concurrency) + ctx.o.recordMargin;
-  const cap = leaseCap(ctx);
+  const cap = rangeLeaseCap(ctx);
   return Math.max(1, cap === null ? lease : Math.min(lease, cap));
 }
 
@@ -251,7 +266,13 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
       }
       if (outcome === null) {
         ctx.report.started++;
+        const sample = ctx.sample;
+        const t0 = sample ? now() : 0;
         outcome = await runHandler(ctx.handler, message(ctx, m, 0, 0), m.resolved.timeout);
+        if (sample) {
+          sample.ran++;
+          sample.slowest = Math.max(sample.slowest, (now() - t0) / m.resolved.timeout);
+        }
         if (outcome.kind === "success") {
           outcomes.set(m.id, outcome);
           continue;
