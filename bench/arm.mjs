@@ -13,6 +13,7 @@ export const ARMS = {
   "floor-read-2x": { setup: floorReadSetup, run: floorReadTwo },
   produce: { run: async (ctx) => (await ours()).produce(ctx) },
   consume: { run: async (ctx) => (await ours()).consume(ctx) },
+  "consume-defaults": { run: async (ctx) => (await ours()).consume({ ...ctx, defaults: true }) },
   "consume-2groups": { run: async (ctx) => (await ours()).consumeTwoGroups(ctx) },
   "produce-consume": { run: async (ctx) => (await ours()).produceConsume(ctx) },
   ordered: { run: async (ctx) => (await ours()).ordered(ctx) },

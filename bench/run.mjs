@@ -18,7 +18,7 @@ import { fileURLToPath } from "node:url";
 import pg from "pg";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
-const ALL_ARMS = ["floor-insert", "floor-read", "floor-read-2x", "produce", "consume", "consume-2groups", "produce-consume", "ordered", "failing", "latency", "pgboss", "graphile"];
+const ALL_ARMS = ["floor-insert", "floor-read", "floor-read-2x", "produce", "consume", "consume-defaults", "consume-2groups", "produce-consume", "ordered", "failing", "latency", "pgboss", "graphile"];
 // Messages per arm in a full run, sized so that 3 repetitions of everything stay near 10 minutes on 2 cores.
 const FULL_N = {
   "floor-insert": 100_000,
@@ -26,6 +26,7 @@ const FULL_N = {
   "floor-read-2x": 100_000,
   produce: 100_000,
   consume: 100_000,
+  "consume-defaults": 20_000, // drain(handler) with no options: the fast-defaults target
   "consume-2groups": 100_000,
   "produce-consume": 200_000,
   ordered: 20_000, // one key lease round trip per message: ~1–2k msg/s
@@ -41,6 +42,7 @@ const PRIMARY = {
   "floor-read-2x": "slowerReader",
   produce: "produce",
   consume: "consume",
+  "consume-defaults": "consume",
   "consume-2groups": "slowerGroup",
   "produce-consume": "consume",
   ordered: "consume",
@@ -317,6 +319,7 @@ export function ratios(byArm) {
     { name: "  reference: two floor readers / one", value: div(m("floor-read-2x", "slowerReader"), m("floor-read", "consume")), target: null, kind: "ratio" },
     { name: "sustained produce (msg/s)", value: m("produce-consume", "produce"), target: 25_000, kind: "rate" },
     { name: "sustained consume (msg/s)", value: m("produce-consume", "consume"), target: 25_000, kind: "rate" },
+    { name: "defaults (drain(handler)) / consume", value: div(m("consume-defaults", "consume"), m("consume", "consume")), target: 0.5, kind: "ratio" },
     { name: "ordered (1,000 keys) / consume", value: div(m("ordered", "consume"), m("consume", "consume")), target: null, kind: "ratio" },
     { name: "2% failing once / consume", value: div(m("failing", "consume"), m("consume", "consume")), target: null, kind: "ratio" },
   ];

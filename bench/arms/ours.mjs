@@ -136,7 +136,7 @@ export async function produce(ctx) {
 // consume: drain one group over a prefilled stream
 
 /** Drains `group` until every seq in 0..n-1 was handled; returns timings and the summed report. */
-export async function drainAll({ url, group, n, batchLimit, concurrency, poolMax, errors, timeoutMs, handler, tally, idleSleepMs = 5, stats, isDone, startSignal }) {
+export async function drainAll({ url, group, n, batchLimit, concurrency, poolMax, defaults = false, errors, timeoutMs, handler, tally, idleSleepMs = 5, stats, isDone, startSignal }) {
   const { client, pool, close } = await openClient(url, poolMax, stats, errors);
   const consumer = client.stream(STREAM).consumer(group);
   const totals = { polls: 0, rangesClaimed: 0, started: 0, succeeded: 0, failed: 0, deferred: 0, dead: 0, leaseLost: 0, idlePolls: 0 };
@@ -149,7 +149,8 @@ export async function drainAll({ url, group, n, batchLimit, concurrency, poolMax
     const done = isDone ?? (() => tally.distinct >= n);
     while (!done()) {
       if (Date.now() > end) throw new Error(`timed out: ${tally.distinct}/${n} handled`);
-      const r = await consumer.drain(handler, { batchLimit, concurrency, deadline: Date.now() + 15 * 60_000 });
+      // defaults: drain(handler) and nothing else, as a new user writes it.
+      const r = defaults ? await consumer.drain(handler) : await consumer.drain(handler, { batchLimit, concurrency, deadline: Date.now() + 15 * 60_000 });
       for (const k of Object.keys(totals)) if (typeof r[k] === "number") totals[k] += r[k];
       if (r.started === 0 && r.rangesClaimed === 0) {
         totals.idlePolls++;
@@ -164,7 +165,9 @@ export async function drainAll({ url, group, n, batchLimit, concurrency, poolMax
 
 export async function consume(ctx) {
   const n = ctx.n;
-  const settings = { ...CONSUME, ...(ctx.batchLimit ? { batchLimit: ctx.batchLimit } : {}), ...(ctx.concurrency ? { concurrency: ctx.concurrency } : {}) };
+  const settings = ctx.defaults
+    ? { defaults: true, poolMax: CONSUME.poolMax }
+    : { ...CONSUME, ...(ctx.batchLimit ? { batchLimit: ctx.batchLimit } : {}), ...(ctx.concurrency ? { concurrency: ctx.concurrency } : {}) };
   await setup(ctx, { groups: [{ name: "g1" }], produce: n });
   const meter = await new WriteMeter(ctx).start();
   const stats = new QueryStats();
