@@ -1,6 +1,6 @@
 // The poll Lambda (SPEC §11.7): one invocation drains one group until it is idle (`drain` mode)
 // or until its budget ends (`continuous` mode), with the deadline of SPEC §9.2.
-import { SqlStreamsError, mergeReports, type CycleReport, type Handler, type Progress } from "@sqlstreams/core";
+import { SqlStreamsError, mergeReports, type CycleReport, type Handler, type Progress, type SqlStreams } from "@sqlstreams/core";
 import type { LambdaContext } from "./context.js";
 import { DatabaseProvider, defaultDatabase } from "./database.js";
 import { DEFAULTS, type GroupDeclaration, type PollMode, checkNames, findGroup, groupKey, validateGroups } from "./declaration.js";
@@ -97,11 +97,21 @@ function checkEvent(event: unknown, stream: string, group: string, declared: str
   }
 }
 
-/**
- * Builds the Lambda handler of one group: `(event, context) => Promise<CycleReport>`.
- * The event must be `{ stream, group }` of this function, else SQL0031 before any database access.
- */
-export function createPollHandler<T = unknown>(opts: PollHandlerOptions<T>): PollHandler {
+/** What a poll handler is bound to, validated once when the function module loads. */
+interface Binding<T> {
+  stream: string;
+  group: string;
+  handle: Handler<T>;
+  mode: PollMode;
+  recordMargin: number;
+  idleWait: number;
+  batchLimit: number | undefined;
+  concurrency: number | undefined;
+  /** Where the binding came from, for SQL0031's message. */
+  declared: string;
+}
+
+function bind<T>(opts: PollHandlerOptions<T>): Binding<T> {
   if (typeof opts !== "object" || opts === null) {
     throw new SqlStreamsError("SQL0015", "createPollHandler(options): options must be an object");
   }
@@ -109,30 +119,78 @@ export function createPollHandler<T = unknown>(opts: PollHandlerOptions<T>): Pol
   if (typeof handle !== "function") {
     throw new SqlStreamsError("SQL0015", `createPollHandler: handle must be a function, got ${typeof handle}`, { path: "handle" });
   }
-  let declaration: GroupDeclaration | undefined;
-  if (opts.groups !== undefined) {
-    validateGroups(opts.groups);
-    declaration = findGroup(opts.groups, stream, group);
-    if (!declaration) {
-      throw new SqlStreamsError(
-        "SQL0031",
-        `${groupKey(String(stream), String(group))} is not declared in the deployment's groups (${opts.groups.map((g) => groupKey(g.stream, g.group)).join(", ") || "none"})`,
-        { stream, group },
-      );
-    }
-  } else {
-    checkNames(stream, group, "createPollHandler");
-  }
+  const declaration = declarationOf(opts);
   const mode: PollMode = opts.mode ?? declaration?.mode ?? DEFAULTS.mode;
   if (mode !== "drain" && mode !== "continuous") {
     throw new SqlStreamsError("SQL0015", `createPollHandler: mode must be 'drain' or 'continuous', got ${JSON.stringify(mode)}`);
   }
-  const recordMargin = opts.recordMargin ?? declaration?.recordMargin ?? DEFAULTS.recordMargin;
-  const idleWait = opts.idleWait ?? declaration?.idleWait ?? DEFAULTS.idleWait;
-  const batchLimit = opts.batchLimit ?? declaration?.batchLimit;
-  const concurrency = opts.concurrency ?? declaration?.concurrency;
+  return {
+    stream, group, handle, mode,
+    recordMargin: opts.recordMargin ?? declaration?.recordMargin ?? DEFAULTS.recordMargin,
+    idleWait: opts.idleWait ?? declaration?.idleWait ?? DEFAULTS.idleWait,
+    batchLimit: opts.batchLimit ?? declaration?.batchLimit,
+    concurrency: opts.concurrency ?? declaration?.concurrency,
+    declared: declaration ? "declared in functions/groups.ts" : "bound by createPollHandler",
+  };
+}
+
+/** The group's declaration when `groups` is given (it must declare the group: SQL0031). */
+function declarationOf<T>(opts: PollHandlerOptions<T>): GroupDeclaration | undefined {
+  const { stream, group } = opts;
+  if (opts.groups === undefined) {
+    checkNames(stream, group, "createPollHandler");
+    return undefined;
+  }
+  validateGroups(opts.groups);
+  const declaration = findGroup(opts.groups, stream, group);
+  if (!declaration) {
+    throw new SqlStreamsError(
+      "SQL0031",
+      `${groupKey(String(stream), String(group))} is not declared in the deployment's groups (${opts.groups.map((g) => groupKey(g.stream, g.group)).join(", ") || "none"})`,
+      { stream, group },
+    );
+  }
+  return declaration;
+}
+
+/**
+ * One invocation's work on an open client: a drain (continuous mode: drains while another idle
+ * wait and drain fit before the deadline), then the group's progress for the gauges when time is left.
+ */
+async function pollInvocation<T>(
+  client: SqlStreams, b: Binding<T>, run: Handler<T>, context: LambdaContext, started: number,
+): Promise<{ report: CycleReport; progress: Progress | null }> {
+  const { recordMargin, idleWait } = b;
+  // docs/crash-recovery.md#the-end-of-an-invocation: leave recordMargin + 1 s so recording and releasing finish before the stop.
+  const deadline = Date.now() + context.getRemainingTimeInMillis() - (recordMargin + 1_000);
+  const pollOpts = {
+    deadline,
+    recordMargin,
+    ...(b.batchLimit !== undefined ? { batchLimit: b.batchLimit } : {}),
+    ...(b.concurrency !== undefined ? { concurrency: b.concurrency } : {}),
+  };
+  const consumer = client.stream<T>(b.stream).consumer(b.group);
+  let total = await consumer.drain(run, pollOpts);
+  let last = total;
+  // A drain that could not start a message for the deadline ends it: later ones could not either.
+  while (b.mode === "continuous" && !last.paused && last.notStarted === 0 && deadline - Date.now() - idleWait >= 2 * recordMargin) {
+    await sleep(idleWait);
+    last = await consumer.drain(run, pollOpts);
+    total = mergeReports(total, last);
+  }
+  let progress: Progress | null = null;
+  if (context.getRemainingTimeInMillis() > recordMargin) progress = await consumer.progress().catch(() => null);
+  return { report: { ...total, durationMs: Date.now() - started }, progress };
+}
+
+/**
+ * Builds the Lambda handler of one group: `(event, context) => Promise<CycleReport>`.
+ * The event must be `{ stream, group }` of this function, else SQL0031 before any database access.
+ */
+export function createPollHandler<T = unknown>(opts: PollHandlerOptions<T>): PollHandler {
+  const b = bind(opts);
+  const { stream, group, mode } = b;
   const log = opts.log ?? stdoutWriter;
-  const declared = declaration ? "declared in functions/groups.ts" : "bound by createPollHandler";
   const emf = metricsWriter(opts.metrics, stdoutWriter);
   const stage = opts.stage ?? stageFromEnv();
 
@@ -140,68 +198,22 @@ export function createPollHandler<T = unknown>(opts: PollHandlerOptions<T>): Pol
     const started = Date.now();
     const requestId = context?.awsRequestId;
     const durations = new DurationHistogram();
-    const run = emf ? timed(handle, durations) : handle;
+    const run = emf ? timed(b.handle, durations) : b.handle;
     try {
-      checkEvent(event, stream, group, declared);
+      checkEvent(event, stream, group, b.declared);
       if (typeof context?.getRemainingTimeInMillis !== "function") {
         throw new SqlStreamsError("SQL0015", "the handler needs a Lambda context with getRemainingTimeInMillis()");
       }
-      // SPEC §9.2: leave recordMargin + 1 s so recording and releasing finish before the stop.
-      const deadline = Date.now() + context.getRemainingTimeInMillis() - (recordMargin + 1_000);
-      const pollOpts = {
-        deadline,
-        recordMargin,
-        ...(batchLimit !== undefined ? { batchLimit } : {}),
-        ...(concurrency !== undefined ? { concurrency } : {}),
-      };
       const database = opts.database ?? defaultDatabase();
-      const { report, progress } = await database.use(async (client) => {
-        const consumer = client.stream<T>(stream).consumer(group);
-        let total = await consumer.drain(run, pollOpts);
-        let last = total;
-        if (mode === "continuous") {
-          // Keep polling while another idle wait and a drain still fit before the deadline.
-          // A drain that could not start a message for the deadline ends it: later ones could not either.
-          while (!last.paused && last.notStarted === 0 && deadline - Date.now() - idleWait >= 2 * recordMargin) {
-            await sleep(idleWait);
-            last = await consumer.drain(run, pollOpts);
-            total = mergeReports(total, last);
-          }
-        }
-        let progress: Progress | null = null;
-        if (context.getRemainingTimeInMillis() > recordMargin) {
-          try {
-            progress = await consumer.progress();
-          } catch {
-            progress = null;
-          }
-        }
-        return { report: { ...total, durationMs: Date.now() - started }, progress };
-      });
-      const lag = progress?.lag ?? null;
+      const { report, progress } = await database.use((client) => pollInvocation(client, b, run, context, started));
       if (emf) writeLine(emf, pollDocument({ stream, group, stage, report, progress, durations, durationMs: report.durationMs }));
-      writeLine(log, {
-        level: "info",
-        event: "sqlstreams.poll",
-        requestId,
-        mode,
-        ...report,
-        lag,
-        remainingMs: context.getRemainingTimeInMillis(),
-      });
+      const remainingMs = context.getRemainingTimeInMillis();
+      writeLine(log, { level: "info", event: "sqlstreams.poll", requestId, mode, ...report, lag: progress?.lag ?? null, remainingMs });
       return report;
     } catch (e) {
-      if (emf) writeLine(emf, pollDocument({ stream, group, stage, durations, durationMs: Date.now() - started, error: true }));
-      writeLine(log, {
-        level: "error",
-        event: "sqlstreams.poll",
-        requestId,
-        mode,
-        stream,
-        group,
-        durationMs: Date.now() - started,
-        ...errorFields(e),
-      });
+      const durationMs = Date.now() - started;
+      if (emf) writeLine(emf, pollDocument({ stream, group, stage, durations, durationMs, error: true }));
+      writeLine(log, { level: "error", event: "sqlstreams.poll", requestId, mode, stream, group, durationMs, ...errorFields(e) });
       throw e;
     }
   };
