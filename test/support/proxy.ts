@@ -6,6 +6,8 @@
 //   const client = new SqlStreams({ connectionString: proxy.url });
 //   proxy.dropExisting();   // what the client has open now goes silent
 //   proxy.hangNew = true;   // new connections are accepted but never reach the server
+//   await proxy.loseReply((sql) => sql.includes("record_range_")); // that statement runs and
+//                           // commits on the server; its answer is thrown away, the link cut
 import net from "node:net";
 
 export interface TcpProxy {
@@ -18,8 +20,35 @@ export interface TcpProxy {
   accepted: number;
   /** Silently drops every connection open now: data is swallowed, sockets stay open. */
   dropExisting(): void;
+  /**
+   * The next client message whose text (latin1) satisfies `match` is forwarded; the server's
+   * answer is read up to its ReadyForQuery, so the statement and its commit (autocommit, or a
+   * COMMIT) have finished on the server, then thrown away, and both sockets are cut: a reply lost
+   * after the commit. Resolves once that happened.
+   */
+  loseReply(match: (text: string) => boolean): Promise<void>;
   /** Closes the listener and destroys every socket. */
   close(): Promise<void>;
+}
+
+interface Losing {
+  buf: Buffer;
+  fired: () => void;
+}
+
+/** Parses backend messages (type byte, int32 length); true once ReadyForQuery ('Z') went by. */
+function sawReadyForQuery(l: Losing, b: Buffer): boolean {
+  l.buf = Buffer.concat([l.buf, b]);
+  let at = 0;
+  while (l.buf.length - at >= 5) {
+    const type = l.buf[at];
+    const len = l.buf.readInt32BE(at + 1);
+    if (l.buf.length - at < 1 + len) break;
+    at += 1 + len;
+    if (type === 0x5a) return true;
+  }
+  l.buf = l.buf.subarray(at);
+  return false;
 }
 
 interface Pair {
@@ -33,6 +62,7 @@ export async function startProxy(databaseUrl: string): Promise<TcpProxy> {
   const host = target.hostname || "127.0.0.1";
   const targetPort = Number(target.port || 5432);
   const pairs = new Set<Pair>();
+  let armed: { match: (text: string) => boolean; fired: () => void } | null = null;
   const sockets = new Set<net.Socket>();
   const track = (s: net.Socket) => {
     sockets.add(s);
@@ -57,11 +87,24 @@ export async function startProxy(databaseUrl: string): Promise<TcpProxy> {
     const upstream = net.connect(targetPort, host);
     track(upstream);
     pair.server = upstream;
-    client.on("data", (b) => {
-      if (!pair.dropped) upstream.write(b);
+    let losing: Losing | null = null;
+    client.on("data", (b: Buffer) => {
+      if (pair.dropped) return;
+      if (armed && !losing && armed.match(b.toString("latin1"))) {
+        losing = { buf: Buffer.alloc(0), fired: armed.fired };
+        armed = null;
+      }
+      upstream.write(b);
     });
-    upstream.on("data", (b) => {
-      if (!pair.dropped) client.write(b);
+    upstream.on("data", (b: Buffer) => {
+      if (pair.dropped) return;
+      if (!losing) {
+        client.write(b);
+      } else if (sawReadyForQuery(losing, b)) {
+        client.destroy();
+        upstream.destroy();
+        losing.fired();
+      }
     });
     upstream.on("close", () => {
       if (!pair.dropped) client.destroy();
@@ -80,6 +123,11 @@ export async function startProxy(databaseUrl: string): Promise<TcpProxy> {
     accepted: 0,
     dropExisting() {
       for (const p of pairs) p.dropped = true;
+    },
+    loseReply(match) {
+      return new Promise<void>((resolve) => {
+        armed = { match, fired: resolve };
+      });
     },
     async close() {
       for (const s of sockets) s.destroy();

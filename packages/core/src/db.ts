@@ -197,18 +197,42 @@ function isConnectionError(e: unknown): boolean {
   return typeof code === "string" && (code.startsWith("08") || NETWORK.has(code));
 }
 
-/** Runs a statement that is safe to repeat, retrying transient failures (100, 200, 400 ms). */
+/** Set by queryRetry when an earlier attempt failed, so it may have committed unheard. */
+export interface RetryState {
+  retried: boolean;
+  /**
+   * Called before a repeat: may find the work of an attempt whose reply was lost and return
+   * the answer to use instead of repeating the statement (null: repeat it).
+   */
+  recover?: () => Promise<pg.QueryResult | null>;
+}
+
+/**
+ * Runs a statement that is safe to repeat, retrying transient failures (100, 200, 400 ms). A lost
+ * reply can hide a commit: callers whose statement is not a pure repeat pass `state` and check
+ * `retried` (docs/crash-recovery.md#unknown-commits).
+ */
 export async function queryRetry<R extends pg.QueryResultRow = pg.QueryResultRow>(
   db: Db,
   text: string,
   values?: unknown[],
+  state?: RetryState,
 ): Promise<pg.QueryResult<R>> {
   for (let attempt = 0; ; attempt++) {
     try {
       return await query<R>(db, db.pool, text, values);
     } catch (e) {
       if (attempt >= RETRY_PAUSES.length || !isTransient(e)) throw e;
+      if (state) state.retried = true;
       await sleep(RETRY_PAUSES[attempt]);
+      if (state?.recover) {
+        try {
+          const found = await state.recover();
+          if (found) return found as pg.QueryResult<R>;
+        } catch (e2) {
+          if (!isTransient(e2)) throw e2;
+        }
+      }
     }
   }
 }
@@ -239,11 +263,15 @@ export async function transaction<T>(db: Db, fn: (c: pg.PoolClient) => Promise<T
   }
 }
 
-/** Like transaction(), retrying the whole transaction on transient errors before COMMIT is sent. */
-export async function transactionRetry<T>(db: Db, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+/**
+ * Like transaction(), retrying the whole transaction on transient errors. `attempt` > 0 tells fn
+ * that an earlier attempt may have committed with its reply lost, so fn can look for its own work
+ * first (docs/crash-recovery.md#unknown-commits).
+ */
+export async function transactionRetry<T>(db: Db, fn: (c: pg.PoolClient, attempt: number) => Promise<T>): Promise<T> {
   for (let attempt = 0; ; attempt++) {
     try {
-      return await transaction(db, fn);
+      return await transaction(db, (c) => fn(c, attempt));
     } catch (e) {
       if (attempt >= RETRY_PAUSES.length || !isTransient(e)) throw e;
       await sleep(RETRY_PAUSES[attempt]);

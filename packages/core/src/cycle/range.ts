@@ -3,7 +3,7 @@
 import { randomUUID } from "node:crypto";
 import type pg from "pg";
 import { timeoutBounds } from "../config.js";
-import { query, queryRetry, transactionRetry } from "../db.js";
+import { type RetryState, query, queryRetry, transactionRetry } from "../db.js";
 import * as S from "../sql/cycle.js";
 import {
   type Ctx, type LoadRow, type RangeMessage, type RawMessage, aborted, big, byId, leaseCap, logDead, logNotStarted,
@@ -38,7 +38,7 @@ export async function claimPhase<T>(ctx: Ctx<T>, L: LoadRow): Promise<boolean> {
     sentAt = now();
     r = await queryRetry<RawMessage & { low: string; high: string }>(ctx.db, S.claim(ctx.t), [
       ctx.groupId, ctx.o.batchLimit, L.head, L.obs, token, tb.def, tb.min, tb.max, ctx.o.concurrency, ctx.o.recordMargin, rangeLeaseCap(ctx),
-    ]);
+    ], { retried: false, recover: () => ownClaim(ctx, token) });
     // No range with a non-idle observation means the fence could not prove the head yet: a
     // transaction of this stream's producers is still open (docs/poll-cycle.md#the-fence). They
     // are usually milliseconds from committing, so ask again a few times before giving up.
@@ -65,6 +65,21 @@ export async function claimPhase<T>(ctx: Ctx<T>, L: LoadRow): Promise<boolean> {
   await runRange(ctx, { token, low: first.low, high: first.high, leaseMs, msgs }, sentAt);
   if (ctx.sample) ctx.sample.ms = now() - t0;
   return true;
+}
+
+/**
+ * Before a claim is repeated after a lost reply: if the first attempt committed, its lease is
+ * there under this poll's token; answer as the claim would have (header row, then the range's
+ * rows) instead of claiming a second range (docs/crash-recovery.md#unknown-commits).
+ */
+async function ownClaim<T>(ctx: Ctx<T>, token: string): Promise<pg.QueryResult | null> {
+  const own = await queryRetry<{ low: string; high: string }>(ctx.db, S.leaseByToken(ctx.t), [ctx.groupId, token]);
+  if (own.rowCount === 0) return null;
+  const { low, high } = own.rows[0];
+  const msgs = (await queryRetry<RawMessage>(ctx.db, S.readRange(ctx.t), [low, high])).rows;
+  const header = { low, high, id: null, message_key: null, compaction_rank: null, payload: null, options: null, created_at: null };
+  const rows = [header, ...msgs.map((m) => ({ ...m, low: null, high: null }))];
+  return { command: "SELECT", rowCount: rows.length, oid: 0, fields: [], rows };
 }
 
 /** A claim's answer holds a range when its first row is the header (low set). */
@@ -98,30 +113,62 @@ function warnFenceHolders<T>(ctx: Ctx<T>, rows: FenceRow[]): void {
 export async function reclaimPhase<T>(ctx: Ctx<T>): Promise<boolean> {
   const { db, t, g } = ctx;
   const sentAt = now();
-  const taken = await transactionRetry(db, async (c): Promise<TakenRange | "none" | "done"> => {
-    const l = await query<{ token: string; low: string; high: string; reclaims: number; released: boolean }>(db, c, S.lockExpiredRange(t), [ctx.groupId]);
-    if (l.rowCount === 0) return "none";
+  // Decided once, so a repeat after a lost COMMIT reply can find this poll's own takeover.
+  const token = randomUUID();
+  let first: { token: string; low: string; high: string; released: boolean; quarantine: boolean } | null = null;
+  type Lease = { token: string; low: string; high: string; reclaims: number; released: boolean };
+  const taken = await transactionRetry(db, async (c, attempt): Promise<{ range: TakenRange | "none" | "done"; lease?: Lease; reclaims?: number }> => {
+    if (attempt > 0 && first !== null) {
+      // docs/crash-recovery.md#unknown-commits: the first attempt may have committed unheard.
+      const own = await query<Lease>(db, c, S.leaseByToken(t), [ctx.groupId, token]);
+      if (own.rowCount !== 0) {
+        const o = own.rows[0];
+        const msgs = (await query<RawMessage>(db, c, S.readRange(t), [o.low, o.high])).rows;
+        const leaseMs = rangeLeaseMs(ctx, msgs.map((m) => resolve(ctx, m).timeout));
+        const lease = { token: first.token, low: o.low, high: o.high, reclaims: o.reclaims, released: first.released };
+        return { range: { token, low: o.low, high: o.high, leaseMs, msgs }, lease, reclaims: o.reclaims };
+      }
+      if (first.quarantine) {
+        const old = await query(db, c, S.leaseByToken(t), [ctx.groupId, first.token]);
+        if (old.rowCount === 0) {
+          db.events.emit({
+            level: "warn", code: "SQL0044",
+            message: `the reply to the quarantine of range (${first.low}, ${first.high}] was lost; it was done, by this poll or another`,
+            stream: ctx.stream, group: ctx.group, low: first.low, high: first.high,
+          });
+          ctx.advance = true;
+          return { range: "done" };
+        }
+      }
+    }
+    const l = await query<Lease>(db, c, S.lockExpiredRange(t), [ctx.groupId]);
+    if (l.rowCount === 0) return { range: "none" };
     const lease = l.rows[0];
     const reclaims = lease.released ? lease.reclaims : lease.reclaims + 1;
     const msgs = (await query<RawMessage>(db, c, S.readRange(t), [lease.low, lease.high])).rows;
+    const quarantineIt = reclaims >= g.maxRangeReclaims || msgs.length === 0;
+    first = { token: lease.token, low: lease.low, high: lease.high, released: lease.released, quarantine: quarantineIt };
+    if (quarantineIt) {
+      if (msgs.length > 0) await quarantine(ctx, c, msgs);
+      await query(db, c, S.deleteRange(t), [ctx.groupId, lease.token]);
+      ctx.advance = true;
+      return { range: "done", lease, reclaims };
+    }
+    const leaseMs = rangeLeaseMs(ctx, msgs.map((m) => resolve(ctx, m).timeout));
+    await query(db, c, S.takeOverRange(t), [ctx.groupId, lease.token, token, reclaims, leaseMs]);
+    return { range: { token, low: lease.low, high: lease.high, leaseMs, msgs }, lease, reclaims };
+  });
+  if (taken.range === "none") return false;
+  // Counted once, for the attempt that committed (never for a repeat of this poll's own reclaim).
+  const { lease, reclaims } = taken;
+  if (lease && reclaims !== undefined) {
     if (lease.released) ctx.report.rangesResumed++;
     else {
       ctx.report.rangesReclaimed++;
       db.events.emit({ level: "warn", code: "SQL0035", message: `expired range (${lease.low}, ${lease.high}] reclaimed (reclaim ${reclaims})`, stream: ctx.stream, group: ctx.group, low: lease.low, high: lease.high, reclaims });
     }
-    if (reclaims >= g.maxRangeReclaims || msgs.length === 0) {
-      if (msgs.length > 0) await quarantine(ctx, c, msgs);
-      await query(db, c, S.deleteRange(t), [ctx.groupId, lease.token]);
-      ctx.advance = true;
-      return "done";
-    }
-    const token = randomUUID();
-    const leaseMs = rangeLeaseMs(ctx, msgs.map((m) => resolve(ctx, m).timeout));
-    await query(db, c, S.takeOverRange(t), [ctx.groupId, lease.token, token, reclaims, leaseMs]);
-    return { token, low: lease.low, high: lease.high, leaseMs, msgs };
-  });
-  if (taken === "none") return false;
-  if (taken !== "done") await runRange(ctx, taken, sentAt);
+  }
+  if (taken.range !== "done") await runRange(ctx, taken.range, sentAt);
   return true;
 }
 
@@ -362,16 +409,22 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
     }
     if (p.log) dl.push({ message_id: m.id, attempt: p.log.attempt, status: p.log.status, error: p.log.error });
   }
+  const newToken = firstOpen ? randomUUID() : null;
+  const retry: RetryState = { retried: false };
   const r = await queryRetry<{ committed: string | null }>(db, S.recordRange(t), [
-    ctx.groupId, range.token, keepFrom, firstOpen ? randomUUID() : null,
+    ctx.groupId, range.token, keepFrom, newToken,
     eq.length ? JSON.stringify(eq) : null, dl.length ? JSON.stringify(dl) : null, keyLeases.length ? JSON.stringify(keyLeases) : null,
-  ]);
+  ], retry);
   const committed = r.rows[0].committed;
   if (committed === null) {
-    lostLease(ctx, `range (${range.low}, ${range.high}]`);
-    return;
-  }
-  ctx.report.committedAfter = committed;
+    const mine = retry.retried ? await ownRecord(ctx, range, newToken, leaseExpiry) : "lost";
+    if (mine === "lost") {
+      lostLease(ctx, `range (${range.low}, ${range.high}]`);
+      return;
+    }
+    if (mine === "unknown") return;
+    ctx.advance = true; // recorded by the attempt whose reply was lost: the advance reports the cursor
+  } else ctx.report.committedAfter = committed;
   ctx.report.succeeded += plainSuccesses;
   for (const [m, p] of plans) {
     ctx.report[p.counter]++;
@@ -380,3 +433,25 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
   if (failure) throw failure.e;
 }
 
+/**
+ * The record found no lease under the range's token, after an attempt whose reply was lost: was
+ * that attempt's commit ours? A partial record left the rest under its new token: found, it is
+ * ours. Otherwise, while the lease had not expired nobody could have taken the range over, so the
+ * missing lease is our own record. After the expiry nobody can tell: SQL0044
+ * (docs/crash-recovery.md#unknown-commits).
+ */
+async function ownRecord<T>(ctx: Ctx<T>, range: TakenRange, newToken: string | null, leaseExpiry: number): Promise<"mine" | "lost" | "unknown"> {
+  const answeredAt = now();
+  if (newToken !== null) {
+    const rest = await queryRetry(ctx.db, S.leaseByToken(ctx.t), [ctx.groupId, newToken]);
+    if (rest.rowCount !== 0) return "mine";
+  }
+  if (answeredAt < leaseExpiry) return "mine";
+  ctx.db.events.emit({
+    level: "warn", code: "SQL0044",
+    message: `the reply to recording range (${range.low}, ${range.high}] was lost and its lease has expired since: ` +
+      "whether its outcomes were recorded is unknown (if not, the range runs again)",
+    stream: ctx.stream, group: ctx.group, low: range.low, high: range.high,
+  });
+  return "unknown";
+}

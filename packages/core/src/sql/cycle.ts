@@ -130,6 +130,11 @@ export function readRange(t: Tables): string {
            ORDER BY m.id`;
 }
 
+/** A range lease of the group by its token (finding a poll's own work after a lost reply). */
+export function leaseByToken(t: Tables): string {
+  return `SELECT low::text, high::text, reclaims, released FROM ${t.cl} WHERE consumer_group_id = $1 AND token = $2`;
+}
+
 export function takeOverRange(t: Tables): string {
   return `UPDATE ${t.cl} SET token = $3, reclaims = $4, released = false,
                  expires_at = now() + $5 * interval '1 millisecond'
