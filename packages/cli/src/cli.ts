@@ -176,6 +176,30 @@ Back replays history for this group; forward skips messages. Refused while the g
     options: { ...STREAM },
     run: (ctx, v) => C.maintain(ctx, v),
   },
+  doctor: {
+    summary: "find why a group is stuck: migrations, fence holders, leases, declaration, connections, partitions",
+    usage: "sqlstreams doctor [--groups PATH] [--hold-threshold 5s] [--recent 24h] [--pool-size N] [--quiet]",
+    help: `Checks, each finding with a fix; exit code 1 when any finding is an error:
+  migrations     the control plane and every stream family at this library's versions
+  fence          open transactions holding a stream's fence (pid, age, application_name, query)
+  leases         expired range and row leases; quarantines and kill-backstop deaths (--recent)
+  declaration    groups declared in functions/groups.ts but not registered, and the reverse
+  connections    max_connections against pollers × parallelism × pool size of the declaration
+  partitions     the partition of the next id and the one after it exist
+
+  --groups PATH        the built declaration (default .build/functions/groups.mjs when present;
+                       \`npm run build\` writes it); without one the declaration check is skipped
+  --build DIR          where the bundles are (default .build)
+  --hold-threshold D   a fence holder at least this old is an error (default 5s)
+  --recent D           window for quarantines and kills (default 24h)
+  --pool-size N        connections per poller (default 1, as @sqlstreams/aws)
+  --quiet              print only warnings and errors`,
+    options: {
+      groups: { type: "string" }, build: { type: "string" }, "hold-threshold": { type: "string" }, recent: { type: "string" },
+      "pool-size": { type: "string" }, quiet: { type: "boolean" },
+    },
+    run: async (ctx, v) => (await import("./doctor.js")).doctor(ctx, v),
+  },
   dev: {
     summary: "run functions/groups.ts locally: migrate, demo workload, handlers on their schedules",
     usage: "sqlstreams dev [--once] [--tick MS | --speed N] [--messages N] [--no-demo]",

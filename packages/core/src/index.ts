@@ -15,4 +15,4 @@ export type {
 export type { Logger, LogEvent } from "./log.js";
 export type { MaintainOptions, MaintainReport } from "./maintain.js";
 export type { DestroyOptions, DestroyGroupResult, DestroyStreamResult } from "./destroy.js";
-export { LIBRARY_VERSION } from "./version.js";
+export { LIBRARY_VERSION, SYSTEM_VERSION, STREAM_VERSION } from "./version.js";
