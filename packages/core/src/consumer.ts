@@ -10,6 +10,7 @@ import { type CycleReport, type Handler, emptyReport, mergeReports } from "./cyc
 import { query, queryRetry, transaction } from "./db.js";
 import { type DestroyGroupResult, destroyGroup } from "./destroy.js";
 import { retentionStatus } from "./sql/maintain.js";
+import { tracedHandler, tracedPoll } from "./otel.js";
 import { SqlStreamsError, groupNotRegistered } from "./errors.js";
 import * as A from "./sql/admin.js";
 import * as O from "./sql/operator.js";
@@ -149,13 +150,15 @@ export class Consumer<T = unknown> {
   async poll(handler: Handler<T>, opts: PollOptions = {}): Promise<CycleReport> {
     if (typeof handler !== "function") throw new SqlStreamsError("SQL0015", "handler must be a function (msg) => …");
     const o = monotonicOptions(validatePollOptions(opts));
-    return pollOnce(this.client, this.stream, this.name, handler, o);
+    const h = tracedHandler(handler, this.stream, this.name);
+    return tracedPoll(this.stream, this.name, () => pollOnce(this.client, this.stream, this.name, h, o));
   }
 
   /** Repeats poll() until the group is idle or paused, the signal aborts, or the deadline is near. */
   async drain(handler: Handler<T>, opts: PollOptions = {}): Promise<CycleReport> {
     if (typeof handler !== "function") throw new SqlStreamsError("SQL0015", "handler must be a function (msg) => …");
     const o = monotonicOptions(validatePollOptions(opts));
+    const h = tracedHandler(handler, this.stream, this.name);
     const started = now();
     let total = emptyReport(this.stream, this.name);
     // The range size adapts to the handlers (docs/poll-cycle.md#range-size-in-a-drain): without a
@@ -174,7 +177,7 @@ export class Consumer<T = unknown> {
       o.batchLimit = sizer.size;
       const sample = emptySample();
       state.sample = sample;
-      const r = await pollOnce(this.client, this.stream, this.name, handler, o, state);
+      const r = await tracedPoll(this.stream, this.name, () => pollOnce(this.client, this.stream, this.name, h, o, state));
       sizer.observe(sample);
       total = mergeReports(total, r);
       if (r.paused) break;

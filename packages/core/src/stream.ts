@@ -13,6 +13,7 @@ import * as P from "./sql/produce.js";
 import { encodePayload, idempotencyUuid, validateGroupName, validateKey } from "./validate.js";
 import { setTimeout as sleep } from "node:timers/promises";
 import { compareIds } from "./ids.js";
+import { type ProduceTrace, startProduce, withTraceparent } from "./otel.js";
 import { type Row, type Transactional, type TxExecutor, sqlState, toExecutor } from "./executor.js";
 
 export interface ProduceOptions {
@@ -92,6 +93,28 @@ function prepare(payload: unknown, opts: unknown, allowIdempotency: boolean, whe
     options: Object.keys(message).length === 0 ? null : JSON.stringify(message),
     idempotency: idem,
   };
+}
+
+/**
+ * The producer span of a produce call (docs/operations.md#traces), or null when tracing is off;
+ * its traceparent goes into every message's stored options.
+ */
+function startTrace(prepared: Prepared[], stream: string, operation: Parameters<typeof startProduce>[1]): ProduceTrace | null {
+  const trace = startProduce(stream, operation, prepared.length);
+  if (trace) for (const p of prepared) p.options = withTraceparent(p.options, trace.traceparent);
+  return trace;
+}
+
+/** Runs the produce inside its span and ends the span with the ids or the error. */
+async function inSpan<R extends ProduceResult | ProduceResult[]>(trace: ProduceTrace, run: () => Promise<R>): Promise<R> {
+  try {
+    const r = await run();
+    trace.end(Array.isArray(r) ? r.map((x) => x.id) : [r.id]);
+    return r;
+  } catch (e) {
+    trace.end(null, e);
+    throw e;
+  }
 }
 
 function checkSize(p: Prepared, info: StreamInfo): void {
@@ -224,6 +247,11 @@ export class Stream<T = unknown> {
     const p = prepare(payload, opts, true);
     const info = await this.client.streamInfo(this.name);
     checkSize(p, info);
+    const trace = startTrace([p], this.name, "produce");
+    return trace ? inSpan(trace, () => this.produceStored(p, info)) : this.produceStored(p, info);
+  }
+
+  private async produceStored(p: Prepared, info: StreamInfo): Promise<ProduceResult> {
     const db = this.client.db;
     const text = p.idempotency ? P.produceIdempotent(db.q, info.id) : P.produceOne(db.q, info.id);
     const values: unknown[] = [p.key, p.rank, p.payload, p.options];
@@ -247,8 +275,13 @@ export class Stream<T = unknown> {
     if (prepared.length === 0) return [];
     const info = await this.client.streamInfo(this.name);
     for (const p of prepared) checkSize(p, info);
+    const trace = startTrace(prepared, this.name, "produceBatch");
+    return trace ? inSpan(trace, () => this.produceBatchStored(prepared, info)) : this.produceBatchStored(prepared, info);
+  }
+
+  private async produceBatchStored(prepared: Prepared[], info: StreamInfo): Promise<ProduceResult[]> {
     const st = batchStatement(this.client.db.q, info.id, prepared);
-    const rows = await this.runProduce<{ id: string }>(info, st.text, st.values, items.length);
+    const rows = await this.runProduce<{ id: string }>(info, st.text, st.values, prepared.length);
     // Ids were drawn in item order; RETURNING order is not promised, so order them.
     const ids = rows.map((r) => r.id).sort(compareIds);
     await this.createAhead(info, ids);
@@ -265,6 +298,11 @@ export class Stream<T = unknown> {
     const p = prepare(payload, opts, true);
     const info = await this.client.streamInfo(this.name);
     checkSize(p, info);
+    const trace = startTrace([p], this.name, "produceInTx");
+    return trace ? inSpan(trace, () => this.produceInTxStored(ex, p, info)) : this.produceInTxStored(ex, p, info);
+  }
+
+  private async produceInTxStored(ex: TxExecutor, p: Prepared, info: StreamInfo): Promise<ProduceResult> {
     const q = this.client.db.q;
     const text = p.idempotency ? P.produceIdempotent(q, info.id) : P.produceOne(q, info.id);
     const values: unknown[] = [p.key, p.rank, p.payload, p.options];
@@ -288,6 +326,11 @@ export class Stream<T = unknown> {
     if (prepared.length === 0) return [];
     const info = await this.client.streamInfo(this.name);
     for (const p of prepared) checkSize(p, info);
+    const trace = startTrace(prepared, this.name, "produceBatchInTx");
+    return trace ? inSpan(trace, () => this.produceBatchInTxStored(ex, prepared, info)) : this.produceBatchInTxStored(ex, prepared, info);
+  }
+
+  private async produceBatchInTxStored(ex: TxExecutor, prepared: Prepared[], info: StreamInfo): Promise<ProduceResult[]> {
     const st = batchStatement(this.client.db.q, info.id, prepared);
     const rows = await this.runInTx<{ id: string }>(ex, info, st.text, st.values, prepared.length, "produceBatchInTx");
     return rows.map((r) => r.id).sort(compareIds).map((id) => ({ id, duplicate: false }));

@@ -19,6 +19,8 @@ export class RunMessage<T> implements Message<T> {
     readonly stream: string,
     readonly group: string,
     readonly createdAt: Date,
+    /** @internal The producer's W3C trace context, when it was traced (docs/operations.md#traces). */
+    readonly traceparent: string | null = null,
   ) {}
 
   get signal(): AbortSignal {
