@@ -6,6 +6,7 @@ import { graphileWorker, pgBoss } from "./arms/peers.mjs";
 import { enableProfiling, setBenchDatabase } from "./lib/common.mjs";
 
 const ours = () => import("./arms/ours.mjs");
+const curve = () => import("./arms/curve.mjs");
 
 export const ARMS = {
   "floor-insert": { run: floorInsert },
@@ -19,6 +20,11 @@ export const ARMS = {
   ordered: { run: async (ctx) => (await ours()).ordered(ctx) },
   failing: { run: async (ctx) => (await ours()).failing(ctx) },
   latency: { run: async (ctx) => (await ours()).latency(ctx) },
+  "consume-10k": { run: async (ctx) => (await curve()).consumeCurve(ctx) },
+  "consume-100k": { run: async (ctx) => (await curve()).consumeCurve(ctx) },
+  "consume-1m": { run: async (ctx) => (await curve()).consumeCurve(ctx) },
+  "produce-1m": { run: async (ctx) => (await curve()).produceCurve(ctx) },
+  idle: { run: async (ctx) => (await curve()).idle(ctx) },
   pgboss: { run: pgBoss },
   graphile: { run: graphileWorker },
 };

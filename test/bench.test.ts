@@ -38,7 +38,7 @@ function runBench(args: string[]): Promise<{ code: number | null; stdout: string
 
 describe("npm run bench (--quick)", () => {
   it("runs a floor arm and our consume arm, every message handled, one JSON line per arm", async () => {
-    const { code, stdout, stderr } = await runBench(["--quick", "--json", "--arms", "floor-read,consume", "--n", "300"]);
+    const { code, stdout, stderr } = await runBench(["--quick", "--json", "--servers", "url", "--arms", "floor-read,consume", "--n", "300"]);
     const lines = stdout
       .split("\n")
       .filter((l) => l.startsWith("{"))

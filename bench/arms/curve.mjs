@@ -1,0 +1,219 @@
+// The cost curve: does a consumer or a producer slow down as the tables grow, and what does an
+// idle fleet of groups cost? Same public API and the same tuned settings as the consume arm.
+import pg from "pg";
+import { CpuMeter, QueryStats, WriteMeter, parallel, rate } from "../lib/common.mjs";
+import { CONSUME, PRODUCE_BATCH, PRODUCE_CONNECTIONS, STREAM, openClient, produceRange } from "./ours.mjs";
+
+/** Backlogs of the consume-curve arms; a quick run divides them by 100. */
+export const CURVE_BACKLOG = { "consume-10k": 10_000, "consume-100k": 100_000, "consume-1m": 1_000_000 };
+/** Messages consumed in the measured window of a curve arm (all of a smaller backlog). */
+const WINDOW = 100_000;
+const QUICK_WINDOW = 1_000;
+/** Rows already in the log before produce-1m measures. */
+const PRESENT = 1_000_000;
+/** Prefill batches: bigger than the produce arm's so a million rows load in tens of seconds. */
+const PREFILL_BATCH = 1_000;
+
+async function withPg(url, fn) {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return await fn(c);
+  } finally {
+    await c.end();
+  }
+}
+
+/** Untimed: schema, one stream, its groups, `produce` messages, VACUUM ANALYZE. Returns the stream id. */
+async function prefill(ctx, groups, produce) {
+  const { client, close } = await openClient(ctx.url, PRODUCE_CONNECTIONS, null, ctx.errors);
+  try {
+    await client.migrate();
+    const stream = client.stream(STREAM);
+    await stream.register({});
+    for (const g of groups) await stream.consumer(g).register({ start: "beginning" });
+    if (produce > 0) await produceRange(stream, 0, produce, { batch: PREFILL_BATCH });
+  } finally {
+    await close();
+  }
+  return withPg(ctx.url, async (c) => {
+    const { rows } = await c.query("SELECT id::text AS id FROM sqlstreams.stream_config WHERE name = $1", [STREAM]);
+    if (produce > 0) await c.query(`VACUUM ANALYZE sqlstreams.message_log_${rows[0].id}`);
+    return rows[0].id;
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// consume-10k / consume-100k / consume-1m: the first min(backlog, 100k) messages of a backlog
+
+export async function consumeCurve(ctx) {
+  const backlog = Math.max(1, Math.round(CURVE_BACKLOG[ctx.arm] / (ctx.quick ? 100 : 1)));
+  const window = Math.min(backlog, ctx.quick ? QUICK_WINDOW : WINDOW);
+  await prefill(ctx, ["g1"], backlog);
+  const meter = await new WriteMeter(ctx).start();
+  const stats = new QueryStats();
+  const { client, pool, close } = await openClient(ctx.url, CONSUME.poolMax, stats, ctx.errors);
+  const seen = new Uint8Array(backlog + 2); // by message id (ids are 1..backlog)
+  let handled = 0;
+  let duplicates = 0;
+  let cpu;
+  let committed;
+  let ranges = 0;
+  try {
+    const consumer = client.stream(STREAM).consumer("g1");
+    await Promise.all(Array.from({ length: CONSUME.poolMax }, () => pool.query("SELECT 1")));
+    stats.reset();
+    const stop = new AbortController();
+    const c = new CpuMeter().start();
+    const end = Date.now() + ctx.timeoutMs;
+    while (handled < window) {
+      if (Date.now() > end) throw new Error(`timed out: ${handled}/${window} handled`);
+      const r = await consumer.drain(
+        (msg) => {
+          const id = Number(msg.id);
+          if (seen[id]++ > 0) duplicates++;
+          else if (++handled >= window) stop.abort();
+        },
+        { batchLimit: CONSUME.batchLimit, concurrency: CONSUME.concurrency, signal: stop.signal },
+      );
+      ranges += r.rangesClaimed;
+      if (r.started === 0 && r.rangesClaimed === 0) break;
+    }
+    cpu = c.stop();
+    committed = Number((await consumer.progress()).committed);
+  } finally {
+    await close();
+  }
+  const writes = await meter.stop(window);
+  let missing = 0;
+  for (let id = 1; id <= committed; id++) if (seen[id] === 0) missing++;
+  const check = { expected: window, handled, committed, missing, duplicates, ok: missing === 0 && handled >= window && committed >= window - CONSUME.batchLimit };
+  return {
+    metrics: { consume: rate(window, cpu.wallMs) },
+    check,
+    where: {
+      ...cpu, roundTrips: stats.count, roundTripsPerMsg: +(stats.count / window).toFixed(4), stmtMs: Math.round(stats.ms), ranges,
+      statementsPerRange: +(stats.count / Math.max(1, ranges)).toFixed(2), backlog, window, ...writes, statements: stats.top(10),
+    },
+    settings: { ...CONSUME, backlog, window },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// produce-1m: the produce arm with a million rows already in the log
+
+export async function produceCurve(ctx) {
+  const present = ctx.quick ? PRESENT / 100 : PRESENT;
+  const n = ctx.n;
+  const streamId = await prefill(ctx, [], present);
+  const meter = await new WriteMeter(ctx).start();
+  const stats = new QueryStats();
+  const { client, pool, close } = await openClient(ctx.url, PRODUCE_CONNECTIONS, stats, ctx.errors);
+  let cpu;
+  try {
+    const stream = client.stream(STREAM);
+    await Promise.all(Array.from({ length: PRODUCE_CONNECTIONS }, () => pool.query("SELECT 1")));
+    stats.reset();
+    const c = new CpuMeter().start();
+    await produceRange(stream, present, present + n);
+    cpu = c.stop();
+  } finally {
+    await close();
+  }
+  const writes = await meter.stop(n);
+  const check = await withPg(ctx.url, async (c) => {
+    const { rows } = await c.query(
+      `SELECT count(*)::int AS rows, count(DISTINCT (payload->>'seq')::int)::int AS distinct_seq FROM sqlstreams.message_log_${streamId}
+        WHERE (payload->>'seq')::int >= $1`,
+      [present],
+    );
+    const r = rows[0];
+    return { expected: n, handled: r.rows, present, missing: n - r.distinct_seq, duplicates: r.rows - r.distinct_seq, ok: r.rows === n && r.distinct_seq === n };
+  });
+  return {
+    metrics: { produce: rate(n, cpu.wallMs) },
+    check,
+    where: { ...cpu, roundTrips: stats.count, roundTripsPerMsg: +(stats.count / n).toFixed(4), stmtMs: Math.round(stats.ms), present, ...writes, statements: stats.top(10) },
+    settings: { connections: PRODUCE_CONNECTIONS, batch: PRODUCE_BATCH, present },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// idle: 200 caught-up groups on 100 streams; each tick polls every group once
+
+const IDLE = { streams: 100, groupsPerStream: 2, ticks: 20, poolMax: 4 };
+
+export async function idle(ctx) {
+  const streams = ctx.quick ? 10 : IDLE.streams;
+  const ticks = ctx.quick ? 3 : IDLE.ticks;
+  const names = Array.from({ length: streams }, (_, i) => `idle.s${i}`);
+  const groups = [];
+  {
+    const { client, close } = await openClient(ctx.url, PRODUCE_CONNECTIONS, null, ctx.errors);
+    try {
+      await client.migrate();
+      for (const s of names) {
+        const st = client.stream(s);
+        await st.register({});
+        for (let g = 0; g < IDLE.groupsPerStream; g++) {
+          await st.consumer(`g${g}`).register({ start: "beginning" });
+          groups.push([s, `g${g}`]);
+        }
+        await st.produce({ seq: 0 });
+      }
+      // Catch every group up: the measured ticks find nothing to do.
+      await parallel(groups.length, PRODUCE_CONNECTIONS, async (i) => {
+        await client.stream(groups[i][0]).consumer(groups[i][1]).drain(() => {});
+      });
+    } finally {
+      await close();
+    }
+  }
+  const stats = new QueryStats();
+  const { client, pool, close } = await openClient(ctx.url, IDLE.poolMax, stats, ctx.errors);
+  const consumers = groups.map(([s, g]) => client.stream(s).consumer(g));
+  let polls = 0;
+  let busy = 0;
+  let cpu;
+  let meter;
+  const tick = () => parallel(consumers.length, IDLE.poolMax, async (i) => {
+    const r = await consumers[i].poll(() => {
+      busy++;
+    });
+    polls++;
+    if (!r.idle || r.started > 0) busy++;
+  });
+  try {
+    await Promise.all(Array.from({ length: IDLE.poolMax }, () => pool.query("SELECT 1")));
+    await tick(); // warm: the client's stream lookups are cached from here on
+    polls = 0;
+    busy = 0;
+    meter = await new WriteMeter(ctx).start();
+    stats.reset();
+    const c = new CpuMeter().start();
+    for (let t = 0; t < ticks; t++) await tick();
+    cpu = c.stop();
+  } finally {
+    await close();
+  }
+  const writes = await meter.stop(polls);
+  const stmtsPerPoll = stats.count / Math.max(1, polls);
+  const rowsWritten = (writes.rowsInserted ?? 0) + (writes.rowsUpdated ?? 0) + (writes.rowsDeleted ?? 0);
+  const check = {
+    expected: groups.length * ticks, handled: polls, polls, busy, stmtsPerPoll, rowsWritten, missing: groups.length * ticks - polls, duplicates: 0,
+    // One read-only statement per idle poll: exactly one statement, nothing written, nothing run.
+    ok: polls === groups.length * ticks && busy === 0 && stmtsPerPoll === 1 && rowsWritten === 0,
+  };
+  return {
+    metrics: {
+      stmtPerPoll: stmtsPerPoll,
+      pgCpuMsPerTick: cpu.pgCpuMs === null ? null : cpu.pgCpuMs / ticks,
+      nodeCpuMsPerTick: cpu.nodeCpuMs / ticks,
+      msPerTick: cpu.wallMs / ticks,
+    },
+    check,
+    // Commits are left out: pg_stat_database counts the warm-up tick's read-only statements late.
+    where: { ...cpu, roundTrips: stats.count, roundTripsPerMsg: +stmtsPerPoll.toFixed(4), stmtMs: Math.round(stats.ms), groups: groups.length, streams, ticks, ...writes, commitsPerMsg: undefined, statements: stats.top(5) },
+    settings: { streams, groups: groups.length, ticks, poolMax: IDLE.poolMax },
+  };
+}
