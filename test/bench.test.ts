@@ -60,4 +60,19 @@ describe("npm run bench (--quick)", () => {
     expect(lines.some((l) => l.type === "ratios")).toBe(true);
     expect(code, stderr).toBe(0);
   }, 120_000);
+
+  it("runs the cost-curve arms in quick mode: a backlog arm and the idle fleet (one statement per idle poll)", async () => {
+    const { code, stdout, stderr } = await runBench(["--quick", "--json", "--servers", "url", "--arms", "consume-10k,idle"]);
+    const arms = stdout
+      .split("\n")
+      .filter((l) => l.startsWith("{"))
+      .map((l) => JSON.parse(l) as { type: string; server?: string })
+      .filter((l): l is ArmLine & { server: string } => l.type === "arm");
+    expect(arms.map((a) => [a.arm, a.server]), stderr).toEqual([["consume-10k", "url"], ["idle", "url"]]);
+    for (const a of arms) expect(a.failures, `${a.arm}: ${JSON.stringify(a.failures)}`).toEqual([]);
+    expect(arms[0].check).toMatchObject({ expected: 100, missing: 0, duplicates: 0, ok: true });
+    expect(arms[1].check).toMatchObject({ expected: 60, missing: 0, ok: true });
+    expect(arms[1].metrics.stmtPerPoll.median).toBe(1);
+    expect(code, stderr).toBe(0);
+  }, 180_000);
 });
