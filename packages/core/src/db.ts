@@ -91,6 +91,11 @@ export function withBudget<T>(deadline: number | undefined, margin: number, what
   return budgets.run({ end, what }, fn);
 }
 
+/** Runs fn outside any poll's budget: for background work that outlives the poll (abandoned runs). */
+export function outsideBudget<T>(fn: () => T): T {
+  return budgets.exit(fn);
+}
+
 /** How long the next statement may take, ms; SQL0050 when the poll's budget is already spent. */
 export function statementBound(db: Db): number {
   const b = budgets.getStore();

@@ -7,6 +7,7 @@ import * as S from "../sql/cycle.js";
 import { type Ctx, type RawMessage, big, leaseCap, logDead, logNotStarted, lostLease, mayStart, message, resolve } from "./context.js";
 import { plan, planExpired } from "./plan.js";
 import { runHandler } from "./run.js";
+import { keyAbandoned, watchRun } from "./abandoned.js";
 
 // ---------------------------------------------------------------------------------------------
 // Exception phase
@@ -65,6 +66,7 @@ export async function exceptionPhase<T>(ctx: Ctx<T>): Promise<boolean> {
     .sort((a, b) => (big(a.id) < big(b.id) ? -1 : 1));
   if (rows.length === 0) return false;
   let unstarted = 0;
+  let skipped = 0;
   let next = 0;
   const runRow = async (row: ReservedRow & { id: string }) => {
     const resolved = resolve(ctx, row);
@@ -73,6 +75,8 @@ export async function exceptionPhase<T>(ctx: Ctx<T>): Promise<boolean> {
       return;
     }
     const keyed = row.concurrency !== "parallel" && row.message_key !== null;
+    // An abandoned run of the key, still running here, keeps it (docs/ordering.md#key-leases).
+    if (keyed && keyAbandoned(ctx, row.message_key as string)) return void skipped++;
     const keyToken = keyed ? randomUUID() : null;
     const cap = leaseCap(ctx);
     const runMs = cap === null ? resolved.timeout + o.recordMargin : Math.min(resolved.timeout + o.recordMargin, cap);
@@ -91,10 +95,12 @@ export async function exceptionPhase<T>(ctx: Ctx<T>): Promise<boolean> {
       return;
     }
     ctx.report.started++;
-    const outcome = await runHandler(ctx.handler, message(ctx, row, row.attempts, row.delays), resolved.timeout);
+    const w = watchRun(ctx, keyed ? row.message_key : null, keyToken, row.id, resolved.timeout);
+    const outcome = await runHandler(ctx.handler, message(ctx, row, row.attempts, row.delays), resolved.timeout, w.onAbandon);
     const p = plan(outcome, row.attempts, row.delays, resolved, ctx.g.exceptionInitialBackoff, ctx.mode);
     const rec = (await queryRetry<{ result: number }>(db, S.recordException(t), [
-      ctx.groupId, row.id, token, row.message_key, keyToken, p.row.status === "delete" ? "deleted" : p.row.status,
+      // An abandoned run's key lease is not released here but when the run settles.
+      ctx.groupId, row.id, token, row.message_key, w.abandoned ? null : keyToken, p.row.status === "delete" ? "deleted" : p.row.status,
       p.row.attempts, p.row.delays, p.row.runAfterMs, p.row.lastError,
       p.log?.status ?? null, p.log?.attempt ?? null, p.log?.error ?? null,
     ])).rows[0].result;
@@ -127,10 +133,8 @@ export async function exceptionPhase<T>(ctx: Ctx<T>): Promise<boolean> {
     await queryRetry(db, S.releaseReservations(t), [ctx.groupId, token]).catch(() => {});
     throw failure.e;
   }
-  if (unstarted > 0) {
-    logNotStarted(ctx, unstarted);
-    await queryRetry(db, S.releaseReservations(t), [ctx.groupId, token]);
-  }
+  if (unstarted > 0) logNotStarted(ctx, unstarted);
+  if (unstarted + skipped > 0) await queryRetry(db, S.releaseReservations(t), [ctx.groupId, token]);
   return true;
 }
 

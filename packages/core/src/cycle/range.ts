@@ -11,6 +11,7 @@ import {
 } from "./context.js";
 import { type Plan, type RunOutcome, plan } from "./plan.js";
 import { runHandler } from "./run.js";
+import { keyAbandoned, watchRun } from "./abandoned.js";
 import { setTimeout as sleep } from "node:timers/promises";
 import { now } from "../clock.js";
 
@@ -233,8 +234,10 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
   const msgs = range.msgs as RangeMessage[];
   for (const m of msgs) m.resolved = resolve(ctx, m);
   const outcomes = new Map<string, RunOutcome>();
-  const keyLeases: { k: string; t: string }[] = [];
+  let keyLeases: { k: string; t: string }[] = [];
   const keyToken = msgs.some(keyed) ? randomUUID() : null;
+  /** Keys whose run in this range was abandoned: their leases outlive the range (abandoned.ts). */
+  const abandonedKeys = new Set<string>();
   /** A key lease covers one run: timeout + recordMargin, capped at deadline + recordMargin. */
   const keyMs = (timeout: number) => {
     const cap = leaseCap(ctx);
@@ -282,7 +285,11 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
         return;
       }
       let outcome: RunOutcome | null = null;
-      if (keyed(m)) {
+      // An abandoned run of the key still running in this process keeps the key
+      // (docs/ordering.md#key-leases): the member waits as deferred for a later poll.
+      if (keyed(m) && keyAbandoned(ctx, m.message_key as string)) {
+        outcome = { kind: "deferred", reason: "deferred: an abandoned run of this key has not settled" };
+      } else if (keyed(m)) {
         // §5.3.6 step 4. The chain's first member usually has its key lease already (taken for
         // the whole range up front); a member whose lease would not cover its run, a later
         // member without the lease, and a compacted member (whose head is checked at its start)
@@ -315,7 +322,9 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
         ctx.report.started++;
         const sample = ctx.sample;
         const t0 = sample ? now() : 0;
-        outcome = await runHandler(ctx.handler, message(ctx, m, 0, 0), m.resolved.timeout);
+        const w = watchRun(ctx, keyed(m) ? m.message_key : null, keyToken, m.id, m.resolved.timeout);
+        outcome = await runHandler(ctx.handler, message(ctx, m, 0, 0), m.resolved.timeout, w.onAbandon);
+        if (w.abandoned) abandonedKeys.add(m.message_key as string);
         if (sample) {
           sample.ran++;
           sample.slowest = Math.max(sample.slowest, (now() - t0) / m.resolved.timeout);
@@ -376,6 +385,8 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
   };
   await Promise.all(Array.from({ length: Math.min(o.concurrency, units.length) }, worker));
 
+  // An abandoned run's key lease is renewed, then released when the run settles (abandoned.ts).
+  if (abandonedKeys.size > 0) keyLeases = keyLeases.filter((l) => !abandonedKeys.has(l.k));
   if (lost) {
     lostLease(ctx, `range (${range.low}, ${range.high}]`);
     if (keyLeases.length) await queryRetry(db, S.recordRange(t), [ctx.groupId, randomUUID(), null, null, "[]", "[]", JSON.stringify(keyLeases)]);

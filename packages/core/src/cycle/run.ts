@@ -50,9 +50,12 @@ function isThenable(v: unknown): v is PromiseLike<unknown> {
 /**
  * Runs the handler and settles at its outcome or at the timeout, whichever comes first. At the
  * timeout the signal is aborted and a retryable failure is returned; the handler is not awaited
- * and its late settlement changes nothing. A handler that returns synchronously needs no timer.
+ * and its late settlement changes no outcome, but `onAbandon` gets a promise of it, so the caller
+ * can keep the run's key until then (docs/ordering.md#key-leases). A handler that returns synchronously needs no timer.
  */
-export function runHandler<T>(handler: Handler<T>, msg: RunMessage<T>, timeoutMs: number): Classified | Promise<Classified> {
+export function runHandler<T>(
+  handler: Handler<T>, msg: RunMessage<T>, timeoutMs: number, onAbandon?: (settled: Promise<void>) => void,
+): Classified | Promise<Classified> {
   let result: unknown;
   try {
     result = handler(msg);
@@ -67,6 +70,8 @@ export function runHandler<T>(handler: Handler<T>, msg: RunMessage<T>, timeoutMs
       if (settled) return;
       settled = true;
       msg.abort(new Error(`SQL0027 timeout after ${timeoutMs} ms`));
+      // The handler keeps running: whoever holds its key learns when it finally settles.
+      onAbandon?.(Promise.resolve(pending).then(() => {}, () => {}));
       resolve({ kind: "failure", error: `SQL0027 timeout: handler did not finish within ${timeoutMs} ms` });
     }, timeoutMs);
     const fail = (e: unknown) => {
