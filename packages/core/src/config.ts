@@ -35,6 +35,8 @@ export interface StreamOptions {
 }
 export interface PollOptions {
   batchLimit?: number;
+  /** Payload bytes one range may hand out (the first message always goes); default 16 MiB. */
+  batchBytes?: number;
   concurrency?: number;
   deadline?: number;
   recordMargin?: number;
@@ -255,6 +257,7 @@ export function validateStreamOptions(v: unknown): ResolvedStreamOptions {
 
 export interface ResolvedPollOptions {
   batchLimit: number;
+  batchBytes: number;
   concurrency: number;
   /** Epoch ms as validated; the consumer moves it onto the monotonic clock of clock.ts. */
   deadline: number | undefined;
@@ -267,12 +270,16 @@ export interface ResolvedPollOptions {
   rangeLeaseBound?: number;
 }
 
+/** Payload bytes a range hands out by default: safe for a 256 MB Lambda (docs/poll-cycle.md#the-byte-bound). */
+export const DEFAULT_BATCH_BYTES = 16 * 1_048_576;
+
 /** Validates poll()/drain() options (SPEC §5.1, SQL0015). */
 export function validatePollOptions(v: unknown): ResolvedPollOptions {
   if (v === undefined) v = {};
   if (!isPlainObject(v)) fail("SQL0015", "options", v, "must be an object");
-  checkKeys("SQL0015", "", v, ["batchLimit", "concurrency", "deadline", "recordMargin", "signal"]);
+  checkKeys("SQL0015", "", v, ["batchLimit", "batchBytes", "concurrency", "deadline", "recordMargin", "signal"]);
   const out: ResolvedPollOptions = {
+    batchBytes: v.batchBytes === undefined ? DEFAULT_BATCH_BYTES : checkNumber("SQL0045", "batchBytes", v.batchBytes, R(1_024, 1_073_741_824)),
     batchLimit: v.batchLimit === undefined ? 10 : checkNumber("SQL0015", "batchLimit", v.batchLimit, R(1, 1_000)),
     concurrency: v.concurrency === undefined ? 1 : checkNumber("SQL0015", "concurrency", v.concurrency, R(1, 64)),
     deadline: undefined,

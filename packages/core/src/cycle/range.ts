@@ -39,6 +39,7 @@ export async function claimPhase<T>(ctx: Ctx<T>, L: LoadRow): Promise<boolean> {
     sentAt = now();
     r = await queryRetry<RawMessage & { low: string; high: string }>(ctx.db, S.claim(ctx.t), [
       ctx.groupId, ctx.o.batchLimit, L.head, L.obs, token, tb.def, tb.min, tb.max, ctx.o.concurrency, ctx.o.recordMargin, rangeLeaseCap(ctx),
+      ctx.o.batchBytes,
     ], { retried: false, recover: () => ownClaim(ctx, token) });
     // No range with a non-idle observation means the fence could not prove the head yet: a
     // transaction of this stream's producers is still open (docs/poll-cycle.md#the-fence). They
@@ -49,17 +50,20 @@ export async function claimPhase<T>(ctx: Ctx<T>, L: LoadRow): Promise<boolean> {
   }
   if (!claimed(r)) {
     ctx.fenceBlocked = true;
-    warnFenceHolders(ctx, r.rows as unknown as FenceRow[]);
+    warnFenceHolders(ctx, r.rows.map((row) => ({ payload: JSON.parse(row.payload as string) as FenceRow["payload"] })));
     return false;
   }
   ctx.report.rangesClaimed++;
-  const first = r.rows[0]; // the header row: low and high of the range
+  // The header row (low and high of the range) follows the messages; payloads come as JSON text,
+  // counted against batchBytes by the claim (docs/poll-cycle.md#the-byte-bound).
+  const first = r.rows[r.rows.length - 1];
   if (ctx.sample) ctx.sample.full = big(first.high) - big(first.low) >= BigInt(ctx.o.batchLimit);
   if (r.rows.length === 1) {
     ctx.advance = true; // an empty range: no lease, the advance passes its ids
     return true;
   }
-  const msgs = byId(r.rows.slice(1));
+  const msgs = byId(r.rows.slice(0, -1));
+  for (const m of msgs) m.payload = JSON.parse(m.payload as string);
   // The same formula the function used, from this side's resolutions: never longer than the lease.
   const leaseMs = rangeLeaseMs(ctx, msgs.map((m) => resolve(ctx, m).timeout));
   const t0 = ctx.sample ? now() : 0;
@@ -79,13 +83,13 @@ async function ownClaim<T>(ctx: Ctx<T>, token: string): Promise<pg.QueryResult |
   const { low, high } = own.rows[0];
   const msgs = (await queryRetry<RawMessage>(ctx.db, S.readRange(ctx.t), [low, high])).rows;
   const header = { low, high, id: null, message_key: null, compaction_rank: null, payload: null, options: null, created_at: null };
-  const rows = [header, ...msgs.map((m) => ({ ...m, low: null, high: null }))];
+  const rows = [...msgs.map((m) => ({ ...m, payload: JSON.stringify(m.payload), low: null, high: null })), header];
   return { command: "SELECT", rowCount: rows.length, oid: 0, fields: [], rows };
 }
 
-/** A claim's answer holds a range when its first row is the header (low set). */
+/** A claim's answer holds a range when its last row is the header (low set). */
 function claimed(r: pg.QueryResult<{ low: string | null }>): boolean {
-  return r.rows.length > 0 && r.rows[0].low !== null;
+  return r.rows.length > 0 && r.rows[r.rows.length - 1].low !== null;
 }
 
 interface FenceRow {
@@ -124,7 +128,7 @@ export async function reclaimPhase<T>(ctx: Ctx<T>): Promise<boolean> {
       const own = await query<Lease>(db, c, S.leaseByToken(t), [ctx.groupId, token]);
       if (own.rowCount !== 0) {
         const o = own.rows[0];
-        const msgs = (await query<RawMessage>(db, c, S.readRange(t), [o.low, o.high])).rows;
+        const msgs = (await query<RawMessage>(db, c, S.readRangeIds(t), [o.low, o.high])).rows;
         const leaseMs = rangeLeaseMs(ctx, msgs.map((m) => resolve(ctx, m).timeout));
         const lease = { token: first.token, low: o.low, high: o.high, reclaims: o.reclaims, released: first.released };
         return { range: { token, low: o.low, high: o.high, leaseMs, msgs }, lease, reclaims: o.reclaims };
@@ -146,7 +150,9 @@ export async function reclaimPhase<T>(ctx: Ctx<T>): Promise<boolean> {
     if (l.rowCount === 0) return { range: "none" };
     const lease = l.rows[0];
     const reclaims = lease.released ? lease.reclaims : lease.reclaims + 1;
-    const msgs = (await query<RawMessage>(db, c, S.readRange(t), [lease.low, lease.high])).rows;
+    // Decided from ids, options and keys only: a range whose payloads crash the process (out of
+    // memory) is still counted and quarantined (docs/poll-cycle.md#the-byte-bound).
+    const msgs = (await query<RawMessage>(db, c, S.readRangeIds(t), [lease.low, lease.high])).rows;
     const quarantineIt = reclaims >= g.maxRangeReclaims || msgs.length === 0;
     first = { token: lease.token, low: lease.low, high: lease.high, released: lease.released, quarantine: quarantineIt };
     if (quarantineIt) {
@@ -169,7 +175,16 @@ export async function reclaimPhase<T>(ctx: Ctx<T>): Promise<boolean> {
       db.events.emit({ level: "warn", code: "SQL0035", message: `expired range (${lease.low}, ${lease.high}] reclaimed (reclaim ${reclaims})`, stream: ctx.stream, group: ctx.group, low: lease.low, high: lease.high, reclaims });
     }
   }
-  if (taken.range !== "done") await runRange(ctx, taken.range, sentAt);
+  if (taken.range !== "done") {
+    // The payloads are read only once the takeover (and its reclaim count) has committed.
+    const range = taken.range;
+    range.msgs = (await queryRetry<RawMessage>(db, S.readRange(t), [range.low, range.high])).rows;
+    if (range.msgs.length > 0) await runRange(ctx, range, sentAt);
+    else {
+      await queryRetry(db, S.deleteRange(t), [ctx.groupId, range.token]);
+      ctx.advance = true;
+    }
+  }
   return true;
 }
 

@@ -83,7 +83,7 @@ export function advance(t: Tables): string {
 export function claim(t: Tables): string {
   return `SELECT r_low::text AS low, r_high::text AS high, id::text AS id, message_key,
                  compaction_rank::text AS compaction_rank, payload, options, created_ms AS created_at
-            FROM ${t.fn("claim")}($1, $2, $3, $4::xid8, $5, $6, $7, $8, $9, $10, $11)`;
+            FROM ${t.fn("claim")}($1, $2, $3, $4::xid8, $5, $6, $7, $8, $9, $10, $11, $12)`;
 }
 
 export function recordRange(t: Tables): string {
@@ -133,6 +133,16 @@ export function readRange(t: Tables): string {
 /** A range lease of the group by its token (finding a poll's own work after a lost reply). */
 export function leaseByToken(t: Tables): string {
   return `SELECT low::text, high::text, reclaims, released FROM ${t.cl} WHERE consumer_group_id = $1 AND token = $2`;
+}
+
+/** The ids (and what the lease and quarantine need) of (low, high], without payloads. */
+export function readRangeIds(t: Tables): string {
+  return `SELECT m.id::text AS id, m.message_key, m.compaction_rank::text AS compaction_rank, m.options
+            FROM ${t.ml} m
+           WHERE m.id > $1 AND m.id <= $2
+             AND (m.compaction_rank IS NULL OR EXISTS (
+                   SELECT 1 FROM ${t.ch} h WHERE h.compaction_key = m.message_key AND h.message_id = m.id))
+           ORDER BY m.id`;
 }
 
 export function takeOverRange(t: Tables): string {
