@@ -5,42 +5,15 @@ import { beforeAll, describe, expect, it } from "vitest";
 import type { CycleReport, Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
 import { checkInvariants } from "./support/invariants.js";
-import { spawnNode, type NodeChild } from "./support/processes.js";
+import { type NodeChild, type PollerConfig, spawnPoller } from "./support/processes.js";
 import { S, type TestClient, cursor, dlRows, eqRows, makeDue, setupProduced, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 
-// A poller in a child process. Per id: "hang" blocks the event loop until the process is killed;
-// "waitfail" awaits a "go" line on stdin and then throws.
-const CHILD = `
-import { SqlStreams } from "@sqlstreams/core";
-import { createInterface } from "node:readline";
-const cfg = JSON.parse(process.env.CHILD_CFG);
-const out = (o) => process.stdout.write(JSON.stringify(o) + "\\n");
-let go = false, wake = () => {};
-createInterface({ input: process.stdin }).on("line", (l) => { if (l.trim() === "go") { go = true; wake(); } });
-const client = new SqlStreams({
-  connectionString: process.env.DATABASE_URL,
-  logger: (e) => out({ event: "log", code: e.code, level: e.level, message: e.message }),
-});
-const g = client.stream(cfg.stream).consumer(cfg.group);
-const report = await g[cfg.method ?? "poll"](async (m) => {
-  out({ event: "start", id: m.id, attempt: m.attempt });
-  const a = (cfg.actions ?? {})[m.id];
-  if (a === "hang") for (;;) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 50);
-  if (a === "waitfail") {
-    await new Promise((r) => (go ? r() : (wake = r)));
-    throw new Error("late failure " + m.id);
-  }
-}, cfg.opts ?? {});
-out({ event: "report", report });
-await client.close();
-process.exit(0);
-`;
+// A poller in a child process (support/poller-child.ts). Per id: "hang" blocks the event loop
+// until the process is killed; "waitfail" awaits a "go" line on stdin and then throws.
 
-function poller(cfg: { stream: string; group: string; method?: string; opts?: Record<string, unknown>; actions?: Record<string, string> }): NodeChild {
-  return spawnNode({ name: `poller ${cfg.stream}`, source: CHILD, env: { DATABASE_URL: url(), CHILD_CFG: JSON.stringify(cfg) } });
-}
+const poller = (cfg: PollerConfig): NodeChild => spawnPoller(url(), cfg);
 
 async function leaseMs(t: TestClient, n: string) {
   return t.sql<{ message_id: string; status: string; lease_token: string | null; run_ms: number | null; res_ms: number | null }>(

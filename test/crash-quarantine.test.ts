@@ -5,28 +5,11 @@ import { beforeAll, describe, expect, it } from "vitest";
 import type { CycleReport } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
 import { checkInvariants } from "./support/invariants.js";
-import { spawnNode, type ExitInfo, type NodeChild } from "./support/processes.js";
+import { spawnPoller, type ExitInfo, type NodeChild } from "./support/processes.js";
 import { S, type TestClient, count, cursor, dlRows, eqRows, expireLeases, groupIdOf, makeDue, setupProduced, streamIdOf, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 
-// A poller in a child process: ids listed in CRASH make it SIGKILL itself when their handler runs.
-const CHILD = `
-import { SqlStreams } from "@sqlstreams/core";
-const cfg = JSON.parse(process.env.CHILD_CFG);
-const out = (o) => process.stdout.write(JSON.stringify(o) + "\\n");
-const client = new SqlStreams({
-  connectionString: process.env.DATABASE_URL,
-  logger: (e) => out({ event: "log", code: e.code, level: e.level, message: e.message }),
-});
-const g = client.stream(cfg.stream).consumer(cfg.group);
-const report = await g[cfg.method](async (m) => {
-  out({ event: "start", id: m.id, attempt: m.attempt });
-  if (cfg.crash.includes(m.id)) process.kill(process.pid, "SIGKILL");
-}, cfg.opts);
-out({ event: "report", report });
-await client.close();
-`;
 
 interface Run {
   child: NodeChild;
@@ -39,11 +22,8 @@ interface Run {
 
 /** Runs one poll (or drain) in a fresh process to its end: a crash or a normal exit. */
 async function run(stream: string, method: "poll" | "drain", crash: string[], opts: Record<string, unknown> = { batchLimit: 4 }): Promise<Run> {
-  const child = spawnNode({
-    name: `${method} ${stream}`,
-    source: CHILD,
-    env: { DATABASE_URL: url(), CHILD_CFG: JSON.stringify({ stream, group: "g", method, crash, opts }) },
-  });
+  // Ids listed in `crash` make the child SIGKILL itself when their handler runs.
+  const child = spawnPoller(url(), { stream, method, opts, actions: Object.fromEntries(crash.map((id) => [id, "crash"])) }, `${method} ${stream}`);
   const exit = await child.waitForExit(30_000);
   if (exit.signal === null && exit.code !== 0) throw new Error(`child failed: ${child.stderr()}`);
   return {

@@ -8,7 +8,7 @@ import { beforeAll, describe, expect, it, vi } from "vitest";
 import type { CycleReport, Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../support/db.js";
 import { checkInvariants } from "../support/invariants.js";
-import { spawnNode, type NodeChild } from "../support/processes.js";
+import { type NodeChild, type PollerConfig, spawnPoller } from "../support/processes.js";
 import { S, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, pollWork, setupProduced, streamIdOf, testClient } from "../support/streams.js";
 
 const url = useFreshDatabase();
@@ -19,50 +19,9 @@ const url = useFreshDatabase();
 // line on stdin), "spin" (block the event loop until cfg.file exists: a frozen process).
 // Every start and every settled run is printed as a JSON line, then the poll's report.
 // ---------------------------------------------------------------------------------------------
-interface ChildCfg {
-  stream: string;
-  group: string;
-  method?: "poll" | "drain";
-  opts?: Record<string, unknown>;
-  actions?: Record<string, "ok" | "fail" | "crash" | "hang" | "wait" | "spin">;
-  file?: string;
-}
 
-const CHILD = `
-import { SqlStreams } from "@sqlstreams/core";
-import { existsSync } from "node:fs";
-import { createInterface } from "node:readline";
-const cfg = JSON.parse(process.env.CHILD_CFG);
-const out = (o) => process.stdout.write(JSON.stringify(o) + "\\n");
-const lines = [];
-let wake = () => {};
-createInterface({ input: process.stdin }).on("line", (l) => { lines.push(l.trim()); wake(); });
-const waitGo = () => new Promise((r) => { const check = () => (lines.includes("go") ? r() : (wake = check)); check(); });
-const nap = (ms) => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
-const client = new SqlStreams({
-  connectionString: process.env.DATABASE_URL,
-  logger: (e) => out({ event: "log", code: e.code, level: e.level, message: e.message }),
-});
-const g = client.stream(cfg.stream).consumer(cfg.group);
-const handler = async (m) => {
-  out({ event: "start", id: m.id, attempt: m.attempt, pid: process.pid });
-  const a = (cfg.actions ?? {})[m.id] ?? "ok";
-  if (a === "crash") process.kill(process.pid, "SIGKILL");
-  if (a === "hang") for (;;) nap(50);
-  if (a === "spin") while (!existsSync(cfg.file)) nap(10);
-  if (a === "wait") await waitGo();
-  if (a === "fail") { out({ event: "end", id: m.id, attempt: m.attempt, ok: false }); throw new Error("boom " + m.id); }
-  out({ event: "end", id: m.id, attempt: m.attempt, ok: true });
-};
-const report = await g[cfg.method ?? "poll"](handler, cfg.opts ?? {});
-out({ event: "report", report });
-await client.close();
-process.exit(0);
-`;
 
-function poller(cfg: ChildCfg): NodeChild {
-  return spawnNode({ name: `poller ${cfg.stream}`, source: CHILD, env: { DATABASE_URL: url(), CHILD_CFG: JSON.stringify(cfg) } });
-}
+const poller = (cfg: PollerConfig): NodeChild => spawnPoller(url(), cfg);
 
 const started = (c: NodeChild) => c.messages.filter((m) => m.event === "start").map((m) => m.id);
 const ended = (c: NodeChild) => c.messages.filter((m) => m.event === "end").map((m) => m.id);

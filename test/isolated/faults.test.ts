@@ -9,7 +9,7 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { type CycleReport, type Message, Permanent, SqlStreamsError } from "@sqlstreams/core";
 import { baseDatabaseUrl, useFreshDatabase } from "../support/db.js";
-import { spawnNode } from "../support/processes.js";
+import { spawnPoller } from "../support/processes.js";
 import { S, type TestClient, cursor, dlRows, eqRows, groupIdOf, makeDue, streamIdOf, testClient } from "../support/streams.js";
 
 const url = useFreshDatabase();
@@ -49,36 +49,6 @@ async function allowConnections(allow: boolean): Promise<void> {
 // ---------------------------------------------------------------------------------------------
 // A child process that must survive the death of its pooled connections.
 // ---------------------------------------------------------------------------------------------
-const CHILD = `
-import { SqlStreams } from "@sqlstreams/core";
-import { createInterface } from "node:readline";
-const cfg = JSON.parse(process.env.CHILD_CFG);
-const out = (o) => process.stdout.write(JSON.stringify(o) + "\\n");
-const cmds = [];
-let wake = () => {};
-createInterface({ input: process.stdin }).on("line", (l) => { cmds.push(l.trim()); wake(); });
-const next = () => new Promise((r) => { const f = () => (cmds.length ? r(cmds.shift()) : (wake = f)); f(); });
-process.on("uncaughtException", (e) => { out({ event: "uncaught", message: String(e && e.message) }); process.exit(70); });
-const client = new SqlStreams({
-  connectionString: process.env.DATABASE_URL, maxConnections: 4,
-  logger: (e) => out({ event: "log", code: e.code, level: e.level, message: e.message }),
-});
-const g = client.stream(cfg.stream).consumer("g");
-const seen = [];
-out({ event: "ready" });
-for (;;) {
-  const cmd = await next();
-  if (cmd === "exit") break;
-  try {
-    const report = await g[cmd]((m) => { seen.push(m.id); }, { batchLimit: 4 });
-    out({ event: "report", report, seen });
-  } catch (e) {
-    out({ event: "failed", code: e.code, message: e.message });
-  }
-}
-await client.close();
-process.exit(0);
-`;
 
 describe("pooled connections that die", () => {
   it("an idle pooled connection terminated between polls is dropped, logged, and the next poll reconnects (no crash)", async () => {
@@ -86,7 +56,7 @@ describe("pooled connections that die", () => {
     await s.register();
     await s.consumer("g").register();
     await s.produceBatch([{ payload: { i: 1 } }, { payload: { i: 2 } }]);
-    const child = spawnNode({ name: "idle poller", source: CHILD, env: { DATABASE_URL: url(), CHILD_CFG: JSON.stringify({ stream: "idle.error" }) } });
+    const child = spawnPoller(url(), { stream: "idle.error", method: "commands", opts: { batchLimit: 4 }, maxConnections: 4 }, "idle poller");
     await child.waitFor({ event: "ready" });
     child.send("drain");
     const first = await child.waitFor({ event: "report" });
@@ -115,7 +85,7 @@ describe("pooled connections that die", () => {
     await t.sql(`UPDATE ${S}.consumer_group_cursor_${n} SET claimed = 2, settled_head = 2, pending_head = 2 WHERE consumer_group_id = $1`, [gid]);
     await t.sql(`INSERT INTO ${S}.claim_lease_${n} (consumer_group_id, token, low, high, expires_at) VALUES ($1, gen_random_uuid(), 0, 2, now() - interval '1 second')`, [gid]);
 
-    const child = spawnNode({ name: "txn poller", source: CHILD, env: { DATABASE_URL: url(), CHILD_CFG: JSON.stringify({ stream: "txn.error" }) } });
+    const child = spawnPoller(url(), { stream: "txn.error", method: "commands", opts: { batchLimit: 4 }, maxConnections: 4 }, "txn poller");
     await child.waitFor({ event: "ready" });
     // Hold a lock that makes the reclaim's SELECT … FOR UPDATE wait inside its transaction.
     const locker = new pg.Client({ connectionString: url() });

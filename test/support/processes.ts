@@ -16,6 +16,7 @@ import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
+import { buildSync } from "esbuild";
 import { afterAll } from "vitest";
 
 /** Repository root (this file is test/support/processes.ts). */
@@ -327,4 +328,35 @@ if (installExitHook) {
       }
     }
   });
+}
+
+/** What test/support/poller-child.ts does: one poll or drain, or polls on command from stdin. */
+export interface PollerConfig {
+  stream: string;
+  /** Default "g". */
+  group?: string;
+  /** Default "poll"; "commands" runs poll/drain for each such line on stdin until "exit". */
+  method?: "poll" | "drain" | "commands";
+  opts?: Record<string, unknown>;
+  /** What the handler does for a message id (default ok). */
+  actions?: Record<string, "ok" | "crash" | "hang" | "spin" | "wait" | "waitfail" | "fail">;
+  /** The file a "spin" handler waits for. */
+  file?: string;
+  maxConnections?: number;
+}
+
+let pollerBundle: string | undefined;
+
+/** Spawns the typed poller child (bundled once per test worker) against the database at `url`. */
+export function spawnPoller(url: string, cfg: PollerConfig, name = `poller ${cfg.stream}`): NodeChild {
+  if (pollerBundle === undefined) {
+    mkdirSync(scratchDir, { recursive: true });
+    const outfile = join(scratchDir, `poller-${process.pid}.mjs`);
+    buildSync({
+      entryPoints: [join(repoRoot, "test/support/poller-child.ts")],
+      bundle: true, platform: "node", format: "esm", target: "node20", packages: "external", outfile, logLevel: "error",
+    });
+    pollerBundle = outfile;
+  }
+  return spawnNode({ name, script: pollerBundle, env: { DATABASE_URL: url, CHILD_CFG: JSON.stringify(cfg) } });
 }

@@ -1,0 +1,86 @@
+// The one poller child of the crash and fault tests, a real process as each Lambda invocation
+// would be. Bundled by spawnPoller() (./processes.ts) and run with node; it reads its
+// PollerConfig from CHILD_CFG and writes JSON lines to stdout:
+//   { event: "start" | "end", id, attempt, pid, ok? }   around every handler run
+//   { event: "log", code, level, message }              every library log event
+//   { event: "report", report, seen }                    after each poll or drain
+//   { event: "ready" } / { event: "failed", code, message } / { event: "uncaught", message }  (commands mode)
+// Handler actions per message id: crash (SIGKILL itself), hang (block the event loop), spin
+// (block until `file` exists), wait (until "go" on stdin), waitfail (wait, then throw), fail (throw).
+import { existsSync } from "node:fs";
+import { createInterface } from "node:readline";
+import { SqlStreams, type Message, type PollOptions } from "@sqlstreams/core";
+import type { PollerConfig } from "./processes.js";
+
+const cfg = JSON.parse(process.env.CHILD_CFG ?? "{}") as PollerConfig;
+const out = (o: Record<string, unknown>) => process.stdout.write(JSON.stringify(o) + "\n");
+const nap = (ms: number) => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+
+// Lines from the test on stdin: "go" releases waiting handlers; in commands mode, poll/drain/exit.
+let go = false;
+const commands: string[] = [];
+let wake = () => {};
+createInterface({ input: process.stdin }).on("line", (l) => {
+  if (l.trim() === "go") go = true;
+  else commands.push(l.trim());
+  wake();
+});
+const until = (take: () => string | undefined) =>
+  new Promise<string>((resolve) => {
+    const check = () => {
+      const v = take();
+      if (v === undefined) wake = check;
+      else resolve(v);
+    };
+    check();
+  });
+const waitGo = () => until(() => (go ? "go" : undefined));
+
+const client = new SqlStreams({
+  connectionString: process.env.DATABASE_URL,
+  ...(cfg.maxConnections !== undefined ? { maxConnections: cfg.maxConnections } : {}),
+  logger: (e) => out({ event: "log", code: e.code, level: e.level, message: e.message }),
+});
+const g = client.stream(cfg.stream).consumer(cfg.group ?? "g");
+const seen: string[] = [];
+
+async function handler(m: Message): Promise<void> {
+  seen.push(m.id);
+  out({ event: "start", id: m.id, attempt: m.attempt, pid: process.pid });
+  const a = cfg.actions?.[m.id] ?? "ok";
+  if (a === "crash") process.kill(process.pid, "SIGKILL");
+  if (a === "hang") for (;;) nap(50);
+  if (a === "spin") while (!existsSync(cfg.file ?? "")) nap(10);
+  if (a === "wait" || a === "waitfail") await waitGo();
+  if (a === "waitfail") throw new Error(`late failure ${m.id}`);
+  if (a === "fail") {
+    out({ event: "end", id: m.id, attempt: m.attempt, ok: false });
+    throw new Error(`boom ${m.id}`);
+  }
+  out({ event: "end", id: m.id, attempt: m.attempt, ok: true });
+}
+
+const opts = (cfg.opts ?? {}) as PollOptions;
+if (cfg.method === "commands") {
+  process.on("uncaughtException", (e) => {
+    out({ event: "uncaught", message: String(e?.message) });
+    process.exit(70);
+  });
+  out({ event: "ready" });
+  for (;;) {
+    const cmd = await until(() => commands.shift());
+    if (cmd === "exit") break;
+    try {
+      const report = await g[cmd === "drain" ? "drain" : "poll"](handler, opts);
+      out({ event: "report", report, seen });
+    } catch (e) {
+      const err = e as { code?: string; message?: string };
+      out({ event: "failed", code: err.code, message: err.message });
+    }
+  }
+} else {
+  const report = await g[cfg.method ?? "poll"](handler, opts);
+  out({ event: "report", report, seen });
+}
+await client.close();
+process.exit(0);
