@@ -2,7 +2,7 @@
 // and prints its result as one line `BENCH_RESULT {...}` on stdout. A fresh process per arm keeps
 // one arm's timers, pools, JIT state and garbage out of the next arm's figures.
 import { floorInsert, floorRead, floorReadSetup, floorReadTwo } from "./arms/floors.mjs";
-import { graphileWorker, pgBoss } from "./arms/peers.mjs";
+import { graphileWorker, graphileWorker18, pgBoss, pgBoss12 } from "./arms/peers.mjs";
 import { enableProfiling, setBenchDatabase } from "./lib/common.mjs";
 
 const ours = () => import("./arms/ours.mjs");
@@ -27,6 +27,8 @@ export const ARMS = {
   idle: { run: async (ctx) => (await curve()).idle(ctx) },
   pgboss: { run: pgBoss },
   graphile: { run: graphileWorker },
+  pgboss12: { run: pgBoss12 },
+  graphile18: { run: graphileWorker18 },
 };
 
 async function main() {

