@@ -4,6 +4,7 @@ import { randomUUID } from "node:crypto";
 import { type MessageOptions, resolveMessage, timeoutBounds } from "../config.js";
 import { query, queryRetry, transactionRetry } from "../db.js";
 import * as S from "../sql/cycle.js";
+import { decodeExceptionRecord, decodeExceptionStart } from "../sql/results.js";
 import { type Ctx, type RawMessage, big, leaseCap, logDead, logNotStarted, lostLease, mayStart, message, resolve } from "./context.js";
 import { plan, planExpired } from "./plan.js";
 import { runHandler } from "./run.js";
@@ -80,35 +81,33 @@ export async function exceptionPhase<T>(ctx: Ctx<T>): Promise<boolean> {
     const keyToken = keyed ? randomUUID() : null;
     const cap = leaseCap(ctx);
     const runMs = cap === null ? resolved.timeout + o.recordMargin : Math.min(resolved.timeout + o.recordMargin, cap);
-    const s = (await queryRetry<{ result: string }>(db, S.startException(t), [ctx.groupId, row.id, token, keyToken, runMs, ctx.mode !== "off"])).rows[0].result;
-    if (s === "lost") {
+    const s = decodeExceptionStart(
+      (await queryRetry<{ result: string }>(db, S.startException(t), [ctx.groupId, row.id, token, keyToken, runMs, ctx.mode !== "off"])).rows[0].result,
+    );
+    if (s.kind === "lost") {
       lostLease(ctx, `exception row ${row.id}`);
       return;
     }
     ctx.advance = true;
-    if (s.startsWith("superseded:")) {
-      ctx.report.superseded++;
-      return;
-    }
-    if (s.startsWith("deferred:")) {
-      ctx.report.deferred++;
+    if (s.kind === "superseded" || s.kind === "deferred") {
+      ctx.report[s.kind]++;
       return;
     }
     ctx.report.started++;
     const w = watchRun(ctx, keyed ? row.message_key : null, keyToken, row.id, resolved.timeout);
     const outcome = await runHandler(ctx.handler, message(ctx, row, row.attempts, row.delays), resolved.timeout, w.onAbandon);
     const p = plan(outcome, row.attempts, row.delays, resolved, ctx.g.exceptionInitialBackoff, ctx.mode);
-    const rec = (await queryRetry<{ result: number }>(db, S.recordException(t), [
+    const rec = decodeExceptionRecord((await queryRetry<{ result: number }>(db, S.recordException(t), [
       // An abandoned run's key lease is not released here but when the run settles.
       ctx.groupId, row.id, token, row.message_key, w.abandoned ? null : keyToken, p.row.status === "delete" ? "deleted" : p.row.status,
       p.row.attempts, p.row.delays, p.row.runAfterMs, p.row.lastError,
       p.log?.status ?? null, p.log?.attempt ?? null, p.log?.error ?? null,
-    ])).rows[0].result;
-    if (rec === 0) {
+    ])).rows[0].result);
+    if (rec.kind === "lost") {
       lostLease(ctx, `exception row ${row.id}`);
       return;
     }
-    if (rec === 2) {
+    if (rec.keyTakenOver) {
       db.events.emit({ level: "warn", code: "SQL0034", message: `key lease of message ${row.id} expired during its run and was taken over`, stream: ctx.stream, group: ctx.group, messageId: row.id });
     }
     ctx.report[p.counter]++;

@@ -5,6 +5,7 @@ import type pg from "pg";
 import { timeoutBounds } from "../config.js";
 import { type RetryState, query, queryRetry, transactionRetry } from "../db.js";
 import * as S from "../sql/cycle.js";
+import { type KeyTake, decodeKeyTake, deferredReason } from "../sql/results.js";
 import {
   type Ctx, type LoadRow, type RangeMessage, type RawMessage, aborted, big, byId, leaseCap, logDead, logNotStarted,
   lostLease, mayStart, message, resolve,
@@ -310,7 +311,7 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
         // member without the lease, and a compacted member (whose head is checked at its start)
         // take or renew it now, under the range's key token.
         const k = m.message_key as string;
-        const ks = keys.get(k) ?? { held: false, expiry: 0, result: "busy" as string | null };
+        const ks = keys.get(k) ?? { held: false, expiry: 0, result: { kind: "busy" } as KeyTake };
         keys.set(k, ks);
         const need = m.compaction_rank !== null || (ks.held ? now() + m.resolved.timeout + o.recordMargin - slack > ks.expiry : m !== unit[0] || !asked);
         let res = ks.result;
@@ -320,18 +321,15 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
           const r = await queryRetry<{ result: string | null }>(db, S.takeKey(t), [
             ctx.groupId, k, keyToken, ms, m.id, ordered, range.low, range.high, m.compaction_rank !== null,
           ]);
-          res = r.rows[0].result;
-          if (res === null) {
+          res = decodeKeyTake(r.rows[0].result);
+          if (res.kind === "taken") {
             if (!ks.held) keyLeases.push({ k, t: keyToken as string });
             ks.held = true;
             ks.expiry = at + ms;
           }
         }
-        if (res !== null) {
-          if (res === "busy") outcome = { kind: "deferred", reason: "deferred: key busy" };
-          else if (res.startsWith("pred:")) outcome = { kind: "deferred", reason: `deferred: ordered predecessor ${res.slice(5)} unresolved` };
-          else outcome = { kind: "superseded", head: res.slice("superseded:".length) };
-        }
+        if (res.kind === "superseded") outcome = { kind: "superseded", head: res.head };
+        else if (res.kind !== "taken") outcome = { kind: "deferred", reason: deferredReason(res) };
       }
       if (outcome === null) {
         ctx.report.started++;
@@ -360,7 +358,7 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
   const units = chains(msgs);
   // The key leases of the chains' first members in one round trip (not the compacted ones: their
   // head is checked at their start). Each lease covers one run; released when the range records.
-  const keys = new Map<string, { held: boolean; expiry: number; result: string | null }>();
+  const keys = new Map<string, { held: boolean; expiry: number; result: KeyTake }>();
   let asked = false;
   if (keyToken !== null && !ctx.stop && !aborted(ctx)) {
     const wanted = units
@@ -378,8 +376,9 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
         ctx.groupId, keyToken, range.low, range.high, JSON.stringify(wanted),
       ]);
       for (const row of r.rows) {
-        keys.set(row.k, { held: row.result === null, expiry: at + (ms.get(row.k) ?? 0), result: row.result });
-        if (row.result === null) keyLeases.push({ k: row.k, t: keyToken });
+        const result = decodeKeyTake(row.result);
+        keys.set(row.k, { held: result.kind === "taken", expiry: at + (ms.get(row.k) ?? 0), result });
+        if (result.kind === "taken") keyLeases.push({ k: row.k, t: keyToken });
       }
     }
     asked = true;
