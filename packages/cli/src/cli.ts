@@ -48,7 +48,7 @@ export const COMMANDS: Record<string, Command> = {
   },
   status: {
     summary: "progress of consumer groups: head, committed, lag, leases, exceptions",
-    usage: "sqlstreams status [--stream S] [--group G] [--watch [--interval 2s]] [--check] [--max-age 5m]",
+    usage: "sqlstreams status [--stream S] [--group G] [--watch [--interval 2s]] [--check] [--max-age 5m] | --history [--since 1d] [--samples 48]",
     help: `Shows every consumer group (or those of --stream / named --group): head, committed cursor, lag
 (in ids), open/expired claim leases, exception rows by status (ready, deferred, inflight, dead,
 superseded), the age of the oldest unresolved message, and whether the group is paused.
@@ -59,10 +59,14 @@ Lag 0 with dead rows is not success: dead messages do not hold the cursor.
   --check              for alerting: exit code 2 when any group has dead messages
   --max-age DURATION   for alerting: exit code 2 when any group has dead messages or its oldest
                        unresolved message is older than DURATION (90s, 5m, 2h, 1d); implies --check
+  --history            lag, throughput and dead rows over time as sparklines, from the samples
+                       maintain() writes (kept 7 days); --since DURATION limits them to that
+                       window, --samples N to the newest N (default 48)
 Exit codes: 0 fine, 1 the command failed, 2 an alert (only with --check / --max-age).`,
     options: {
       ...STREAM, ...GROUP, watch: { type: "boolean" }, interval: { type: "string" }, iterations: { type: "string" },
       check: { type: "boolean" }, "max-age": { type: "string" },
+      history: { type: "boolean" }, since: { type: "string" }, samples: { type: "string" },
     },
     run: (ctx, v) => C.status(ctx, v),
   },

@@ -1,10 +1,10 @@
 // The operator commands: migrate, status, failures, redrive, seek, pause, resume, destroy,
 // maintain. Each takes the parsed options and prints a table (or JSON with --json).
-import { SqlStreamsError, type FailureRow, type Progress, type RedriveSelector } from "@sqlstreams/core";
+import { SqlStreamsError, type FailureRow, type Progress, type ProgressSample, type RedriveSelector } from "@sqlstreams/core";
 import type { Ctx, Values } from "./context.js";
 import { deadSelector, failureFilter, progressLine, rateOption } from "./operate.js";
 import { usageError } from "./errors.js";
-import { age, paint, parseDuration, table, truncate, yesNo } from "./format.js";
+import { age, paint, parseDuration, sparkline, table, truncate, yesNo } from "./format.js";
 
 export type { Values } from "./context.js";
 
@@ -125,6 +125,57 @@ async function statusOnce(ctx: Ctx, stream: string | undefined, group: string | 
   return alerts;
 }
 
+/**
+ * `status --history`: per group, sparklines of lag, throughput (ids committed per minute between
+ * samples) and dead rows over the samples maintain() wrote (docs/data-model.md#progress-history).
+ */
+async function history(ctx: Ctx, stream: string | undefined, group: string | undefined, v: Values): Promise<void> {
+  const samples = int(v, "samples", "status", 2, 5_000) ?? 48;
+  const sinceText = str(v, "since");
+  let since: Date | undefined;
+  if (sinceText !== undefined) {
+    const ms = parseDuration(sinceText);
+    if (ms === null) throw usageError(`--since must be a duration such as 1h, 6h or 7d, got ${JSON.stringify(sinceText)}`, "status");
+    since = new Date(Date.now() - ms);
+  }
+  const pairs = await listGroups(ctx, stream, group);
+  const out: { stream: string; group: string; samples: ProgressSample[] }[] = [];
+  for (const p of pairs) {
+    const h = await ctx.client().stream(p.stream).consumer(p.group).history({ limit: samples, ...(since ? { since } : {}) });
+    out.push({ stream: p.stream, group: p.group, samples: h });
+  }
+  if (ctx.json) {
+    ctx.printJson({ groups: out });
+    return;
+  }
+  if (out.length === 0) {
+    ctx.print(stream ? `stream ${stream} has no consumer groups` : "no consumer groups registered");
+    return;
+  }
+  const rows = out.map(({ stream: s, group: g, samples: h }) => {
+    if (h.length === 0) return [s, g, "0", "-", "-", "-", "-", "-", "-"];
+    const lag = h.map((x) => Number(x.lag));
+    const rate: number[] = [];
+    for (let i = 1; i < h.length; i++) {
+      const minutes = (h[i].sampledAt.getTime() - h[i - 1].sampledAt.getTime()) / 60_000;
+      const moved = Number(BigInt(h[i].committed) - BigInt(h[i - 1].committed));
+      rate.push(minutes > 0 ? Math.max(0, moved) / minutes : 0);
+    }
+    const last = h[h.length - 1];
+    return [
+      s, g, String(h.length), age(Date.now() - h[0].sampledAt.getTime()),
+      sparkline(lag), last.lag, sparkline(rate), rate.length > 0 ? String(Math.round(rate[rate.length - 1])) : "-",
+      `${sparkline(h.map((x) => x.exceptions.dead))} ${last.exceptions.dead}`,
+    ];
+  });
+  ctx.print(
+    [
+      table(["STREAM", "GROUP", "SAMPLES", "SPAN", "LAG", "NOW", "THROUGHPUT/MIN", "NOW", "DEAD"], rows),
+      "samples are written by maintain() (every 5 minutes on AWS), kept 7 days; SPAN = age of the oldest sample shown",
+    ].join("\n"),
+  );
+}
+
 interface Alert {
   /** Oldest unresolved message older than this (ms) is an alert; null: only dead rows are. */
   maxAgeMs: number | null;
@@ -149,6 +200,12 @@ function alertsOf(progress: Progress[], a: Alert): string[] {
 export async function status(ctx: Ctx, v: Values): Promise<number> {
   const stream = str(v, "stream");
   const group = str(v, "group");
+  if (v.history === true) {
+    if (v.watch === true || v.check === true || v["max-age"] !== undefined) throw usageError("--history goes alone (with --stream, --group, --since, --samples)", "status");
+    await history(ctx, stream, group, v);
+    return 0;
+  }
+  if (v.since !== undefined || v.samples !== undefined) throw usageError("--since and --samples go with --history", "status");
   const maxAge = str(v, "max-age");
   let alert: Alert | null = v.check === true ? { maxAgeMs: null } : null;
   if (maxAge !== undefined) {

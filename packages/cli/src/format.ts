@@ -72,6 +72,17 @@ export function bar(fraction: number, width = 16): string {
   return "[" + "#".repeat(n) + " ".repeat(width - n) + "]";
 }
 
+const SPARKS = "▁▂▃▄▅▆▇█";
+
+/** A one-line chart of the values, scaled from 0 (or the minimum when negative) to the maximum. */
+export function sparkline(values: number[]): string {
+  if (values.length === 0) return "-";
+  const lo = Math.min(0, ...values);
+  const hi = Math.max(...values);
+  if (hi === lo) return SPARKS[0].repeat(values.length);
+  return values.map((v) => SPARKS[Math.min(7, Math.max(0, Math.round(((v - lo) / (hi - lo)) * 7)))]).join("");
+}
+
 export function yesNo(b: boolean): string {
   return b ? "yes" : "no";
 }

@@ -13,6 +13,8 @@ import { retentionStatus } from "./sql/maintain.js";
 import { tracedHandler, tracedPoll } from "./otel.js";
 import { SqlStreamsError, groupNotRegistered } from "./errors.js";
 import * as A from "./sql/admin.js";
+import * as H from "./sql/history.js";
+import { HISTORY_MAX_ROWS } from "./sql/history.js";
 import * as O from "./sql/operator.js";
 import { type Tables, insertDeliveryLog, tables } from "./sql/cycle.js";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -38,6 +40,16 @@ export interface Progress {
    * whose position holds expired messages back (this one or another), `heldForMs` for how long.
    */
   retention: { floor: string; heldBy: string | null; held: boolean; heldForMs: number | null };
+}
+
+/** One sample of progress_history_N (docs/data-model.md#progress-history). */
+export interface ProgressSample {
+  sampledAt: Date;
+  head: string;
+  committed: string;
+  lag: string;
+  exceptions: Record<ExceptionStatus, number>;
+  oldestUnresolvedAgeMs: number | null;
 }
 
 export interface FailureRow<T = unknown> {
@@ -221,6 +233,34 @@ export class Consumer<T = unknown> {
       oldestUnresolvedAgeMs: x.oldest_ms === null ? null : Math.max(0, Math.round(x.oldest_ms)),
       retention: { floor: ret.floor.toString(), heldBy: ret.held ? ret.heldBy?.group ?? null : null, held: ret.held, heldForMs: ret.heldForMs },
     };
+  }
+
+  /**
+   * The group's progress samples written by maintain() (docs/data-model.md#progress-history),
+   * oldest first: the newest `limit` (default 288, one day of 5-minute runs) since `since`.
+   */
+  async history(opts: { since?: Date | string | number; limit?: number } = {}): Promise<ProgressSample[]> {
+    if (typeof opts !== "object" || opts === null) throw new SqlStreamsError("SQL0015", "history(options): options must be an object");
+    const limit = opts.limit ?? 288;
+    if (!Number.isInteger(limit) || limit < 1 || limit > HISTORY_MAX_ROWS) {
+      throw new SqlStreamsError("SQL0015", `history({ limit }) must be an integer between 1 and ${HISTORY_MAX_ROWS}, got ${String(limit)}`, { path: "limit" });
+    }
+    let since: Date | null = null;
+    if (opts.since !== undefined) {
+      since = opts.since instanceof Date ? opts.since : new Date(opts.since);
+      if (Number.isNaN(since.getTime())) throw new SqlStreamsError("SQL0015", `history({ since }) must be a Date, an ISO time or epoch ms, got ${String(opts.since)}`, { path: "since" });
+    }
+    const { streamId, groupId } = await this.groupId();
+    const db = this.client.db;
+    const r = await query<{
+      sampled_at: Date; head: string; committed: string; lag: string; ready: number; deferred: number; inflight: number;
+      dead: number; superseded: number; oldest_unresolved_ms: number | null;
+    }>(db, db.pool, H.readProgress(db.q, streamId), [groupId, since, limit]);
+    return r.rows.map((x) => ({
+      sampledAt: x.sampled_at, head: x.head, committed: x.committed, lag: x.lag,
+      exceptions: { ready: x.ready, deferred: x.deferred, inflight: x.inflight, dead: x.dead, superseded: x.superseded },
+      oldestUnresolvedAgeMs: x.oldest_unresolved_ms === null ? null : Math.max(0, Math.round(x.oldest_unresolved_ms)),
+    }));
   }
 
   async failures(opts: FailureFilter = {}): Promise<FailureRow<T>[]> {

@@ -179,6 +179,7 @@ export async function destroyGroup(client: Runtime, stream: string, group: strin
     const rangeLeases = await del("claim_lease");
     const keyLeases = await del("message_key_lease");
     await del("consumer_group_cursor");
+    await del("progress_history");
     await query(db, c, `DELETE FROM ${db.q}.consumer_group_config WHERE id = $1`, [groupId]);
     const out: DestroyGroupResult = {
       stream: streamName,
@@ -245,7 +246,7 @@ export async function destroyStream(client: Runtime, stream: string, opts: Destr
         );
       }
     }
-    const family = ["message_log", "exception_queue", "delivery_log", "consumer_group_cursor", "claim_lease", "message_key_lease", "compaction_head", "idempotency_key"];
+    const family = ["message_log", "exception_queue", "delivery_log", "consumer_group_cursor", "claim_lease", "message_key_lease", "compaction_head", "idempotency_key", "progress_history"];
     await query(db, c, `DROP TABLE IF EXISTS ${family.map((t) => table(db.q, streamId, t)).join(", ")}`);
     // The family's protocol functions are named <step>_<N>; drop every overload found.
     const fns = await query<{ sig: string }>(

@@ -3,7 +3,7 @@
 // dev`, stream.maintain()); every step is bounded, independent and safe to run from several
 // invocations at once. The statements live in sql/maintain.ts.
 import type { Runtime } from "./runtime.js";
-import { type Db, transaction } from "./db.js";
+import { type Db, query, transaction } from "./db.js";
 import { SqlStreamsError } from "./errors.js";
 import {
   BATCH,
@@ -25,6 +25,7 @@ import {
   sweepWindow,
 } from "./sql/maintain.js";
 import { ensurePartition } from "./sql/partitions.js";
+import * as H from "./sql/history.js";
 import { validateStreamName } from "./validate.js";
 import { monotonicDeadline, now } from "./clock.js";
 
@@ -57,6 +58,8 @@ export interface MaintainReport {
   retentionHeldBy: { group: string; committed: string; unresolvedFrom: string | null; paused: boolean } | null;
   /** How long the oldest expired message has been kept past its retention, when held; else null. */
   retentionHeldMs: number | null;
+  /** Progress samples written into progress_history_N (one per group; docs/data-model.md#progress-history). */
+  progressSampled: number;
   /** True when the deadline stopped a step or a batch loop early. */
   deadlineReached: boolean;
   errors: { step: string; code: string; message: string }[];
@@ -80,6 +83,7 @@ function emptyReport(stream: string): MaintainReport {
     floor: null,
     retentionHeldBy: null,
     retentionHeldMs: null,
+    progressSampled: 0,
     deadlineReached: false,
     errors: [],
   };
@@ -151,6 +155,10 @@ async function maintainOne(client: Runtime, s: MaintainedStream, deadline: numbe
   await run.batches("idempotencyKeys", () => deleteIdempotencyKeys(db, s.id, s.idempotencyKeyTtlMs), (n) => (r.idempotencyKeysDeleted += n));
   await run.batches("keyLeases", () => deleteExpiredKeyLeases(db, s.id), (n) => (r.keyLeasesDeleted += n));
   await run.batches("emptyHeads", () => deleteEmptyHeads(db, s.id), (n) => (r.emptyHeadsDeleted += n));
+  // 7. A progress sample of every group, with the history's pruning in the same statement (docs/data-model.md#progress-history).
+  await run.step("history", async () => {
+    r.progressSampled = (await query(db, db.pool, H.sampleProgress(db.q, s.id), [s.id])).rowCount ?? 0;
+  });
   return r;
 }
 

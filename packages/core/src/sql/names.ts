@@ -8,7 +8,8 @@ export type FamilyTable =
   | "claim_lease"
   | "message_key_lease"
   | "compaction_head"
-  | "idempotency_key";
+  | "idempotency_key"
+  | "progress_history";
 
 export function streamIdText(id: string | number | bigint): string {
   const s = String(id);
