@@ -46,10 +46,12 @@ describe("ranges bounded by bytes (batchBytes)", () => {
     expect((await cursor(t, sid, gid)).committed).toBe(ids[4]);
   });
 
-  it("a 128 MB heap drains 16 messages of 4 MB each (a child process with --max-old-space-size=128)", async () => {
+  it("a 128 MB heap drains 16 messages of about 4.5 MB each (a child process with --max-old-space-size=128)", async () => {
     const t = testClient(url());
     const { s, sid, gid } = await setupGroup(t, "bytes.big", { stream: { maxPayloadBytes: 8 * 1_048_576 } });
-    for (let i = 0; i < 16; i++) await s.produce({ i, s: String.fromCharCode(97 + i).repeat(4_000_000) });
+    // About 4.5 MB of JSON each, and about three times that once parsed (400 000 distinct short
+    // strings): 16 of them in one range need far more than a 128 MB heap.
+    for (let i = 0; i < 16; i++) await s.produce({ i, s: Array.from({ length: 400_000 }, (_, k) => `v${i * 1_000_000 + k}`) });
     const child = spawnNode({
       name: "big-drain",
       nodeArgs: ["--max-old-space-size=128"],
@@ -64,7 +66,7 @@ describe("ranges bounded by bytes (batchBytes)", () => {
         for (let i = 0; i < 50 && n < 16; i++) {
           await g.drain((m) => {
             n++;
-            if (m.payload.s.length !== 4000000) bad++;
+            if (m.payload.s.length !== 400000 || m.payload.s[0] !== "v" + m.payload.i * 1000000) bad++;
           }, { batchLimit: 16 });
         }
         console.log(JSON.stringify({ event: "done", n, bad }));
