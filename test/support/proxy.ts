@@ -27,6 +27,8 @@ export interface TcpProxy {
    * after the commit. Resolves once that happened.
    */
   loseReply(match: (text: string) => boolean): Promise<void>;
+  /** Closes every connection open now abruptly (both sides see the connection end). */
+  closeExisting(): void;
   /** Closes the listener and destroys every socket. */
   close(): Promise<void>;
 }
@@ -128,6 +130,12 @@ export async function startProxy(databaseUrl: string): Promise<TcpProxy> {
       return new Promise<void>((resolve) => {
         armed = { match, fired: resolve };
       });
+    },
+    closeExisting() {
+      for (const p of pairs) {
+        p.client.destroy();
+        p.server?.destroy();
+      }
     },
     async close() {
       for (const s of sockets) s.destroy();

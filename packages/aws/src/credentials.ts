@@ -123,12 +123,22 @@ export async function loadConnectionSettings(env: Env, readSecret: SecretReader)
 }
 
 const AUTH_FAILURES = new Set(["28P01", "28000"]);
+/**
+ * PgBouncer reports a rejected password as SQLSTATE 08P01 with one of these texts (its other
+ * 08P01 errors, such as a crashed server connection, are not about credentials).
+ */
+const POOLER_AUTH = /password authentication failed|SASL authentication failed|no such user|authentication failed/i;
 
-/** True when the error (or a cause) is Postgres rejecting the credentials (SQLSTATE 28P01/28000). */
+/**
+ * True when the error (or a cause) is the database or a pooler in front of it rejecting the
+ * credentials: SQLSTATE 28P01/28000, or PgBouncer's 08P01 for a failed password
+ * (docs/operations.md#credentials).
+ */
 export function isAuthFailure(e: unknown): boolean {
   for (let cur: unknown = e, depth = 0; cur && depth < 8; depth++) {
     const code = (cur as { code?: unknown }).code;
     if (typeof code === "string" && AUTH_FAILURES.has(code)) return true;
+    if (code === "08P01" && POOLER_AUTH.test(String((cur as { message?: unknown }).message ?? ""))) return true;
     cur = (cur as { cause?: unknown }).cause;
   }
   return false;

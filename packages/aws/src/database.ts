@@ -1,6 +1,6 @@
 // One pg pool and one SqlStreams client per container, created on first use and reused across
-// warm invocations. Credentials are fetched once; when Postgres rejects them (a rotation), the
-// secret is fetched again once and the pool is rebuilt.
+// warm invocations. Credentials are fetched once; when Postgres (or PgBouncer, with 08P01)
+// rejects them after a rotation, the secret is fetched again once and the pool is rebuilt.
 import pg from "pg";
 import { SqlStreams, SqlStreamsError, type Logger } from "@sqlstreams/core";
 import {
