@@ -44,6 +44,24 @@ export function urlForDatabase(name: string, base: string = baseDatabaseUrl()): 
   return url.toString();
 }
 
+/**
+ * Set by .ci/run's pooler leg to a PgBouncer in front of the test server: the URLs of fresh
+ * databases then go through it (library and test traffic alike), while CREATE/DROP DATABASE
+ * still go to the server directly.
+ */
+export const POOLER_URL_ENV = "SQLSTREAMS_TEST_POOLER_URL";
+
+/** `url` routed through the pooler of POOLER_URL_ENV when it is set. */
+export function throughPooler(url: string): string {
+  const pooler = process.env[POOLER_URL_ENV];
+  if (!pooler) return url;
+  const x = new URL(url);
+  const p = new URL(pooler);
+  x.hostname = p.hostname;
+  x.port = p.port;
+  return x.toString();
+}
+
 /** Create a new, empty database with a random name on the test server. */
 export async function freshDatabase(): Promise<FreshDatabase> {
   const base = baseDatabaseUrl();
@@ -52,7 +70,7 @@ export async function freshDatabase(): Promise<FreshDatabase> {
   let dropped: Promise<void> | undefined;
   return {
     name,
-    url: urlForDatabase(name, base),
+    url: throughPooler(urlForDatabase(name, base)),
     drop() {
       dropped ??= withClient(base, async (c) => {
         await c.query(`DROP DATABASE IF EXISTS ${pg.escapeIdentifier(name)} WITH (FORCE)`);
