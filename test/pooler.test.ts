@@ -159,7 +159,7 @@ describe.skipIf(!PGBOUNCER_BIN)("through a real PgBouncer (transaction mode)", (
     cleanups.push(() => serverSide.close());
     const b = await startPgBouncer(url(), { serverHost: "127.0.0.1", serverPort: serverSide.port });
     cleanups.push(() => b.stop());
-    const s = await registered("crash.bouncer", 3);
+    await registered("crash.bouncer", 3);
     const n = (await query<{ id: string }>(url(), `SELECT id::text FROM sqlstreams.stream_config WHERE name = 'crash.bouncer'`))[0].id;
     const app = new SqlStreams({ connectionString: b.urlFor(roleUrl(url(), rolePassword)), maxConnections: 1, logger: () => {} });
     cleanups.push(() => app.close());
