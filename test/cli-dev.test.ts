@@ -125,6 +125,12 @@ describe("sqlstreams dev", () => {
   it("Ctrl-C stops scheduling, lets running invocations finish and exits 0", async () => {
     const child = dev(["--tick", "300", "--messages", "40"]);
     await child.waitFor((m) => m.event === "dev.progress", { timeoutMs: 60_000 });
+    // dev serves the operator dashboard on loopback and prints its URL.
+    const dashboard = child.messages.find((m) => m.event === "dev.dashboard");
+    expect(String(dashboard?.url)).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/$/);
+    const page = await fetch(String(dashboard?.url));
+    expect(page.status).toBe(200);
+    expect(await page.text()).toContain("Streams and consumer groups");
     const exit = await (async () => {
       child.process.kill("SIGINT");
       return child.waitForExit(60_000);

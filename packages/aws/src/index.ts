@@ -17,3 +17,7 @@ export type { GroupDeclaration, PollMode, StreamDeclarations } from "./declarati
 export type { LineWriter, LogLine } from "./log.js";
 export { NAMESPACE as METRICS_NAMESPACE, DurationHistogram, pollDocument, maintainDocuments, stageFromEnv } from "./metrics.js";
 export type { EmfDocument, EmfUnit, EmfValues, EmfMetricDefinition } from "./metrics.js";
+export { createDashboard } from "./dashboard/app.js";
+export type { DashboardOptions, FetchHandler } from "./dashboard/app.js";
+export { createDashboardHandler } from "./dashboard/lambda.js";
+export type { DashboardHandlerOptions, FunctionUrlEvent, FunctionUrlResult } from "./dashboard/lambda.js";

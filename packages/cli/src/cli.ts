@@ -180,6 +180,18 @@ Back replays history for this group; forward skips messages. Refused while the g
     options: { ...STREAM },
     run: (ctx, v) => C.maintain(ctx, v),
   },
+  dashboard: {
+    summary: "serve the operator dashboard (overview, groups, messages; redrive, discard, pause, seek)",
+    usage: "sqlstreams dashboard [--port N] [--host H] [--read-only] [--token T]",
+    help: `Serves the web dashboard on http://127.0.0.1:5480/ (--port 0 picks a free port; the URL is printed).
+  --host H             interface to listen on (default 127.0.0.1); anything beyond loopback needs a
+                       token (SQL0060)
+  --token T            require HTTP basic auth with T as the password (default env
+                       SQLSTREAMS_DASHBOARD_TOKEN)
+  --read-only          pages only: every action is refused (SQL0061)`,
+    options: { port: { type: "string" }, host: { type: "string" }, "read-only": { type: "boolean" }, token: { type: "string" } },
+    run: async (ctx, v) => (await import("./dashboard.js")).dashboard(ctx, v),
+  },
   doctor: {
     summary: "find why a group is stuck: migrations, fence holders, leases, declaration, connections, partitions",
     usage: "sqlstreams doctor [--groups PATH] [--hold-threshold 5s] [--recent 24h] [--pool-size N] [--quiet]",
@@ -226,11 +238,15 @@ Without DATABASE_URL it runs an embedded Postgres kept in --data-dir (reused acr
   --build DIR          where the bundles are (default .build)
   --data-dir DIR       embedded Postgres data directory (default .sqlstreams/dev-pg)
   --port N             embedded Postgres port (default 54329, or a free one)
-  --log-file PATH      handler and library log lines (default .sqlstreams/dev.log)`,
+  --log-file PATH      handler and library log lines (default .sqlstreams/dev.log)
+  --dashboard-port N   the operator dashboard's port (default 5480, or a free one when taken; it
+                       listens on 127.0.0.1 and its URL is printed)
+  --no-dashboard       do not start the dashboard`,
     options: {
       once: { type: "boolean" }, timeout: { type: "string" }, tick: { type: "string" }, speed: { type: "string" },
       budget: { type: "string" }, messages: { type: "string" }, "no-demo": { type: "boolean" }, build: { type: "string" },
       "data-dir": { type: "string" }, port: { type: "string" }, "log-file": { type: "string" },
+      "dashboard-port": { type: "string" }, "no-dashboard": { type: "boolean" },
     },
     run: async (ctx, v) => (await import("./dev/dev.js")).dev(ctx, v),
   },

@@ -127,6 +127,18 @@ export class SqlStreams implements Runtime {
     return r.rows.map((x) => x.name);
   }
 
+  /** Every registered consumer group as { stream, group }, by stream then group name. */
+  async consumerGroups(): Promise<{ stream: string; group: string }[]> {
+    await this.ready();
+    const r = await query<{ stream: string; group: string }>(
+      this.db,
+      this.db.pool,
+      `SELECT s.name AS stream, g.name AS "group" FROM ${this.db.q}.stream_config s
+         JOIN ${this.db.q}.consumer_group_config g ON g.stream_id = s.id ORDER BY s.name, g.name`,
+    );
+    return r.rows;
+  }
+
   /** @internal Checks the schema version once per client, before its first database action. */
   ready(): Promise<void> {
     assertOpen(this.db);

@@ -35,6 +35,8 @@ interface DevOptions {
   dataDir: string;
   port: number | undefined;
   logFile: string;
+  dashboard: boolean;
+  dashboardPort: number | undefined;
 }
 
 const REFRESH_MS = 500;
@@ -70,6 +72,8 @@ function options(v: Values): DevOptions {
     dataDir: typeof v["data-dir"] === "string" ? v["data-dir"] : ".sqlstreams/dev-pg",
     port: num(v, "port", 1, 65_535),
     logFile: typeof v["log-file"] === "string" ? v["log-file"] : ".sqlstreams/dev.log",
+    dashboard: v["no-dashboard"] !== true,
+    dashboardPort: num(v, "dashboard-port", 0, 65_535),
   };
 }
 
@@ -161,6 +165,7 @@ class DevRun {
   private logs: LogCapture | undefined;
   private server: EmbeddedServer | undefined;
   private services: DemoServices | undefined;
+  private dashboard: import("node:http").Server | undefined;
   private where = "";
   // Stopping: the first signal asks, the second abandons running invocations, the third exits.
   private stopRequested: ((why: string) => void) | undefined;
@@ -247,6 +252,7 @@ class DevRun {
   async run(): Promise<number> {
     await this.openDatabase();
     await this.migrate();
+    await this.startDashboard();
     await this.startDemo();
     describeSchedule(this.jobs, this.o, this.say);
     this.startProducer();
@@ -561,7 +567,29 @@ class DevRun {
     return exitCode;
   }
 
+  /** The operator dashboard on 127.0.0.1 (its fixed port, or a free one when that is taken). */
+  private async startDashboard(): Promise<void> {
+    if (this.o.dashboard === false) return;
+    const { DASHBOARD_PORT, startDashboard } = await import("../dashboard.js");
+    const client = this.ctx.client();
+    let started: { server: import("node:http").Server; url: string };
+    try {
+      started = await startDashboard(client, { host: "127.0.0.1", port: this.o.dashboardPort ?? DASHBOARD_PORT, readOnly: false });
+    } catch (e) {
+      if ((e as { code?: string }).code !== "EADDRINUSE" || this.o.dashboardPort !== undefined) throw e;
+      started = await startDashboard(client, { host: "127.0.0.1", port: 0, readOnly: false });
+    }
+    this.dashboard = started.server;
+    this.say(`dashboard: ${started.url}`);
+    this.emit("dev.dashboard", { url: started.url });
+  }
+
   async cleanup(): Promise<void> {
+    if (this.dashboard) {
+      const d = this.dashboard;
+      await new Promise<void>((res) => d.close(() => res()));
+      d.closeAllConnections();
+    }
     for (const s of SIGNALS) process.removeListener(s, this.onSignal);
     process.removeListener("unhandledRejection", this.onRejection);
     await this.services?.close().catch(() => {});

@@ -1,0 +1,349 @@
+// The operator dashboard as one fetch handler (Request → Response): served by `sqlstreams
+// dashboard` on node:http, or behind a Lambda Function URL (createDashboardHandler). Server-
+// rendered HTML; state changes are POSTs guarded by a double-submit token and the browser's
+// Origin / Sec-Fetch-Site headers; read-only mode refuses them (docs/operations.md#dashboard).
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { SqlStreamsError, isSqlStreamsError, type FailureFilter, type Progress, type SqlStreams } from "@sqlstreams/core";
+import { age, esc, page, postForm, table } from "./html.js";
+
+export interface DashboardOptions {
+  client: SqlStreams;
+  /** Refuse every action (SQL0061); pages hide their buttons. */
+  readOnly?: boolean;
+  /** When set, every request needs it: HTTP basic auth (any user, this password) or `Authorization: Bearer`. */
+  token?: string;
+  /** Path prefix the app is mounted under (e.g. "/ops"); default none. */
+  basePath?: string;
+}
+
+export type FetchHandler = (req: Request) => Promise<Response>;
+
+const CSRF_COOKIE = "sqlstreams_csrf";
+const STATUSES = ["dead", "ready", "deferred", "inflight"] as const;
+const PAGE = 50;
+
+class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+function sameSecret(a: string, b: string): boolean {
+  const x = createHash("sha256").update(a).digest();
+  const y = createHash("sha256").update(b).digest();
+  return timingSafeEqual(x, y);
+}
+
+function authorized(req: Request, token: string): boolean {
+  const h = req.headers.get("authorization") ?? "";
+  if (h.startsWith("Bearer ")) return sameSecret(h.slice(7).trim(), token);
+  if (h.startsWith("Basic ")) {
+    const decoded = Buffer.from(h.slice(6).trim(), "base64").toString("utf8");
+    const i = decoded.indexOf(":");
+    return i >= 0 && sameSecret(decoded.slice(i + 1), token);
+  }
+  return false;
+}
+
+function cookie(req: Request, name: string): string | undefined {
+  for (const part of (req.headers.get("cookie") ?? "").split(";")) {
+    const [k, ...v] = part.trim().split("=");
+    if (k === name) return v.join("=");
+  }
+  return undefined;
+}
+
+function html(body: string, status = 200, headers: Record<string, string> = {}): Response {
+  return new Response(body, {
+    status,
+    headers: {
+      "content-type": "text/html; charset=utf-8",
+      "cache-control": "no-store",
+      "x-frame-options": "DENY",
+      "x-content-type-options": "nosniff",
+      "referrer-policy": "same-origin",
+      "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+      ...headers,
+    },
+  });
+}
+
+export function createDashboard(o: DashboardOptions): FetchHandler {
+  const base = (o.basePath ?? "").replace(/\/+$/, "");
+  const readOnly = o.readOnly === true;
+  return async (req) => {
+    const url = new URL(req.url);
+    if (o.token !== undefined && !authorized(req, o.token)) {
+      return new Response("authentication required\n", { status: 401, headers: { "www-authenticate": 'Basic realm="sqlstreams dashboard", charset="UTF-8"', "content-type": "text/plain" } });
+    }
+    // One random token per browser, in a cookie the page's forms repeat (double submit).
+    const existing = cookie(req, CSRF_COOKIE);
+    const csrf = existing && /^[A-Za-z0-9_-]{20,64}$/.test(existing) ? existing : randomBytes(18).toString("base64url");
+    const setCookie: Record<string, string> = existing === csrf ? {} : { "set-cookie": `${CSRF_COOKIE}=${csrf}; Path=${base || "/"}; HttpOnly; SameSite=Strict${url.protocol === "https:" ? "; Secure" : ""}` };
+    let path = url.pathname;
+    if (base && path.startsWith(base)) path = path.slice(base.length);
+    if (path === "") path = "/";
+    const ctx: View = { client: o.client, base, readOnly, csrf, url };
+    try {
+      if (req.method === "POST") {
+        const r = await action(ctx, req, path, existing);
+        return r instanceof Response ? r : html(r, 200, setCookie);
+      }
+      if (req.method !== "GET" && req.method !== "HEAD") throw new HttpError(405, `method ${req.method} not allowed`);
+      if (path === "/") return html(await overview(ctx), 200, setCookie);
+      if (path === "/group") return html(await groupPage(ctx), 200, setCookie);
+      if (path === "/message") return html(await messagePage(ctx), 200, setCookie);
+      if (path === "/healthz") return new Response("ok\n", { headers: { "content-type": "text/plain" } });
+      throw new HttpError(404, `no page ${path}`);
+    } catch (e) {
+      const status = e instanceof HttpError ? e.status : isSqlStreamsError(e) ? (["SQL0009", "SQL0010", "SQL0058"].includes(e.code) ? 404 : e.code === "SQL0061" ? 403 : 400) : 500;
+      const message = e instanceof Error ? e.message : String(e);
+      return html(page({ title: "error", base, readOnly, error: message }, `<p><a href="${esc(base)}/">Back to the overview</a></p>`), status, setCookie);
+    }
+  };
+}
+
+/** The first line of an error, the rest (a stack) behind a disclosure. */
+function errorCell(e: string | null): string {
+  if (!e) return "-";
+  const cut = e.search(/\s+at\s+\S+\s+\(|\s+at\s+\//);
+  if (cut < 0 && e.length <= 300) return `<div class="err">${esc(e)}</div>`;
+  const head = (cut < 0 ? e : e.slice(0, cut)).slice(0, 300);
+  return `<div class="err">${esc(head)}<details><summary>full error</summary><pre>${esc(e)}</pre></details></div>`;
+}
+
+interface View {
+  client: SqlStreams;
+  base: string;
+  readOnly: boolean;
+  csrf: string;
+  url: URL;
+}
+
+function link(v: View, path: string, params: Record<string, string | undefined>): string {
+  const q = new URLSearchParams();
+  for (const [k, x] of Object.entries(params)) if (x !== undefined && x !== "") q.set(k, x);
+  const s = q.toString();
+  return `${v.base}${path}${s ? `?${s}` : ""}`;
+}
+
+async function overview(v: View): Promise<string> {
+  const pairs = await v.client.consumerGroups();
+  const progress: Progress[] = [];
+  for (const p of pairs) progress.push(await v.client.stream(p.stream).consumer(p.group).progress());
+  const rows = progress.map((p) => [
+    esc(p.stream),
+    `<a href="${esc(link(v, "/group", { stream: p.stream, group: p.group }))}">${esc(p.group)}</a>`,
+    esc(p.head), esc(p.committed), esc(p.lag),
+    esc(`${p.openLeases}/${p.expiredLeases}`),
+    String(p.exceptions.ready), String(p.exceptions.deferred), String(p.exceptions.inflight),
+    p.exceptions.dead > 0 ? `<span class="bad">${p.exceptions.dead}</span>` : "0",
+    String(p.exceptions.superseded),
+    esc(age(p.oldestUnresolvedAgeMs)),
+    p.paused ? '<span class="warn">paused</span>' : "no",
+    p.retention.held ? esc(`${p.retention.heldBy ?? "?"}${p.retention.heldForMs !== null ? ` for ${age(p.retention.heldForMs)}` : ""}`) : "-",
+  ]);
+  const streams = [...new Set(pairs.map((p) => p.stream))];
+  const lookup = streams.length === 0 ? "" : `<form method="get" action="${esc(v.base)}/message"><fieldset><legend>Find a message</legend>
+<label for="m-stream">Stream</label><select id="m-stream" name="stream">${streams.map((s) => `<option>${esc(s)}</option>`).join("")}</select>
+<label for="m-id">Id</label><input id="m-id" name="id" inputmode="numeric" size="10">
+<label for="m-key">or key</label><input id="m-key" name="key" size="20">
+<button type="submit">Inspect</button></fieldset></form>`;
+  const dead = progress.filter((p) => p.exceptions.dead > 0).length;
+  return page(
+    { title: "overview", base: v.base, readOnly: v.readOnly, flash: v.url.searchParams.get("done"), refresh: true },
+    `<h1>Streams and consumer groups</h1>
+<p>${progress.length} group(s)${dead > 0 ? `; <span class="bad">${dead} with dead messages</span> (lag 0 with dead rows is not success)` : ""}.</p>
+${table(
+  "Groups",
+  ["Stream", "Group", { text: "Head", num: true }, { text: "Committed", num: true }, { text: "Lag", num: true }, { text: "Leases open/expired", num: true },
+    { text: "Ready", num: true }, { text: "Deferred", num: true }, { text: "Inflight", num: true }, { text: "Dead", num: true }, { text: "Superseded", num: true },
+    "Oldest unresolved", "Paused", "Holds retention"],
+  rows,
+)}
+<p class="muted" id="history">Lag and throughput over time appear here once progress history is recorded.</p>
+${lookup}`,
+  );
+}
+
+function filterOf(u: URL): { status: (typeof STATUSES)[number]; filter: Omit<FailureFilter, "status" | "limit" | "offset">; offset: number; raw: Record<string, string> } {
+  const g = (k: string) => u.searchParams.get(k) ?? "";
+  const status = (STATUSES as readonly string[]).includes(g("status")) ? (g("status") as (typeof STATUSES)[number]) : "dead";
+  const filter: Omit<FailureFilter, "status" | "limit" | "offset"> = {};
+  if (g("error")) filter.errorContains = g("error");
+  if (g("key")) filter.key = g("key");
+  if (g("since")) filter.since = g("since");
+  if (g("payload")) {
+    try {
+      filter.payloadContains = JSON.parse(g("payload")) as unknown;
+    } catch {
+      throw new HttpError(400, `payload filter must be JSON, e.g. {"customer":7}`);
+    }
+  }
+  const offset = /^[0-9]{1,9}$/.test(g("offset")) ? Number(g("offset")) : 0;
+  return { status, filter, offset, raw: { status, error: g("error"), key: g("key"), since: g("since"), payload: g("payload") } };
+}
+
+function need(u: URL | URLSearchParams, k: string): string {
+  const x = (u instanceof URL ? u.searchParams : u).get(k);
+  if (!x) throw new HttpError(400, `missing ${k}`);
+  return x;
+}
+
+async function groupPage(v: View): Promise<string> {
+  const stream = need(v.url, "stream");
+  const group = need(v.url, "group");
+  const c = v.client.stream(stream).consumer(group);
+  const p = await c.progress();
+  const f = filterOf(v.url);
+  const rows = await c.failures({ ...f.filter, status: f.status, limit: PAGE, offset: f.offset });
+  const total = await c.countFailures({ ...f.filter, status: f.status });
+  const sg = { stream, group };
+  const now = Date.now();
+  const actions = (id: string) =>
+    v.readOnly || f.status !== "dead"
+      ? ""
+      : `${postForm(`${v.base}/action/redrive`, v.csrf, { ...sg, ids: id }, "Redrive", { ariaLabel: `Redrive message ${id}` })} ${postForm(`${v.base}/action/discard`, v.csrf, { ...sg, ids: id }, "Discard", { danger: true, ariaLabel: `Discard message ${id}` })}`;
+  const body = rows.map((r) => [
+    `<a href="${esc(link(v, "/message", { stream, id: r.messageId }))}">${esc(r.messageId)}</a>`,
+    esc(r.key ?? "-"),
+    `<span class="${r.status === "dead" ? "bad" : "warn"}">${esc(r.status)}</span>`,
+    String(r.attempts), String(r.delays),
+    esc(`${age(now - r.updatedAt.getTime())} ago`),
+    `<pre>${esc(JSON.stringify(r.payload, null, 1))}</pre>`,
+    errorCell(r.lastError),
+    actions(r.messageId),
+  ]);
+  const raw = f.raw;
+  const filterForm = `<form method="get" action="${esc(v.base)}/group"><fieldset><legend>Filter exception rows</legend>
+<input type="hidden" name="stream" value="${esc(stream)}"><input type="hidden" name="group" value="${esc(group)}">
+<label for="f-status">Status</label><select id="f-status" name="status">${STATUSES.map((s) => `<option${s === f.status ? " selected" : ""}>${s}</option>`).join("")}</select>
+<label for="f-error">Error contains</label><input id="f-error" name="error" value="${esc(raw.error)}" size="16">
+<label for="f-key">Key</label><input id="f-key" name="key" value="${esc(raw.key)}" size="12">
+<label for="f-since">Updated since</label><input id="f-since" name="since" value="${esc(raw.since)}" placeholder="2024-05-01T12:00Z" size="18">
+<label for="f-payload">Payload contains (JSON)</label><input id="f-payload" name="payload" value="${esc(raw.payload)}" size="16">
+<button type="submit">Apply</button></fieldset></form>`;
+  const matching = { ...sg, error: raw.error, key: raw.key, since: raw.since, payload: raw.payload };
+  const bulk = v.readOnly || f.status !== "dead" || total === 0 ? "" : `<p>${postForm(`${v.base}/action/redrive`, v.csrf, { ...matching, all: "1" }, `Redrive all ${total} matching`)} ${postForm(`${v.base}/action/discard`, v.csrf, { ...matching, all: "1" }, `Discard all ${total} matching`, { danger: true })}</p>`;
+  const controls = v.readOnly ? "" : `<fieldset><legend>Group</legend>
+${p.paused ? postForm(`${v.base}/action/resume`, v.csrf, sg, "Resume") : postForm(`${v.base}/action/pause`, v.csrf, sg, "Pause")}
+<form class="inline" method="post" action="${esc(v.base)}/action/seek"><input type="hidden" name="csrf" value="${esc(v.csrf)}"><input type="hidden" name="stream" value="${esc(stream)}"><input type="hidden" name="group" value="${esc(group)}">
+<label for="s-id">Seek to id</label><input id="s-id" name="id" inputmode="numeric" size="10"> <label for="s-time">or time</label><input id="s-time" name="time" size="20" placeholder="2024-05-01T12:00Z">
+<button type="submit">Seek…</button></form></fieldset>`;
+  const next = f.offset + rows.length < total ? `<a href="${esc(link(v, "/group", { ...sg, ...raw, offset: String(f.offset + rows.length) }))}">Next page</a>` : "";
+  const prev = f.offset > 0 ? `<a href="${esc(link(v, "/group", { ...sg, ...raw, offset: String(Math.max(0, f.offset - PAGE)) }))}">Previous page</a>` : "";
+  return page(
+    { title: `${stream} / ${group}`, base: v.base, readOnly: v.readOnly, flash: v.url.searchParams.get("done"), refresh: true },
+    `<h1>${esc(stream)} / ${esc(group)}</h1>
+<p>head ${esc(p.head)}, committed ${esc(p.committed)}, lag ${esc(p.lag)}; ready ${p.exceptions.ready}, deferred ${p.exceptions.deferred}, inflight ${p.exceptions.inflight},
+<span class="${p.exceptions.dead > 0 ? "bad" : ""}">dead ${p.exceptions.dead}</span>, superseded ${p.exceptions.superseded}; oldest unresolved ${esc(age(p.oldestUnresolvedAgeMs))}; ${p.paused ? '<span class="warn">paused</span>' : "running"}.</p>
+${controls}${filterForm}${bulk}
+${table(`${f.status} rows ${total === 0 ? "" : `${f.offset + 1}–${f.offset + rows.length} of ${total}`}`, [{ text: "Message", num: true }, "Key", "Status", { text: "Attempts", num: true }, { text: "Delays", num: true }, "Updated", "Payload", "Last error", v.readOnly ? "" : "Actions"], body)}
+<p>${prev} ${next}</p>`,
+  );
+}
+
+async function messagePage(v: View): Promise<string> {
+  const stream = need(v.url, "stream");
+  const id = v.url.searchParams.get("id") || undefined;
+  const key = v.url.searchParams.get("key") || undefined;
+  if ((id === undefined) === (key === undefined)) throw new HttpError(400, "give a message id or a key");
+  const found = await v.client.stream(stream).inspect(id !== undefined ? { id } : { key });
+  const now = Date.now();
+  const parts = found.map((m) => {
+    const groups = m.groups.map((g) => {
+      const r = g.row;
+      const state = r === null
+        ? { waiting: "not reached yet", claimed: "in a claimed range, not committed yet", resolved: "resolved" }[g.position as "waiting"]
+        : `${r.status} exception row: attempts ${r.attempts}, delays ${r.delays}${r.status === "dead" || r.status === "superseded" ? "" : `, runs ${r.canRunAfter.getTime() > now ? `in ${age(r.canRunAfter.getTime() - now)}` : "now"}`}`;
+      const act = !v.readOnly && r?.status === "dead"
+        ? ` ${postForm(`${v.base}/action/redrive`, v.csrf, { stream, group: g.group, ids: m.id, back: "message" }, "Redrive")} ${postForm(`${v.base}/action/discard`, v.csrf, { stream, group: g.group, ids: m.id, back: "message" }, "Discard", { danger: true })}`
+        : "";
+      return `<section aria-labelledby="g-${esc(m.id)}-${esc(g.group)}"><h3 id="g-${esc(m.id)}-${esc(g.group)}"><a href="${esc(link(v, "/group", { stream, group: g.group }))}">${esc(g.group)}</a>: <span class="${r?.status === "dead" ? "bad" : r ? "warn" : "ok"}">${esc(state)}</span>${act}</h3>
+${r?.lastError ? `<p>last error:</p>${errorCell(r.lastError)}` : ""}
+${table(`Delivery log of ${g.group}`, ["At", { text: "Attempt", num: true }, "Status", "Error"], g.timeline.map((t) => [esc(t.at.toISOString()), String(t.attempt), esc(t.status), esc(t.error || "-")]))}</section>`;
+    });
+    return `<article><h2>Message ${esc(m.id)}</h2>
+<p>key ${esc(m.key ?? "-")}; created ${esc(m.createdAt.toISOString())} (${esc(age(now - m.createdAt.getTime()))} ago); options ${esc(m.options === null ? "-" : JSON.stringify(m.options))}</p>
+<pre>${esc(JSON.stringify(m.payload, null, 2))}</pre>${groups.join("\n")}</article>`;
+  });
+  return page({ title: `${stream} message ${id ?? key}`, base: v.base, readOnly: v.readOnly, flash: v.url.searchParams.get("done") }, `<h1>${esc(stream)}</h1>${parts.join("\n")}`);
+}
+
+/** Cross-site requests are refused: the browser's Sec-Fetch-Site, else Origin against Host. */
+function sameOrigin(req: Request): boolean {
+  const site = req.headers.get("sec-fetch-site");
+  if (site !== null) return site === "same-origin" || site === "none";
+  const origin = req.headers.get("origin");
+  if (origin === null || origin === "null") return origin === null;
+  try {
+    return new URL(origin).host === (req.headers.get("host") ?? new URL(req.url).host);
+  } catch {
+    return false;
+  }
+}
+
+async function action(v: View, req: Request, path: string, cookieToken: string | undefined): Promise<Response | string> {
+  if (v.readOnly) throw new SqlStreamsError("SQL0061", "the dashboard is read-only: actions are disabled");
+  const form = new URLSearchParams(await req.text());
+  const sent = form.get("csrf") ?? "";
+  if (!sameOrigin(req) || cookieToken === undefined || sent === "" || !sameSecret(sent, cookieToken)) {
+    throw new SqlStreamsError("SQL0061", "the request failed the cross-site check (missing or wrong form token, or another site's page)");
+  }
+  const stream = need(form, "stream");
+  const group = need(form, "group");
+  const c = v.client.stream(stream).consumer(group);
+  const back = (done: string) => {
+    const to = form.get("back") === "message" && form.get("ids")
+      ? link(v, "/message", { stream, id: form.get("ids") ?? undefined, done })
+      : link(v, "/group", { stream, group, done });
+    return new Response(null, { status: 303, headers: { location: to, "cache-control": "no-store" } });
+  };
+  const selector = () => {
+    if (form.get("ids")) return { ids: (form.get("ids") as string).split(",") };
+    const f = filterOf(new URL(`http://x/?${new URLSearchParams({ error: form.get("error") ?? "", key: form.get("key") ?? "", since: form.get("since") ?? "", payload: form.get("payload") ?? "" }).toString()}`)).filter;
+    return { ...(f.errorContains ? { errorContains: f.errorContains } : {}), ...(f.key ? { key: f.key } : {}), ...(f.since ? { deadSince: f.since } : {}), ...(f.payloadContains !== undefined ? { payloadContains: f.payloadContains } : {}), all: true as const, limit: 10_000 };
+  };
+  switch (path) {
+    case "/action/redrive": {
+      const r = await c.redrive(selector(), { reason: "dashboard" });
+      return back(`redrove ${r.redriven} dead message(s)${r.skipped ? `, skipped ${r.skipped}` : ""}`);
+    }
+    case "/action/discard": {
+      const r = await c.discard(selector(), { reason: "dashboard" });
+      return back(`discarded ${r.discarded} dead message(s)${r.skipped ? `, skipped ${r.skipped}` : ""}; audit rows written`);
+    }
+    case "/action/pause":
+      await c.pause();
+      return back("paused");
+    case "/action/resume":
+      await c.resume();
+      return back("resumed");
+    case "/action/seek": {
+      const id = form.get("id") || undefined;
+      const time = form.get("time") || undefined;
+      if ((id === undefined) === (time === undefined)) throw new HttpError(400, "seek needs an id or a time");
+      if (form.get("confirm") !== "yes") return confirmSeek(v, stream, group, id, time);
+      const r = await c.seek(id !== undefined ? { id } : { time }, { force: form.get("force") === "yes" });
+      return back(`seek: claimed ${r.previous.claimed} → ${r.claimed}, committed ${r.previous.committed} → ${r.committed}; ${r.deletedRows} exception row(s) above the new position deleted`);
+    }
+    default:
+      throw new HttpError(404, `no action ${path}`);
+  }
+}
+
+async function confirmSeek(v: View, stream: string, group: string, id: string | undefined, time: string | undefined): Promise<string> {
+  const p = await v.client.stream(stream).consumer(group).progress();
+  return page(
+    { title: `seek ${stream} / ${group}`, base: v.base, readOnly: v.readOnly },
+    `<h1>Seek ${esc(stream)} / ${esc(group)}?</h1>
+<p>The group is at committed ${esc(p.committed)} (claimed ${esc(p.claimed)}, head ${esc(p.head)}). Seeking to ${id !== undefined ? `id ${esc(id)}` : `time ${esc(time)}`}
+replays history for this group when it moves back, and skips messages when it moves forward. Exception rows above the new position are deleted.
+${p.openLeases > 0 ? '<strong class="warn">The group holds leases: pause it and wait, or force (running polls lose their leases).</strong>' : ""}</p>
+${postForm(`${v.base}/action/seek`, v.csrf, { stream, group, id, time, confirm: "yes", force: p.openLeases > 0 ? "yes" : undefined }, p.openLeases > 0 ? "Seek now (force)" : "Seek now", { danger: true })}
+<p><a href="${esc(link(v, "/group", { stream, group }))}">Cancel</a></p>`,
+  );
+}

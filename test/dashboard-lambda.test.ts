@@ -1,0 +1,86 @@
+// The dashboard as a Lambda Function URL handler (createDashboardHandler) against a real database:
+// pages render, a redrive POST with the page's token changes Postgres, one without is refused,
+// and SQLSTREAMS_DASHBOARD_READ_ONLY refuses every action.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { DatabaseProvider, createDashboardHandler, type FunctionUrlEvent } from "@sqlstreams/aws";
+import { Permanent } from "@sqlstreams/core";
+import { useFreshDatabase } from "./support/db.js";
+import { streamIdOf, testClient, type TestClient } from "./support/streams.js";
+
+const url = useFreshDatabase();
+
+function event(method: string, path: string, opts: { query?: string; body?: string; cookies?: string[]; headers?: Record<string, string> } = {}): FunctionUrlEvent {
+  return {
+    rawPath: path,
+    rawQueryString: opts.query ?? "",
+    headers: { host: "abc.lambda-url.eu-west-1.on.aws", ...(opts.body ? { "content-type": "application/x-www-form-urlencoded" } : {}), ...opts.headers },
+    ...(opts.cookies ? { cookies: opts.cookies } : {}),
+    ...(opts.body !== undefined ? { body: Buffer.from(opts.body).toString("base64"), isBase64Encoded: true } : {}),
+    requestContext: { http: { method } },
+  };
+}
+
+describe("dashboard behind a Function URL", () => {
+  let t: TestClient;
+  let db: DatabaseProvider;
+  let n: string;
+
+  beforeAll(async () => {
+    t = testClient(url());
+    await t.client.migrate();
+    const s = t.client.stream("orders.placed");
+    await s.register();
+    const g = s.consumer("fraud");
+    await g.register();
+    await s.produce({ n: 1 });
+    await g.drain(() => {
+      throw Permanent(new Error("bad order"));
+    });
+    n = await streamIdOf(t, "orders.placed");
+    db = new DatabaseProvider({ env: { DATABASE_URL: url() } });
+  });
+
+  afterAll(async () => {
+    await db.close();
+  });
+
+  it("renders pages, and a same-origin POST with the cookie's token redrives; without it: 403", async () => {
+    const handler = createDashboardHandler({ database: db, readOnly: false });
+    const home = await handler(event("GET", "/"));
+    expect(home.statusCode).toBe(200);
+    expect(home.body).toContain("fraud");
+    const cookie = home.cookies?.[0]?.split(";")[0] ?? "";
+    expect(cookie).toMatch(/^sqlstreams_csrf=/);
+    expect(home.cookies?.[0]).toContain("Secure");
+    const token = cookie.split("=")[1];
+    const group = await handler(event("GET", "/group", { query: "stream=orders.placed&group=fraud", cookies: [cookie] }));
+    expect(group.body).toContain(`name="csrf" value="${token}"`);
+
+    const forged = await handler(event("POST", "/action/redrive", { body: "stream=orders.placed&group=fraud&ids=1&csrf=wrong-token-wrong-token", cookies: [cookie], headers: { "sec-fetch-site": "same-origin" } }));
+    expect(forged.statusCode).toBe(403);
+    const crossSite = await handler(event("POST", "/action/redrive", { body: `stream=orders.placed&group=fraud&ids=1&csrf=${token}`, cookies: [cookie], headers: { "sec-fetch-site": "cross-site" } }));
+    expect(crossSite.statusCode).toBe(403);
+    expect((await t.sql<{ status: string }>(`SELECT status FROM sqlstreams.exception_queue_${n}`))[0].status).toBe("dead");
+
+    const ok = await handler(event("POST", "/action/redrive", { body: `stream=orders.placed&group=fraud&ids=1&csrf=${token}`, cookies: [cookie], headers: { "sec-fetch-site": "same-origin" } }));
+    expect(ok.statusCode).toBe(303);
+    expect(ok.headers.location).toContain("done=redrove+1+dead+message");
+    expect((await t.sql<{ status: string }>(`SELECT status FROM sqlstreams.exception_queue_${n}`))[0].status).toBe("ready");
+  });
+
+  it("read-only from the environment refuses actions", async () => {
+    process.env.SQLSTREAMS_DASHBOARD_READ_ONLY = "1";
+    try {
+      const handler = createDashboardHandler({ database: db });
+      const home = await handler(event("GET", "/"));
+      expect(home.body).toContain("read-only");
+      const cookie = home.cookies?.[0]?.split(";")[0] ?? "";
+      const r = await handler(event("POST", "/action/pause", { body: `stream=orders.placed&group=fraud&csrf=${cookie.split("=")[1]}`, cookies: [cookie], headers: { "sec-fetch-site": "same-origin" } }));
+      expect(r.statusCode).toBe(403);
+      expect(r.body).toContain("SQL0061");
+      expect((await t.client.stream("orders.placed").consumer("fraud").progress()).paused).toBe(false);
+    } finally {
+      delete process.env.SQLSTREAMS_DASHBOARD_READ_ONLY;
+    }
+  });
+});
