@@ -4,6 +4,7 @@
 import { Delay, Permanent, type Message, type Outcome } from "@sqlstreams/core";
 import { createPollHandler } from "@sqlstreams/aws";
 import { groups } from "../groups.js";
+import { ledgerAdjustments } from "../streams.js";
 
 export interface BalanceAdjustment {
   adjustmentId: string;
@@ -49,4 +50,4 @@ export async function handle(msg: Message<BalanceAdjustment>): Promise<void | Ou
   console.log(JSON.stringify({ level: "info", event: "ledger.applied", messageId: msg.id, accountId: adj.accountId, adjustmentId: adj.adjustmentId, amountCents: adj.amountCents }));
 }
 
-export const handler = createPollHandler({ stream: "ledger.adjustments", group: "apply-balance", handle, groups });
+export const handler = createPollHandler({ stream: ledgerAdjustments, group: "apply-balance", handle, groups });

@@ -3,6 +3,7 @@
 import { Permanent, type Message } from "@sqlstreams/core";
 import { createPollHandler } from "@sqlstreams/aws";
 import { groups } from "../groups.js";
+import { ordersPlaced } from "../streams.js";
 
 export interface OrderPlaced {
   orderId: string;
@@ -84,4 +85,4 @@ export async function handle(msg: Message<OrderPlaced>): Promise<void> {
   console.log(JSON.stringify({ level: result.decision === "approve" ? "info" : "warn", event: "fraud.scored", messageId: msg.id, attempt: msg.attempt, ...result }));
 }
 
-export const handler = createPollHandler({ stream: "orders.placed", group: "fraud-scoring", handle, groups });
+export const handler = createPollHandler({ stream: ordersPlaced, group: "fraud-scoring", handle, groups });

@@ -1,6 +1,6 @@
 // The poll Lambda (SPEC §11.7): one invocation drains one group until it is idle (`drain` mode)
 // or until its budget ends (`continuous` mode), with the deadline of SPEC §9.2.
-import { SqlStreamsError, mergeReports, type CycleReport, type Handler, type Progress, type SqlStreams } from "@sqlstreams/core";
+import { SqlStreamsError, mergeReports, type CycleReport, type Handler, type Progress, type SqlStreams, type StreamDef } from "@sqlstreams/core";
 import type { LambdaContext } from "./context.js";
 import { DatabaseProvider, defaultDatabase } from "./database.js";
 import { DEFAULTS, type GroupDeclaration, type PollMode, checkNames, findGroup, groupKey, validateGroups } from "./declaration.js";
@@ -17,7 +17,8 @@ export interface PollEvent {
 export type PollHandler = (event: PollEvent, context: LambdaContext) => Promise<CycleReport>;
 
 export interface PollHandlerOptions<T = unknown> {
-  stream: string;
+  /** The stream's name, or its typed definition (defineStream): then msg.payload is T, checked by its schema. */
+  stream: string | StreamDef<T>;
   group: string;
   /** The message handler. */
   handle: Handler<T>;
@@ -100,6 +101,8 @@ function checkEvent(event: unknown, stream: string, group: string, declared: str
 /** What a poll handler is bound to, validated once when the function module loads. */
 interface Binding<T> {
   stream: string;
+  /** The typed stream's definition, when the handler was bound to one. */
+  def: StreamDef<T> | undefined;
   group: string;
   handle: Handler<T>;
   mode: PollMode;
@@ -115,7 +118,10 @@ function bind<T>(opts: PollHandlerOptions<T>): Binding<T> {
   if (typeof opts !== "object" || opts === null) {
     throw new SqlStreamsError("SQL0015", "createPollHandler(options): options must be an object");
   }
-  const { stream, group, handle } = opts;
+  const def = typeof opts.stream === "object" && opts.stream !== null ? opts.stream : undefined;
+  const stream = def ? def.name : (opts.stream as string);
+  opts = { ...opts, stream };
+  const { group, handle } = opts;
   if (typeof handle !== "function") {
     throw new SqlStreamsError("SQL0015", `createPollHandler: handle must be a function, got ${typeof handle}`, { path: "handle" });
   }
@@ -125,7 +131,7 @@ function bind<T>(opts: PollHandlerOptions<T>): Binding<T> {
     throw new SqlStreamsError("SQL0015", `createPollHandler: mode must be 'drain' or 'continuous', got ${JSON.stringify(mode)}`);
   }
   return {
-    stream, group, handle, mode,
+    stream, def, group, handle, mode,
     recordMargin: opts.recordMargin ?? declaration?.recordMargin ?? DEFAULTS.recordMargin,
     idleWait: opts.idleWait ?? declaration?.idleWait ?? DEFAULTS.idleWait,
     batchLimit: opts.batchLimit ?? declaration?.batchLimit,
@@ -169,7 +175,7 @@ async function pollInvocation<T>(
     ...(b.batchLimit !== undefined ? { batchLimit: b.batchLimit } : {}),
     ...(b.concurrency !== undefined ? { concurrency: b.concurrency } : {}),
   };
-  const consumer = client.stream<T>(b.stream).consumer(b.group);
+  const consumer = client.stream<T>(b.def ?? b.stream).consumer(b.group);
   let total = await consumer.drain(run, pollOpts);
   let last = total;
   // A drain that could not start a message for the deadline ends it: later ones could not either.

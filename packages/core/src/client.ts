@@ -6,6 +6,7 @@ import { asPermissionError, migrateAll, systemVersion } from "./sql/migrate.js";
 import { quoteIdent } from "./sql/names.js";
 import type { Runtime, StreamInfo } from "./runtime.js";
 import { Stream } from "./stream.js";
+import type { StreamDef } from "./typed.js";
 import { validateSchemaName, validateStreamName } from "./validate.js";
 import { SYSTEM_VERSION } from "./version.js";
 import { type MaintainOptions, type MaintainReport, maintainStreams } from "./maintain.js";
@@ -110,7 +111,9 @@ export class SqlStreams implements Runtime {
     if (this.ownsPool) await this.db.pool.end();
   }
 
-  stream<T = unknown>(name: string): Stream<T> {
+  /** A stream handle, by name or by a typed stream's definition (defineStream). */
+  stream<T = unknown>(name: string | StreamDef<T>): Stream<T> {
+    if (typeof name === "object" && name !== null) return new Stream<T>(this, validateStreamName(name.name), name.schema);
     return new Stream<T>(this, validateStreamName(name));
   }
 

@@ -6,7 +6,9 @@ import {
 } from "./config.js";
 import { type PollState, pollOnce } from "./cycle/poll.js";
 import { RangeSizer, SIZER_CEILING, SIZER_START, emptySample } from "./cycle/sizer.js";
-import { type CycleReport, type Handler, emptyReport, mergeReports } from "./cycle/types.js";
+import { type CycleReport, type Handler, type Message, emptyReport, mergeReports } from "./cycle/types.js";
+import { type SchemaIssue, type StandardSchema, schemaMismatch } from "./typed.js";
+import { Permanent } from "./outcome.js";
 import { query, queryRetry, transaction } from "./db.js";
 import { type DestroyGroupResult, destroyGroup } from "./destroy.js";
 import { retentionStatus } from "./sql/maintain.js";
@@ -133,7 +135,29 @@ export class Consumer<T = unknown> {
     private readonly client: Runtime,
     readonly stream: string,
     readonly name: string,
+    private readonly schema?: StandardSchema<T>,
   ) {}
+
+  /**
+   * With a typed stream's schema, the handler sees only payloads that pass it, as the schema's
+   * output; a payload that fails is Permanent with SQL0068 (docs/producing.md#typed-streams).
+   */
+  private checked(handler: Handler<T>): Handler<T> {
+    const schema = this.schema;
+    if (!schema) return handler;
+    const stream = this.stream;
+    const fail = (msg: Message<T>, issues: ReadonlyArray<SchemaIssue>) =>
+      Permanent(schemaMismatch(schema as StandardSchema<unknown>, issues, { stream, id: msg.id }));
+    return (msg) => {
+      const r = schema["~standard"].validate(msg.payload);
+      const go = (res: Awaited<typeof r>) => {
+        if (res.issues !== undefined) return fail(msg, res.issues);
+        msg.payload = res.value;
+        return handler(msg);
+      };
+      return r instanceof Promise ? r.then(go) : go(r);
+    };
+  }
 
   private async ctx(): Promise<{ id: string; t: Tables }> {
     const info = await this.client.streamInfo(this.stream);
@@ -162,7 +186,7 @@ export class Consumer<T = unknown> {
   async poll(handler: Handler<T>, opts: PollOptions = {}): Promise<CycleReport> {
     if (typeof handler !== "function") throw new SqlStreamsError("SQL0015", "handler must be a function (msg) => …");
     const o = monotonicOptions(validatePollOptions(opts));
-    const h = tracedHandler(handler, this.stream, this.name);
+    const h = tracedHandler(this.checked(handler), this.stream, this.name);
     return tracedPoll(this.stream, this.name, () => pollOnce(this.client, this.stream, this.name, h, o));
   }
 
@@ -170,7 +194,7 @@ export class Consumer<T = unknown> {
   async drain(handler: Handler<T>, opts: PollOptions = {}): Promise<CycleReport> {
     if (typeof handler !== "function") throw new SqlStreamsError("SQL0015", "handler must be a function (msg) => …");
     const o = monotonicOptions(validatePollOptions(opts));
-    const h = tracedHandler(handler, this.stream, this.name);
+    const h = tracedHandler(this.checked(handler), this.stream, this.name);
     const started = now();
     let total = emptyReport(this.stream, this.name);
     // The range size adapts to the handlers (docs/poll-cycle.md#range-size-in-a-drain): without a

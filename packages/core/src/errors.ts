@@ -54,6 +54,8 @@ export const ERROR_CODES = {
   SQL0060: { kind: "error", meaning: "the dashboard would listen beyond loopback without authentication", fix: "set SQLSTREAMS_DASHBOARD_TOKEN (or --token), or bind to 127.0.0.1" },
   SQL0061: { kind: "error", meaning: "dashboard action refused: read-only mode, or the request failed the cross-site check", fix: "start the dashboard without --read-only; submit actions from the dashboard's own pages" },
   SQL0062: { kind: "error", meaning: "the payload or options given to `sqlstreams produce` are not valid JSON", fix: "pass one JSON document as the argument, with --file PATH, or on stdin" },
+  SQL0067: { kind: "error", meaning: "a produced payload does not match the stream's schema (defineStream)", fix: "produce a payload the schema accepts; the message names each issue's path" },
+  SQL0068: { kind: "recorded", meaning: "a consumed payload does not match the stream's schema; recorded dead (Permanent) without running the handler", fix: "fix the producer or the schema, then redrive()" },
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

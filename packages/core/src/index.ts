@@ -16,3 +16,4 @@ export type { Logger, LogEvent } from "./log.js";
 export type { MaintainOptions, MaintainReport } from "./maintain.js";
 export type { DestroyOptions, DestroyGroupResult, DestroyStreamResult } from "./destroy.js";
 export { LIBRARY_VERSION, SYSTEM_VERSION, STREAM_VERSION } from "./version.js";
+export { defineStream, type StreamDef, type StandardSchema, type SchemaIssue, type PayloadOf } from "./typed.js";

@@ -14,6 +14,7 @@ import { encodePayload, idempotencyUuid, validateGroupName, validateKey } from "
 import { setTimeout as sleep } from "node:timers/promises";
 import { compareIds } from "./ids.js";
 import { type ProduceTrace, startProduce, withTraceparent } from "./otel.js";
+import { type StandardSchema, checkProduced } from "./typed.js";
 import { type Row, type Transactional, type TxExecutor, sqlState, toExecutor } from "./executor.js";
 
 export interface ProduceOptions {
@@ -184,7 +185,25 @@ export class Stream<T = unknown> {
   constructor(
     private readonly client: Runtime,
     readonly name: string,
+    /** A typed stream's schema (docs/producing.md#typed-streams): payloads are checked on produce and on consume. */
+    readonly schema?: StandardSchema<T>,
   ) {}
+
+  /** The payload to store: the schema's output when the stream has one (SQL0067 when it refuses). */
+  private async typed(payload: T, item?: number): Promise<T> {
+    return this.schema ? checkProduced(this.schema, payload, { stream: this.name, item }) : payload;
+  }
+
+  /** Batch items with their payloads checked by the stream's schema. */
+  private async typedItems(items: BatchItem<T>[]): Promise<BatchItem<T>[]> {
+    if (!this.schema || !Array.isArray(items)) return items;
+    const out: BatchItem<T>[] = [];
+    for (let i = 0; i < items.length; i++) {
+      const it = items[i];
+      out.push(typeof it === "object" && it !== null && "payload" in it ? { ...it, payload: await this.typed(it.payload, i) } : it);
+    }
+    return out;
+  }
 
   /** Creates the stream_config row and the table family; on an existing stream replaces its settings. */
   async register(opts: StreamOptions = {}): Promise<void> {
@@ -239,12 +258,12 @@ export class Stream<T = unknown> {
   }
 
   consumer(group: string): Consumer<T> {
-    return new Consumer<T>(this.client, this.name, validateGroupName(group));
+    return new Consumer<T>(this.client, this.name, validateGroupName(group), this.schema);
   }
 
   /** Appends one message in its own transaction. */
   async produce(payload: T, opts: ProduceOptions = {}): Promise<ProduceResult> {
-    const p = prepare(payload, opts, true);
+    const p = prepare(this.schema ? await this.typed(payload) : payload, opts, true);
     const info = await this.client.streamInfo(this.name);
     checkSize(p, info);
     const trace = startTrace([p], this.name, "produce");
@@ -271,7 +290,7 @@ export class Stream<T = unknown> {
 
   /** Appends up to 1000 messages in one transaction, all or nothing; ids ascend in item order. */
   async produceBatch(items: BatchItem<T>[]): Promise<ProduceResult[]> {
-    const prepared = prepareBatch(items);
+    const prepared = prepareBatch(this.schema ? await this.typedItems(items) : items);
     if (prepared.length === 0) return [];
     const info = await this.client.streamInfo(this.name);
     for (const p of prepared) checkSize(p, info);
@@ -295,7 +314,7 @@ export class Stream<T = unknown> {
    */
   async produceInTx(tx: Transactional, payload: T, opts: ProduceOptions = {}): Promise<ProduceResult> {
     const ex = toExecutor(tx, "produceInTx");
-    const p = prepare(payload, opts, true);
+    const p = prepare(this.schema ? await this.typed(payload) : payload, opts, true);
     const info = await this.client.streamInfo(this.name);
     checkSize(p, info);
     const trace = startTrace([p], this.name, "produceInTx");
@@ -322,7 +341,7 @@ export class Stream<T = unknown> {
    */
   async produceBatchInTx(tx: Transactional, items: BatchItem<T>[]): Promise<ProduceResult[]> {
     const ex = toExecutor(tx, "produceBatchInTx");
-    const prepared = prepareBatch(items);
+    const prepared = prepareBatch(this.schema ? await this.typedItems(items) : items);
     if (prepared.length === 0) return [];
     const info = await this.client.streamInfo(this.name);
     for (const p of prepared) checkSize(p, info);
