@@ -246,216 +246,278 @@ function chains(msgs: RangeMessage[]): RangeMessage[][] {
 }
 
 async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Promise<void> {
-  const { db, t, o } = ctx;
-  const msgs = range.msgs as RangeMessage[];
-  for (const m of msgs) m.resolved = resolve(ctx, m);
-  const outcomes = new Map<string, RunOutcome>();
-  let keyLeases: { k: string; t: string }[] = [];
-  const keyToken = msgs.some(keyed) ? randomUUID() : null;
+  const run = new RangeRun(ctx, range, sentAt);
+  await run.takeFirstKeys();
+  const failure = await run.dispatch();
+  await run.record(failure !== null);
+  if (failure) throw failure.e;
+}
+
+type KeyState = { held: boolean; expiry: number; result: KeyTake };
+
+/**
+ * One claimed range being run (docs/poll-cycle.md#dispatch): its chains, the key leases they hold
+ * under one key token, the range lease and its extension, and the outcomes to record.
+ */
+class RangeRun<T> {
+  private readonly msgs: RangeMessage[];
+  private readonly units: RangeMessage[][];
+  private readonly outcomes = new Map<string, RunOutcome>();
+  private keyLeases: { k: string; t: string }[] = [];
+  private readonly keyToken: string | null;
   /** Keys whose run in this range was abandoned: their leases outlive the range (abandoned.ts). */
-  const abandonedKeys = new Set<string>();
-  /** A key lease covers one run: timeout + recordMargin, capped at deadline + recordMargin. */
-  const keyMs = (timeout: number) => {
-    const cap = leaseCap(ctx);
-    return cap === null ? timeout + o.recordMargin : Math.min(timeout + o.recordMargin, cap);
-  };
-  let leaseExpiry = sentAt + range.leaseMs;
-  // A lease sized for exactly one run (n <= c) is always a few ms short of timeout + margin by
-  // the time its messages start; that slack comes out of the recording margin, not a round trip.
-  const slack = Math.min(250, o.recordMargin / 4);
-  let lost = false;
-  let extending: Promise<boolean> | null = null;
+  private readonly abandonedKeys = new Set<string>();
+  private readonly keys = new Map<string, KeyState>();
+  /** Whether the chains' first keys were asked for up front (takeFirstKeys). */
+  private asked = false;
+  private leaseExpiry: number;
+  /**
+   * A lease sized for exactly one run (n <= c) is always a few ms short of timeout + margin by
+   * the time its messages start; that slack comes out of the recording margin, not a round trip.
+   */
+  private readonly slack: number;
+  private lost = false;
+  private extending: Promise<boolean> | null = null;
 
-  const fits = async (timeout: number): Promise<boolean> => {
-    while (now() + timeout + o.recordMargin - slack > leaseExpiry) {
-      if (!extending) {
-        const cap = leaseCap(ctx);
-        const ms = cap === null ? timeout + o.recordMargin : Math.min(timeout + o.recordMargin, cap);
-        const at = now();
-        extending = queryRetry(db, S.extendRange(t), [ctx.groupId, range.token, ms]).then((r) => {
-          if (r.rowCount === 0) return false;
-          leaseExpiry = Math.max(leaseExpiry, at + ms);
-          return true;
-        });
-        const ok = await extending;
-        extending = null;
-        if (!ok) return false;
-        if (at + ms < now() + timeout + o.recordMargin) return true; // capped by the deadline: nothing more to gain
-      } else if (!(await extending)) return false;
-    }
-    return true;
-  };
+  constructor(
+    private readonly ctx: Ctx<T>,
+    private readonly range: TakenRange,
+    sentAt: number,
+  ) {
+    this.msgs = range.msgs as RangeMessage[];
+    for (const m of this.msgs) m.resolved = resolve(ctx, m);
+    this.units = chains(this.msgs);
+    this.keyToken = this.msgs.some(keyed) ? randomUUID() : null;
+    this.leaseExpiry = sentAt + range.leaseMs;
+    this.slack = Math.min(250, ctx.o.recordMargin / 4);
+  }
 
-  const runUnit = async (unit: RangeMessage[]) => {
-    let blockedBy: string | null = null;
-    for (const m of unit) {
-      const ordered = m.resolved.concurrency === "ordered";
-      if (blockedBy !== null && ordered) {
-        outcomes.set(m.id, { kind: "deferred", reason: `deferred: earlier message ${blockedBy} of this key in the range did not complete` });
+  /** A lease covers one run: timeout + recordMargin, capped at deadline + recordMargin. */
+  private runMs(timeout: number): number {
+    const cap = leaseCap(this.ctx);
+    const ms = timeout + this.ctx.o.recordMargin;
+    return cap === null ? ms : Math.min(ms, cap);
+  }
+
+  /** Whether a run of `timeout` started now would end after `expiry`. */
+  private outlives(timeout: number, expiry: number): boolean {
+    return now() + timeout + this.ctx.o.recordMargin - this.slack > expiry;
+  }
+
+  /** Extends the range lease until a run of `timeout` fits; false when the lease was lost. */
+  private async fits(timeout: number): Promise<boolean> {
+    const { db, t } = this.ctx;
+    while (this.outlives(timeout, this.leaseExpiry)) {
+      if (this.extending) {
+        if (!(await this.extending)) return false;
         continue;
       }
-      if (!mayStart(ctx, m.resolved.timeout)) return;
-      if (now() + m.resolved.timeout + o.recordMargin - slack > leaseExpiry && !(await fits(m.resolved.timeout))) {
-        lost = true;
-        ctx.stop = true;
-        return;
-      }
-      let outcome: RunOutcome | null = null;
-      // An abandoned run of the key still running in this process keeps the key
-      // (docs/ordering.md#key-leases): the member waits as deferred for a later poll.
-      if (keyed(m) && keyAbandoned(ctx, m.message_key as string)) {
-        outcome = { kind: "deferred", reason: "deferred: an abandoned run of this key has not settled" };
-      } else if (keyed(m)) {
-        // §5.3.6 step 4. The chain's first member usually has its key lease already (taken for
-        // the whole range up front); a member whose lease would not cover its run, a later
-        // member without the lease, and a compacted member (whose head is checked at its start)
-        // take or renew it now, under the range's key token.
-        const k = m.message_key as string;
-        const ks = keys.get(k) ?? { held: false, expiry: 0, result: { kind: "busy" } as KeyTake };
-        keys.set(k, ks);
-        const need = m.compaction_rank !== null || (ks.held ? now() + m.resolved.timeout + o.recordMargin - slack > ks.expiry : m !== unit[0] || !asked);
-        let res = ks.result;
-        if (need) {
-          const ms = keyMs(m.resolved.timeout);
-          const at = now();
-          const r = await queryRetry<{ result: string | null }>(db, S.takeKey(t), [
-            ctx.groupId, k, keyToken, ms, m.id, ordered, range.low, range.high, m.compaction_rank !== null,
-          ]);
-          res = decodeKeyTake(r.rows[0].result);
-          if (res.kind === "taken") {
-            if (!ks.held) keyLeases.push({ k, t: keyToken as string });
-            ks.held = true;
-            ks.expiry = at + ms;
-          }
-        }
-        if (res.kind === "superseded") outcome = { kind: "superseded", head: res.head };
-        else if (res.kind !== "taken") outcome = { kind: "deferred", reason: deferredReason(res) };
-      }
-      if (outcome === null) {
-        ctx.report.started++;
-        const sample = ctx.sample;
-        const t0 = sample ? now() : 0;
-        const w = watchRun(ctx, keyed(m) ? m.message_key : null, keyToken, m.id, m.resolved.timeout);
-        outcome = await runHandler(ctx.handler, message(ctx, m, 0, 0), m.resolved.timeout, w.onAbandon);
-        if (w.abandoned) abandonedKeys.add(m.message_key as string);
-        if (sample) {
-          sample.ran++;
-          sample.slowest = Math.max(sample.slowest, (now() - t0) / m.resolved.timeout);
-        }
-        if (outcome.kind === "success") {
-          outcomes.set(m.id, outcome);
-          continue;
-        }
-      }
-      outcomes.set(m.id, outcome);
-      if (outcome.kind !== "superseded") {
-        const p = plan(outcome, 0, 0, m.resolved, ctx.g.exceptionInitialBackoff, ctx.mode);
-        if (p.row.status !== "dead") blockedBy = blockedBy ?? m.id;
-      }
+      const ms = this.runMs(timeout);
+      const at = now();
+      this.extending = queryRetry(db, S.extendRange(t), [this.ctx.groupId, this.range.token, ms]).then((r) => {
+        if (r.rowCount === 0) return false;
+        this.leaseExpiry = Math.max(this.leaseExpiry, at + ms);
+        return true;
+      });
+      const ok = await this.extending;
+      this.extending = null;
+      if (!ok) return false;
+      if (at + ms < now() + timeout + this.ctx.o.recordMargin) return true; // capped by the deadline: nothing more to gain
     }
-  };
+    return true;
+  }
 
-  const units = chains(msgs);
-  // The key leases of the chains' first members in one round trip (not the compacted ones: their
-  // head is checked at their start). Each lease covers one run; released when the range records.
-  const keys = new Map<string, { held: boolean; expiry: number; result: KeyTake }>();
-  let asked = false;
-  if (keyToken !== null && !ctx.stop && !aborted(ctx)) {
-    const wanted = units
+  /**
+   * The key leases of the chains' first members in one round trip (not the compacted ones: their
+   * head is checked at their start). Each lease covers one run; released when the range records.
+   */
+  async takeFirstKeys(): Promise<void> {
+    const { ctx, keyToken } = this;
+    if (keyToken === null || ctx.stop || aborted(ctx)) return;
+    const wanted = this.units
       .filter((u) => keyed(u[0]) && u[0].compaction_rank === null)
-      .map((u) => ({
-        k: u[0].message_key as string,
-        id: u[0].id,
-        ordered: u[0].resolved.concurrency === "ordered",
-        ms: keyMs(u[0].resolved.timeout),
-      }));
+      .map((u) => ({ k: u[0].message_key as string, id: u[0].id, ordered: u[0].resolved.concurrency === "ordered", ms: this.runMs(u[0].resolved.timeout) }));
     if (wanted.length > 0) {
       const at = now();
       const ms = new Map(wanted.map((w) => [w.k, w.ms]));
-      const r = await queryRetry<{ k: string; result: string | null }>(db, S.takeKeys(t), [
-        ctx.groupId, keyToken, range.low, range.high, JSON.stringify(wanted),
+      const r = await queryRetry<{ k: string; result: string | null }>(ctx.db, S.takeKeys(ctx.t), [
+        ctx.groupId, keyToken, this.range.low, this.range.high, JSON.stringify(wanted),
       ]);
       for (const row of r.rows) {
         const result = decodeKeyTake(row.result);
-        keys.set(row.k, { held: result.kind === "taken", expiry: at + (ms.get(row.k) ?? 0), result });
-        if (result.kind === "taken") keyLeases.push({ k: row.k, t: keyToken });
+        this.keys.set(row.k, { held: result.kind === "taken", expiry: at + (ms.get(row.k) ?? 0), result });
+        if (result.kind === "taken") this.keyLeases.push({ k: row.k, t: keyToken });
       }
     }
-    asked = true;
+    this.asked = true;
   }
-  let next = 0;
-  // A database error in one unit stops new starts; the running handlers finish and the prefix
-  // they resolved is recorded before the error is thrown (§5.8).
-  let failure = null as { e: unknown } | null;
-  const worker = async () => {
-    while (!ctx.stop && next < units.length) {
-      try {
-        await runUnit(units[next++]);
-      } catch (e) {
-        failure ??= { e };
-        ctx.stop = true;
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(o.concurrency, units.length) }, worker));
 
-  // An abandoned run's key lease is renewed, then released when the run settles (abandoned.ts).
-  if (abandonedKeys.size > 0) keyLeases = keyLeases.filter((l) => !abandonedKeys.has(l.k));
-  if (lost) {
-    lostLease(ctx, `range (${range.low}, ${range.high}]`);
-    if (keyLeases.length) await queryRetry(db, S.recordRange(t), [ctx.groupId, randomUUID(), null, null, "[]", "[]", JSON.stringify(keyLeases)]);
-    return;
+  /**
+   * Runs the chains on `concurrency` workers. A database error in one unit stops new starts; the
+   * running handlers finish and the prefix they resolved is recorded before the error is thrown
+   * (docs/crash-recovery.md#database-errors-inside-a-poll).
+   */
+  async dispatch(): Promise<{ e: unknown } | null> {
+    const { ctx, units } = this;
+    let next = 0;
+    let failure = null as { e: unknown } | null;
+    const worker = async () => {
+      while (!ctx.stop && next < units.length) {
+        try {
+          await this.runUnit(units[next++]);
+        } catch (e) {
+          failure ??= { e };
+          ctx.stop = true;
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(ctx.o.concurrency, units.length) }, worker));
+    return failure;
   }
-  // The contiguous prefix of messages with an outcome is recorded; the rest is released (§5.3.7).
-  const firstOpen = msgs.find((m) => !outcomes.has(m.id));
-  const keepFrom = firstOpen ? (big(firstOpen.id) - 1n).toString() : null;
-  const recorded = firstOpen ? msgs.filter((m) => big(m.id) < big(firstOpen.id)) : msgs;
-  if (firstOpen) {
-    ctx.report.rangesPartial++;
-    if (!failure) logNotStarted(ctx, msgs.filter((m) => !outcomes.has(m.id)).length);
-  }
-  const eq: unknown[] = [];
-  const dl: unknown[] = [];
-  const plans: [RangeMessage, Plan][] = [];
-  let plainSuccesses = 0;
-  for (const m of recorded) {
-    const out = outcomes.get(m.id) as RunOutcome;
-    if (out.kind === "success" && ctx.mode !== "all") {
-      plainSuccesses++;
-      continue;
+
+  /** One chain (or a lone message): its members in order; an ordered member after one that did not complete waits. */
+  private async runUnit(unit: RangeMessage[]): Promise<void> {
+    let blockedBy: string | null = null;
+    for (const m of unit) {
+      if (blockedBy !== null && m.resolved.concurrency === "ordered") {
+        this.outcomes.set(m.id, { kind: "deferred", reason: `deferred: earlier message ${blockedBy} of this key in the range did not complete` });
+        continue;
+      }
+      if (!mayStart(this.ctx, m.resolved.timeout)) return;
+      if (this.outlives(m.resolved.timeout, this.leaseExpiry) && !(await this.fits(m.resolved.timeout))) {
+        this.lost = true;
+        this.ctx.stop = true;
+        return;
+      }
+      const outcome = (await this.keyOutcome(m, unit)) ?? (await this.runMember(m));
+      this.outcomes.set(m.id, outcome);
+      if (outcome.kind === "success" || outcome.kind === "superseded") continue;
+      const p = plan(outcome, 0, 0, m.resolved, this.ctx.g.exceptionInitialBackoff, this.ctx.mode);
+      if (p.row.status !== "dead") blockedBy ??= m.id;
     }
-    const p = plan(out, 0, 0, m.resolved, ctx.g.exceptionInitialBackoff, ctx.mode);
-    plans.push([m, p]);
-    if (p.row.status !== "delete" && p.row.status !== "superseded") {
-      eq.push({
-        message_id: m.id, status: p.row.status, message_key: m.message_key, concurrency: m.resolved.concurrency,
-        attempts: p.row.attempts, delays: p.row.delays, run_after_ms: p.row.runAfterMs ?? 0, last_error: p.row.lastError,
-      });
-    }
-    if (p.log) dl.push({ message_id: m.id, attempt: p.log.attempt, status: p.log.status, error: p.log.error });
   }
-  const newToken = firstOpen ? randomUUID() : null;
-  const retry: RetryState = { retried: false };
-  const r = await queryRetry<{ committed: string | null }>(db, S.recordRange(t), [
-    ctx.groupId, range.token, keepFrom, newToken,
-    eq.length ? JSON.stringify(eq) : null, dl.length ? JSON.stringify(dl) : null, keyLeases.length ? JSON.stringify(keyLeases) : null,
-  ], retry);
-  const committed = r.rows[0].committed;
-  if (committed === null) {
-    const mine = retry.retried ? await ownRecord(ctx, range, newToken, leaseExpiry) : "lost";
-    if (mine === "lost") {
+
+  /**
+   * docs/poll-cycle.md#dispatch step 4: null when a keyed member may run (or it has no key), else
+   * its outcome without running. The chain's first member usually has its key lease already
+   * (taken for the whole range up front); a member whose lease would not cover its run, a later
+   * member without the lease, and a compacted member (whose head is checked at its start) take or
+   * renew it now, under the range's key token. An abandoned run of the key still running in this
+   * process keeps the key (docs/ordering.md#key-leases): the member waits as deferred.
+   */
+  private async keyOutcome(m: RangeMessage, unit: RangeMessage[]): Promise<RunOutcome | null> {
+    if (!keyed(m)) return null;
+    const k = m.message_key as string;
+    if (keyAbandoned(this.ctx, k)) return { kind: "deferred", reason: "deferred: an abandoned run of this key has not settled" };
+    const ks = this.keys.get(k) ?? { held: false, expiry: 0, result: { kind: "busy" } };
+    this.keys.set(k, ks);
+    const need = m.compaction_rank !== null || (ks.held ? this.outlives(m.resolved.timeout, ks.expiry) : m !== unit[0] || !this.asked);
+    const res = need ? await this.takeKey(m, ks) : ks.result;
+    if (res.kind === "taken") return null;
+    if (res.kind === "superseded") return { kind: "superseded", head: res.head };
+    return { kind: "deferred", reason: deferredReason(res) };
+  }
+
+  private async takeKey(m: RangeMessage, ks: KeyState): Promise<KeyTake> {
+    const { ctx, range } = this;
+    const k = m.message_key as string;
+    const ms = this.runMs(m.resolved.timeout);
+    const at = now();
+    const r = await queryRetry<{ result: string | null }>(ctx.db, S.takeKey(ctx.t), [
+      ctx.groupId, k, this.keyToken, ms, m.id, m.resolved.concurrency === "ordered", range.low, range.high, m.compaction_rank !== null,
+    ]);
+    const res = decodeKeyTake(r.rows[0].result);
+    if (res.kind === "taken") {
+      if (!ks.held) this.keyLeases.push({ k, t: this.keyToken as string });
+      ks.held = true;
+      ks.expiry = at + ms;
+    }
+    return res;
+  }
+
+  /** Runs the handler of one member (first delivery, attempt 0). */
+  private async runMember(m: RangeMessage): Promise<RunOutcome> {
+    const { ctx } = this;
+    ctx.report.started++;
+    const sample = ctx.sample;
+    const t0 = sample ? now() : 0;
+    const w = watchRun(ctx, keyed(m) ? m.message_key : null, this.keyToken, m.id, m.resolved.timeout);
+    const outcome = await runHandler(ctx.handler, message(ctx, m, 0, 0), m.resolved.timeout, w.onAbandon);
+    if (w.abandoned) this.abandonedKeys.add(m.message_key as string);
+    if (sample) {
+      sample.ran++;
+      sample.slowest = Math.max(sample.slowest, (now() - t0) / m.resolved.timeout);
+    }
+    return outcome;
+  }
+
+  /**
+   * docs/poll-cycle.md#recording-a-range: the contiguous prefix of messages with an outcome is
+   * recorded; the rest is released at once. An abandoned run's key lease is renewed, then
+   * released when the run settles (abandoned.ts), so it is not released here.
+   */
+  async record(failed: boolean): Promise<void> {
+    const { ctx, range, msgs, outcomes } = this;
+    const { db, t } = ctx;
+    if (this.abandonedKeys.size > 0) this.keyLeases = this.keyLeases.filter((l) => !this.abandonedKeys.has(l.k));
+    const keys = this.keyLeases.length ? JSON.stringify(this.keyLeases) : null;
+    if (this.lost) {
       lostLease(ctx, `range (${range.low}, ${range.high}]`);
+      if (keys) await queryRetry(db, S.recordRange(t), [ctx.groupId, randomUUID(), null, null, "[]", "[]", keys]);
       return;
     }
-    if (mine === "unknown") return;
-    ctx.advance = true; // recorded by the attempt whose reply was lost: the advance reports the cursor
-  } else ctx.report.committedAfter = committed;
-  ctx.report.succeeded += plainSuccesses;
-  for (const [m, p] of plans) {
-    ctx.report[p.counter]++;
-    if (p.row.status === "dead") logDead(ctx, m.id, p.row.lastError);
+    const firstOpen = msgs.find((m) => !outcomes.has(m.id));
+    const keepFrom = firstOpen ? (big(firstOpen.id) - 1n).toString() : null;
+    if (firstOpen) {
+      ctx.report.rangesPartial++;
+      if (!failed) logNotStarted(ctx, msgs.filter((m) => !outcomes.has(m.id)).length);
+    }
+    const rows = this.rowsOf(firstOpen ? msgs.filter((m) => big(m.id) < big(firstOpen.id)) : msgs);
+    const newToken = firstOpen ? randomUUID() : null;
+    const retry: RetryState = { retried: false };
+    const r = await queryRetry<{ committed: string | null }>(db, S.recordRange(t), [
+      ctx.groupId, range.token, keepFrom, newToken,
+      rows.eq.length ? JSON.stringify(rows.eq) : null, rows.dl.length ? JSON.stringify(rows.dl) : null, keys,
+    ], retry);
+    const committed = r.rows[0].committed;
+    if (committed === null) {
+      const mine = retry.retried ? await ownRecord(ctx, range, newToken, this.leaseExpiry) : "lost";
+      if (mine === "lost") lostLease(ctx, `range (${range.low}, ${range.high}]`);
+      if (mine !== "mine") return;
+      ctx.advance = true; // recorded by the attempt whose reply was lost: the advance reports the cursor
+    } else ctx.report.committedAfter = committed;
+    ctx.report.succeeded += rows.plainSuccesses;
+    for (const [m, p] of rows.plans) {
+      ctx.report[p.counter]++;
+      if (p.row.status === "dead") logDead(ctx, m.id, p.row.lastError);
+    }
   }
-  if (failure) throw failure.e;
+
+  /** The exception and delivery-log rows of the recorded prefix; plain successes write none. */
+  private rowsOf(recorded: RangeMessage[]) {
+    const { ctx } = this;
+    const eq: unknown[] = [];
+    const dl: unknown[] = [];
+    const plans: [RangeMessage, Plan][] = [];
+    let plainSuccesses = 0;
+    for (const m of recorded) {
+      const out = this.outcomes.get(m.id) as RunOutcome;
+      if (out.kind === "success" && ctx.mode !== "all") {
+        plainSuccesses++;
+        continue;
+      }
+      const p = plan(out, 0, 0, m.resolved, ctx.g.exceptionInitialBackoff, ctx.mode);
+      plans.push([m, p]);
+      if (p.row.status !== "delete" && p.row.status !== "superseded") {
+        eq.push({
+          message_id: m.id, status: p.row.status, message_key: m.message_key, concurrency: m.resolved.concurrency,
+          attempts: p.row.attempts, delays: p.row.delays, run_after_ms: p.row.runAfterMs ?? 0, last_error: p.row.lastError,
+        });
+      }
+      if (p.log) dl.push({ message_id: m.id, attempt: p.log.attempt, status: p.log.status, error: p.log.error });
+    }
+    return { eq, dl, plans, plainSuccesses };
+  }
 }
 
 /**
