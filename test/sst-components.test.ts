@@ -229,7 +229,12 @@ describe("the SqlStreams component in an existing app (test/fixtures/sst-existin
         { actions: ["secretsmanager:GetSecretValue"], effect: "Allow", resources: [secretArn] },
         { actions: ["lambda:InvokeFunction"], effect: "Allow", resources: [expect.stringContaining(poller.inputs.name as string)] },
       ]);
-      expect(api.inputs.environment.variables).toMatchObject({ SQLSTREAMS_DB_SECRET_ARN: secretArn, SQLSTREAMS_WAKE: "lambda" });
+      const env = api.inputs.environment.variables as Record<string, string>;
+      expect(env).toMatchObject({ SQLSTREAMS_DB_SECRET_ARN: secretArn, SQLSTREAMS_WAKE: "lambda" });
+      // wakerFromEnv() of a linked producer finds the poller of each group.
+      expect(JSON.parse(env.SQLSTREAMS_WAKE_FUNCTIONS)).toEqual({ "orders.placed/emails": poller.inputs.name });
+      // Pollers do not wake anything themselves.
+      expect(poller.inputs.environment.variables.SQLSTREAMS_WAKE).toBeUndefined();
       // The poller may not invoke anything.
       expect(statementsOf(run.one(ROLE, "StreamsOrdersPlacedEmailsPollerRole")).flatMap((s) => s.actions)).toEqual(["secretsmanager:GetSecretValue"]);
     }
@@ -240,6 +245,9 @@ describe("the SqlStreams component in an existing app (test/fixtures/sst-existin
     expect(value).toEqual({ engine: "postgres", username: "app", password: "s3cret!", host: "ep-cool-1.eu-central-1.aws.neon.tech", port: 5432, dbname: "shop" });
     const poller = url.one(FN, "StreamsOrdersPlacedEmailsPollerFunction");
     expect(poller.inputs.environment.variables.SQLSTREAMS_DB_CA).toBe("system");
+    // A database that scales to zero is not held awake by idle pollers; RDS keeps the connection.
+    expect(poller.inputs.environment.variables.SQLSTREAMS_DB_KEEP_CONNECTION).toBe("false");
+    expect(rds.one(FN, "StreamsOrdersPlacedEmailsPollerFunction").inputs.environment.variables.SQLSTREAMS_DB_KEEP_CONNECTION).toBeUndefined();
     expect(JSON.stringify(poller.inputs.environment)).not.toContain("s3cret");
     expect(url.of(SG)).toHaveLength(0);
     expect(url.one(INVOCATION, MIGRATION).dependsOn.sort()).toEqual(["StreamsCredentialsValue", "StreamsSecretsManagerEndpoint"]);

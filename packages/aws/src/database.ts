@@ -2,7 +2,8 @@
 // warm invocations. Credentials are fetched once; when Postgres (or PgBouncer, with 08P01)
 // rejects them after a rotation, the secret is fetched again once and the pool is rebuilt.
 import pg from "pg";
-import { SqlStreams, SqlStreamsError, type Logger } from "@sqlstreams/core";
+import { SqlStreams, SqlStreamsError, type Logger, type Waker } from "@sqlstreams/core";
+import { wakerFromEnv } from "./wake.js";
 import {
   type ConnectionSettings,
   type SecretReader,
@@ -23,6 +24,18 @@ export interface DatabaseOptions {
   readSecret?: SecretReader;
   /** Receives the library's structured events. Default: the library's JSON-line logger. */
   logger?: Logger;
+  /**
+   * Wake on produce for the client's produces. Default: from the environment (SQLSTREAMS_WAKE=lambda
+   * and SQLSTREAMS_WAKE_FUNCTIONS, set by `link: [streams]`); false: never.
+   */
+  waker?: Waker | "notify" | false;
+  /**
+   * Keep the connection open across warm invocations (default true: the next one skips the TLS
+   * handshake). false closes it when the last running use() ends, so a database that scales to
+   * zero (Neon, Aurora Serverless v2 with auto-pause) is not held awake by idle containers.
+   * Default from SQLSTREAMS_DB_KEEP_CONNECTION (`false` to close).
+   */
+  keepConnection?: boolean;
   /** Extra pg pool settings (timeouts, application_name). Never pass credentials here. */
   pool?: Partial<pg.PoolConfig>;
 }
@@ -49,6 +62,7 @@ export class DatabaseProvider {
   private readonly opts: DatabaseOptions;
   private settings: Promise<ConnectionSettings> | undefined;
   private runtime: Promise<Runtime> | undefined;
+  private active = 0;
   /** Number of times credentials were loaded (fetches of the secret or reads of DATABASE_URL). */
   credentialLoads = 0;
 
@@ -93,7 +107,8 @@ export class DatabaseProvider {
     // An idle connection that dies while the container is frozen must not crash the runtime.
     pool.on("error", () => {});
     const schema = this.opts.schema ?? (env.SQLSTREAMS_SCHEMA || undefined);
-    const client = new SqlStreams({ pool, ...(schema ? { schema } : {}), ...(this.opts.logger ? { logger: this.opts.logger } : {}) });
+    const waker = this.opts.waker === undefined ? wakerFromEnv(env) : this.opts.waker || undefined;
+    const client = new SqlStreams({ pool, ...(schema ? { schema } : {}), ...(this.opts.logger ? { logger: this.opts.logger } : {}), ...(waker ? { waker } : {}) });
     try {
       await this.checkConnection(pool);
     } catch (e) {
@@ -148,6 +163,18 @@ export class DatabaseProvider {
    * fetched again once and `fn` runs again; a second rejection ⇒ SQL0032.
    */
   async use<T>(fn: (client: SqlStreams) => Promise<T>): Promise<T> {
+    this.active++;
+    try {
+      return await this.useOnce(fn);
+    } finally {
+      this.active--;
+      const keep = this.opts.keepConnection ?? (this.env().SQLSTREAMS_DB_KEEP_CONNECTION ?? "").trim().toLowerCase() !== "false";
+      // Credentials stay cached; only the connection goes.
+      if (!keep && this.active === 0) await this.reset(false);
+    }
+  }
+
+  private async useOnce<T>(fn: (client: SqlStreams) => Promise<T>): Promise<T> {
     for (let attempt = 0; ; attempt++) {
       let rt: Runtime | undefined;
       try {

@@ -21,3 +21,5 @@ export { createDashboard } from "./dashboard/app.js";
 export type { DashboardOptions, FetchHandler } from "./dashboard/app.js";
 export { createDashboardHandler } from "./dashboard/lambda.js";
 export type { DashboardHandlerOptions, FunctionUrlEvent, FunctionUrlResult } from "./dashboard/lambda.js";
+export { createLambdaWaker, wakerFromEnv } from "./wake.js";
+export type { LambdaWakerOptions } from "./wake.js";

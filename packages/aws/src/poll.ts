@@ -163,6 +163,15 @@ function declarationOf<T>(opts: PollHandlerOptions<T>): GroupDeclaration | undef
  * One invocation's work on an open client: a drain (continuous mode: drains while another idle
  * wait and drain fit before the deadline), then the group's progress for the gauges when time is left.
  */
+/** Releases the group's wake; a failure only means no extra drain (the schedule is the safety net). */
+async function releaseWakeSafely(consumer: { releaseWake(): Promise<boolean> }): Promise<boolean> {
+  try {
+    return await consumer.releaseWake();
+  } catch {
+    return false;
+  }
+}
+
 async function pollInvocation<T>(
   client: SqlStreams, b: Binding<T>, run: Handler<T>, context: LambdaContext, started: number,
 ): Promise<{ report: CycleReport; progress: Progress | null }> {
@@ -181,6 +190,12 @@ async function pollInvocation<T>(
   // A drain that could not start a message for the deadline ends it: later ones could not either.
   while (b.mode === "continuous" && !last.paused && last.notStarted === 0 && deadline - Date.now() - idleWait >= 2 * recordMargin) {
     await sleep(idleWait);
+    last = await consumer.drain(run, pollOpts);
+    total = mergeReports(total, last);
+  }
+  // Wake on produce (docs/producing.md#wake-on-produce): idle now, so release the group's wake; a
+  // produce that found it in flight meanwhile marked it pending: drain once more.
+  while (!last.paused && last.notStarted === 0 && deadline - Date.now() >= 2 * recordMargin && (await releaseWakeSafely(consumer))) {
     last = await consumer.drain(run, pollOpts);
     total = mergeReports(total, last);
   }

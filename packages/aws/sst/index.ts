@@ -143,6 +143,12 @@ export interface SqlStreamsArgs {
    * against the pinned RDS CA bundle; `system`: the runtime's CAs (default for a URL).
    */
   tls?: "rds" | "system";
+  /**
+   * Keep each function's database connection open between warm invocations (saves the TLS
+   * handshake). Default true for RDS, false for a URL database (Neon, Supabase): a database that
+   * scales to zero is then not held awake by idle pollers.
+   */
+  keepConnection?: boolean;
   /** Overrides of the shared function arguments (runtime, architecture, nodejs, environment, …). */
   function?: Partial<sst.aws.FunctionArgs>;
   /** In `sst dev`: run `sqlstreams dev` locally (true, default) instead of deployed schedules. */
@@ -189,7 +195,7 @@ export class SqlStreams extends $util.ComponentResource {
   readonly maintain: sst.aws.Function;
   /** One poller per group, keyed `stream/group`. */
   readonly pollers: Record<string, PollerContext> = {};
-  /** The environment a producer needs (also set on every SQLStreams function). */
+  /** The environment every SQLStreams function gets (a linked producer also gets the wake settings). */
   readonly environment: Record<string, $util.Input<string>>;
   private readonly wake: boolean;
 
@@ -223,7 +229,7 @@ export class SqlStreams extends $util.ComponentResource {
       SQLSTREAMS_DB_CA: tls,
       // Node 20+ Lambda runtimes trust the RDS CAs only through this file.
       ...(tls === "rds" ? { NODE_EXTRA_CA_CERTS: "/var/runtime/ca-cert.pem" } : {}),
-      ...(this.wake ? { SQLSTREAMS_WAKE: "lambda" } : {}),
+      ...((args.keepConnection ?? !isUrl) ? {} : { SQLSTREAMS_DB_KEEP_CONNECTION: "false" }),
     };
     const credentialsLink = new sst.Linkable(`${name}Secret`, {
       properties: { arn: this.secret.arn },
@@ -398,7 +404,14 @@ export class SqlStreams extends $util.ComponentResource {
       include: [
         sst.aws.permission({ actions: ["secretsmanager:GetSecretValue"], resources: [this.secret.arn] }),
         ...(this.wake && pollers.length > 0 ? [sst.aws.permission({ actions: ["lambda:InvokeFunction"], resources: pollers.map((f) => f.arn) })] : []),
-        { type: "environment" as const, env: this.environment },
+        {
+          type: "environment" as const,
+          env: {
+            ...this.environment,
+            // Wake on produce: the client of a linked producer invokes the pollers (wakerFromEnv).
+            ...(this.wake ? { SQLSTREAMS_WAKE: "lambda", SQLSTREAMS_WAKE_FUNCTIONS: $jsonStringify(this.pollerNames) } : {}),
+          },
+        },
       ],
     };
   }

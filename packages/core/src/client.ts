@@ -10,6 +10,7 @@ import type { StreamDef } from "./typed.js";
 import { validateSchemaName, validateStreamName } from "./validate.js";
 import { SYSTEM_VERSION } from "./version.js";
 import { type MaintainOptions, type MaintainReport, maintainStreams } from "./maintain.js";
+import { DEFAULT_WAKE_WINDOW_MS, type Waker, claimWakes, notifyWaker, validateWakeOptions } from "./wake.js";
 
 export interface SqlStreamsOptions {
   connectionString?: string;
@@ -27,6 +28,14 @@ export interface SqlStreamsOptions {
    * and the call fails with SQL0050. Default 60 000; 100 to 3 600 000 (docs/operations.md#timeouts).
    */
   statementTimeout?: number;
+  /**
+   * Wake on produce: after a produce or produceBatch commits, the groups of the stream whose wake
+   * this client claims in Postgres are handed to the waker (docs/producing.md#wake-on-produce).
+   * A failing wake is logged (SQL0064), never thrown: the produce has committed.
+   */
+  waker?: Waker | "notify";
+  /** At most one wake per group per this many ms, across every producer. Default 1 000; 100–600 000. */
+  wakeWindow?: number;
 }
 
 export type { StreamInfo } from "./runtime.js";
@@ -36,6 +45,8 @@ export class SqlStreams implements Runtime {
   private readonly ownsPool: boolean;
   private readyPromise: Promise<void> | undefined;
   private readonly streams = new Map<string, StreamInfo>();
+  private waker: Waker | undefined;
+  private readonly wakeWindow: number;
 
   constructor(opts: SqlStreamsOptions = {}) {
     if (typeof opts !== "object" || opts === null) throw new SqlStreamsError("SQL0001", "options must be an object");
@@ -57,6 +68,8 @@ export class SqlStreams implements Runtime {
         statementTimeout: typeof statementTimeout === "number" ? statementTimeout : typeof statementTimeout,
       });
     }
+    validateWakeOptions(opts.waker, opts.wakeWindow);
+    this.wakeWindow = opts.wakeWindow ?? DEFAULT_WAKE_WINDOW_MS;
     let pool: pg.Pool;
     if (hasPool) {
       pool = opts.pool as pg.Pool;
@@ -87,6 +100,7 @@ export class SqlStreams implements Runtime {
       c.on("error", () => {});
     });
     this.db = { pool, schema, q: quoteIdent(schema), onQuery: opts.onQuery, events, closed: false, statementTimeout };
+    this.waker = opts.waker === "notify" ? notifyWaker(this.db) : opts.waker;
   }
 
   get schema(): string {
@@ -121,6 +135,37 @@ export class SqlStreams implements Runtime {
   async maintain(opts: MaintainOptions & { streams?: string[] } = {}): Promise<Record<string, MaintainReport>> {
     await this.ready();
     return maintainStreams(this, opts);
+  }
+
+  /**
+   * Wakes the groups of `stream` whose wake is not in flight (claimed in Postgres: at most one per
+   * group per wakeWindow across every producer); returns the groups this call woke. produce() and
+   * produceBatch() call it after their commit; after produceInTx, call it once your transaction
+   * has committed. Needs the `waker` option (SQL0063); a waker that throws is logged (SQL0064).
+   */
+  async wake(stream: string): Promise<string[]> {
+    const waker = this.waker;
+    if (!waker) throw new SqlStreamsError("SQL0063", "wake() needs a client created with the waker option");
+    await this.ready();
+    const groups = await claimWakes(this.db, validateStreamName(stream), this.wakeWindow);
+    const results = await Promise.allSettled(groups.map(async (group) => waker.wake({ stream, group })));
+    results.forEach((r, i) => {
+      if (r.status === "rejected") {
+        const err = r.reason as Error;
+        this.db.events.emit({ level: "warn", code: "SQL0064", stream, group: groups[i], message: `waking ${stream}/${groups[i]} failed: ${err?.message ?? String(err)}` });
+      }
+    });
+    return groups;
+  }
+
+  /** @internal After a produce committed: wake the stream's groups if a waker is set; never throws. */
+  async afterProduce(stream: string): Promise<void> {
+    if (!this.waker) return;
+    try {
+      await this.wake(stream);
+    } catch (e) {
+      this.db.events.emit({ level: "warn", code: "SQL0064", stream, message: `claiming wakes for ${stream} failed: ${(e as Error)?.message ?? String(e)}` });
+    }
   }
 
   /** Names of every registered stream. */

@@ -1,4 +1,5 @@
 import type { PoolClient } from "pg";
+import { releaseWake } from "./wake.js";
 import type { Runtime } from "./runtime.js";
 import {
   type ConsumerConfig, type MessageOptions, type PollOptions, groupResolution, resolveMessage,
@@ -180,6 +181,16 @@ export class Consumer<T = unknown> {
       const g = await query<{ id: string }>(db, c, A.upsertGroup(db.q), [id, this.name, JSON.stringify(cfg)]);
       await query(db, c, A.createCursor(t), [g.rows[0].id, cfg.start === "head"]);
     });
+  }
+
+  /**
+   * The group's poller is idle: releases its wake so the next produce wakes it again, and returns
+   * true when a produce asked for another drain meanwhile (docs/producing.md#wake-on-produce).
+   * Pollers that can be woken call it after an idle drain, and drain again when it returns true.
+   */
+  async releaseWake(): Promise<boolean> {
+    await this.client.ready();
+    return releaseWake(this.client.db, this.stream, this.name);
   }
 
   /** One bounded claim cycle (SPEC §5). */

@@ -56,6 +56,9 @@ export const ERROR_CODES = {
   SQL0062: { kind: "error", meaning: "the payload or options given to `sqlstreams produce` are not valid JSON", fix: "pass one JSON document as the argument, with --file PATH, or on stdin" },
   SQL0067: { kind: "error", meaning: "a produced payload does not match the stream's schema (defineStream)", fix: "produce a payload the schema accepts; the message names each issue's path" },
   SQL0068: { kind: "recorded", meaning: "a consumed payload does not match the stream's schema; recorded dead (Permanent) without running the handler", fix: "fix the producer or the schema, then redrive()" },
+  SQL0063: { kind: "error", meaning: "invalid wake-on-produce option (waker, wakeWindow), or wake() called on a client without a waker", fix: "pass a waker object with a wake({ stream, group }) function and a wakeWindow in ms between 100 and 600000" },
+  SQL0064: { kind: "warning", meaning: "a wake after a produce failed (claiming it in Postgres, or the waker threw); the produce itself committed", fix: "nothing is lost: the group's schedule picks the message up; check the waker's permissions and network path (e.g. lambda:InvokeFunction)" },
+  SQL0065: { kind: "error", meaning: "the Lambda waker has no function for a group, or SQLSTREAMS_WAKE_FUNCTIONS is not a JSON object of \"stream/group\": function name", fix: "link the producer to the SqlStreams component (link: [streams]) or pass functions to createLambdaWaker" },
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

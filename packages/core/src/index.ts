@@ -17,3 +17,4 @@ export type { MaintainOptions, MaintainReport } from "./maintain.js";
 export type { DestroyOptions, DestroyGroupResult, DestroyStreamResult } from "./destroy.js";
 export { LIBRARY_VERSION, SYSTEM_VERSION, STREAM_VERSION } from "./version.js";
 export { defineStream, type StreamDef, type StandardSchema, type SchemaIssue, type PayloadOf } from "./typed.js";
+export { WAKE_CHANNEL, type Waker, type WakeTarget } from "./wake.js";

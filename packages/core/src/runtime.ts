@@ -23,6 +23,8 @@ export interface Runtime {
   migrate(): Promise<void>;
   /** Looks a stream up by name, cached for the client's life (payload limit for 60 s). */
   streamInfo(name: string, fresh?: boolean): Promise<StreamInfo>;
+  /** After a produce committed: wake the stream's groups when the client has a waker; never throws. */
+  afterProduce(stream: string): Promise<void>;
   /** Drops a stream from the cache (after destroy, or when its registration changed). */
   forgetStream(name: string): void;
 }

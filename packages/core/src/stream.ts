@@ -284,7 +284,10 @@ export class Stream<T = unknown> {
     } else {
       result = { id: rows[0].id, duplicate: rows[0].duplicate };
     }
-    if (!result.duplicate) await this.createAhead(info, [result.id]);
+    if (!result.duplicate) {
+      await this.createAhead(info, [result.id]);
+      await this.client.afterProduce(this.name);
+    }
     return result;
   }
 
@@ -304,6 +307,7 @@ export class Stream<T = unknown> {
     // Ids were drawn in item order; RETURNING order is not promised, so order them.
     const ids = rows.map((r) => r.id).sort(compareIds);
     await this.createAhead(info, ids);
+    await this.client.afterProduce(this.name);
     return ids.map((id) => ({ id, duplicate: false }));
   }
 

@@ -7,10 +7,13 @@
 //   5. the local stand-in for EventBridge: invoke each group's handler with { stream, group } and
 //      a fake Lambda context on its schedule (compressed: --tick / --speed), and the maintain
 //      function on its own; a live progress view
+//      and, on a wake (a producer with waker "notify" / SQLSTREAMS_WAKE=notify: NOTIFY
+//      sqlstreams_wake), the group's handler at once (docs/producing.md#wake-on-produce)
 //   6. Ctrl-C (or --once converging): stop scheduling, let running invocations finish, stop the
 //      embedded Postgres, exit 0
 import { resolve } from "node:path";
-import { type CycleReport, type Progress, mergeReports } from "@sqlstreams/core";
+import pg from "pg";
+import { type CycleReport, type Progress, WAKE_CHANNEL, mergeReports } from "@sqlstreams/core";
 import type { LocalContext } from "@sqlstreams/aws";
 import type { Values } from "../commands.js";
 import type { Ctx } from "../context.js";
@@ -99,6 +102,9 @@ interface Job {
   /** When the read behind `progress` started (a read that began before the last produce proves nothing). */
   progressAt?: number;
   startCommitted?: bigint;
+  /** Wakes received (NOTIFY) and whether one came while every invocation slot was busy. */
+  wakes: number;
+  wakePending: boolean;
 }
 
 interface Snapshot {
@@ -127,6 +133,7 @@ interface GroupRow {
   invocations: number;
   running: number;
   skipped: number;
+  wakes: number;
   parallelism: number;
   errors: number;
   lastError?: string;
@@ -184,6 +191,7 @@ class DevRun {
   // The scheduler and the view.
   private readonly inflight = new Set<Promise<void>>();
   private timer: NodeJS.Timeout | undefined;
+  private listener: pg.Client | undefined;
   private lastPlain = 0;
   private lastPlainText = "";
   private drawnLines = 0;
@@ -251,6 +259,8 @@ class DevRun {
 
   async run(): Promise<number> {
     await this.openDatabase();
+    // Listening before "migrated" is announced: a producer that starts then is never missed.
+    await this.startWakeListener();
     await this.migrate();
     await this.startDashboard();
     await this.startDemo();
@@ -348,6 +358,32 @@ class DevRun {
     })();
   }
 
+  /** 5b. Wake on produce, locally: a NOTIFY from a producer's claimed wake runs the group at once. */
+  private async startWakeListener(): Promise<void> {
+    const url = this.ctx.common.databaseUrl;
+    if (!url) return;
+    const listener = new pg.Client({ connectionString: url, application_name: "sqlstreams-dev-wake" });
+    listener.on("error", (e) => this.logs?.write(`wake listener failed: ${describeError(e, this.secrets).message}`, "error"));
+    listener.on("notification", (n) => {
+      let t: { schema?: string; stream?: string; group?: string };
+      try {
+        t = JSON.parse(n.payload ?? "") as typeof t;
+      } catch {
+        return;
+      }
+      if (t.schema !== this.ctx.common.schema || this.stopping) return;
+      const job = this.jobs.find((j) => j.group?.declaration.stream === t.stream && j.group?.declaration.group === t.group);
+      if (!job) return;
+      job.wakes++;
+      this.emit("dev.wake", { stream: t.stream, group: t.group });
+      if (job.running >= job.parallelism) job.wakePending = true;
+      else this.invoke(job);
+    });
+    await listener.connect();
+    await listener.query(`LISTEN ${WAKE_CHANNEL}`);
+    this.listener = listener;
+  }
+
   /** 5. The local stand-in for EventBridge. */
   private startScheduler(): void {
     this.timer = setInterval(() => this.tick(), 50);
@@ -414,6 +450,11 @@ class DevRun {
     } finally {
       job.running--;
       job.finished++;
+      // A wake that found every slot busy: run once more (the run may have released before it came).
+      if (job.wakePending && !this.stopping) {
+        job.wakePending = false;
+        this.invoke(job);
+      }
     }
   }
 
@@ -530,6 +571,8 @@ class DevRun {
   private async shutdown(): Promise<void> {
     this.stopping = true;
     clearInterval(this.timer);
+    await this.listener?.end().catch(() => {});
+    this.listener = undefined;
     await this.producer;
     let lastWaitNote = Date.now();
     for (;;) {
@@ -641,7 +684,7 @@ function makeJobs(dep: Deployment, o: DevOptions, now: number): Job[] {
 function job(name: string, kind: Job["kind"], schedule: Schedule, o: DevOptions, now: number, parallelism: number, budgetMs: number, group?: LoadedGroup): Job {
   const j: Job = {
     name, kind, group, schedule, tickMs: o.tickMs, parallelism, budgetMs, nextAt: now,
-    running: 0, invocations: 0, finished: 0, skipped: 0, errors: 0,
+    running: 0, invocations: 0, finished: 0, skipped: 0, errors: 0, wakes: 0, wakePending: false,
   };
   // A cron schedule on the (sped-up) clock fires at its next time; rates and ticks fire at once.
   if (o.tickMs === undefined && schedule.kind === "cron") {
@@ -685,6 +728,7 @@ function row(j: Job, produced: Map<string, number>, now: number): GroupRow {
     invocations: j.finished,
     running: j.running,
     skipped: j.skipped,
+    wakes: j.wakes,
     parallelism: j.parallelism,
     errors: j.errors,
     lastError: j.lastError,

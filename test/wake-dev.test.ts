@@ -1,0 +1,68 @@
+// Wake on produce through `sqlstreams dev` (docs/producing.md#wake-on-produce): the group's
+// declared schedule runs at real speed (--speed 1) and is a yearly cron, so only a wake can run
+// its handler during the test; a producer with waker "notify" (SQLSTREAMS_WAKE=notify) wakes it.
+// The latency from the produce's return to the committed cursor is measured and printed.
+import { randomBytes } from "node:crypto";
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { SqlStreams } from "@sqlstreams/core";
+import { wakerFromEnv } from "@sqlstreams/aws";
+import { useFreshDatabase } from "./support/db.js";
+import { repoRoot, spawnNode } from "./support/processes.js";
+
+const url = useFreshDatabase();
+const dir = join(repoRoot, "node_modules", ".cache", "sqlstreams-test", `wake-dev-${randomBytes(4).toString("hex")}`);
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe("sqlstreams dev honours wake on produce", () => {
+  it("a produced message is handled at once, with the declared schedule far away", async () => {
+    mkdirSync(join(dir, "functions", "handlers"), { recursive: true });
+    writeFileSync(
+      join(dir, "functions", "groups.mjs"),
+      `export const groups = [{ stream: "fx.woken", group: "fx-wake", function: "functions/handlers/fx.poll", schedule: "cron(0 0 1 1 ? *)", timeout: 60000 }];
+export const streams = { "fx.woken": {} };`,
+    );
+    writeFileSync(
+      join(dir, "functions", "handlers", "fx.mjs"),
+      `import { createPollHandler } from "@sqlstreams/aws";
+import { groups } from "../groups.mjs";
+export const poll = createPollHandler({ stream: "fx.woken", group: "fx-wake", groups, handle() {} });`,
+    );
+    const child = spawnNode({
+      script: "packages/cli/dist/bin.js",
+      args: ["dev", "--json", "--no-demo", "--speed", "1", "--build", dir, "--timeout", "300", "--log-file", join(dir, "dev.log")],
+      env: { DATABASE_URL: url(), SQLSTREAMS_SCHEMA: undefined, CI: "true" },
+    });
+    const waker = wakerFromEnv({ SQLSTREAMS_WAKE: "notify" });
+    expect(waker).toBe("notify");
+    const producer = new SqlStreams({ connectionString: url(), waker: waker as "notify" });
+    const reader = new SqlStreams({ connectionString: url() });
+    try {
+      await child.waitFor((m) => m.event === "dev.migrated", { timeoutMs: 90_000 });
+      const consumer = reader.stream("fx.woken").consumer("fx-wake");
+      const latencies: number[] = [];
+      for (let i = 0; i < 3; i++) {
+        const { id } = await producer.stream("fx.woken").produce({ i });
+        const t0 = performance.now();
+        const deadline = Date.now() + 60_000;
+        while (BigInt((await consumer.progress()).committed) < BigInt(id)) {
+          if (Date.now() > deadline) throw new Error(`message ${id} not handled within 60 s: ${child.stderr()}`);
+          await new Promise((r) => setTimeout(r, 20));
+        }
+        latencies.push(Math.round(performance.now() - t0));
+      }
+      console.log(`wake on produce through sqlstreams dev: produce → committed in ${latencies.join(", ")} ms`);
+      child.process.kill("SIGINT");
+      const exit = await child.waitForExit(60_000);
+      expect(exit.code, child.stderr()).toBe(0);
+      const summary = child.messages.find((m) => m.event === "dev.summary") as { groups: { wakes: number; invocations: number }[] } | undefined;
+      expect(summary?.groups[0].wakes).toBeGreaterThanOrEqual(3);
+      expect(child.messages.filter((m) => m.event === "dev.wake").length).toBeGreaterThanOrEqual(3);
+    } finally {
+      await producer.close();
+      await reader.close();
+      if (child.process.exitCode === null) await child.kill("SIGKILL");
+    }
+  }, 240_000);
+});
