@@ -68,6 +68,19 @@ describe("dashboard behind a Function URL", () => {
     expect((await t.sql<{ status: string }>(`SELECT status FROM sqlstreams.exception_queue_${n}`))[0].status).toBe("ready");
   });
 
+  it("the group page charts lag and throughput from the progress history maintain() writes", async () => {
+    const handler = createDashboardHandler({ database: db, readOnly: true });
+    const before = await handler(event("GET", "/group", { query: "stream=orders.placed&group=fraud" }));
+    expect(before.body).toContain("Lag: not enough samples yet");
+    await t.client.maintain();
+    await t.client.stream("orders.placed").produce({ n: 2 });
+    await t.client.maintain();
+    await t.client.maintain();
+    const after = await handler(event("GET", "/group", { query: "stream=orders.placed&group=fraud" }));
+    expect(after.body).toMatch(/<svg role="img" aria-label="Lag: last 1 ids, peak 1"/);
+    expect(after.body).toMatch(/<svg role="img" aria-label="Throughput: last 0 messages\/min/);
+  });
+
   it("read-only from the environment refuses actions", async () => {
     process.env.SQLSTREAMS_DASHBOARD_READ_ONLY = "1";
     try {

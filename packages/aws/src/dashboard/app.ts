@@ -106,6 +106,38 @@ export function createDashboard(o: DashboardOptions): FetchHandler {
   };
 }
 
+/**
+ * A line chart of one series as inline SVG (no script): `points` are [epoch ms, value], oldest
+ * first. The label names it for screen readers; the last value is printed beside it.
+ */
+function chart(label: string, points: [number, number][], unit: string): string {
+  if (points.length < 2) return `<p class="muted">${esc(label)}: not enough samples yet (maintain() writes one per run).</p>`;
+  const w = 360;
+  const h = 60;
+  const xs = points.map((p) => p[0]);
+  const ys = points.map((p) => p[1]);
+  const x0 = Math.min(...xs);
+  const dx = Math.max(1, Math.max(...xs) - x0);
+  const top = Math.max(1, ...ys);
+  const path = points.map((p, i) => `${i === 0 ? "M" : "L"}${(((p[0] - x0) / dx) * w).toFixed(1)},${(h - (Math.max(0, p[1]) / top) * h).toFixed(1)}`).join(" ");
+  const last = ys[ys.length - 1];
+  return `<figure style="display:inline-block;margin:0 2rem 1rem 0"><svg role="img" aria-label="${esc(`${label}: last ${last} ${unit}, peak ${top}`)}" width="${w}" height="${h + 2}" viewBox="0 -1 ${w} ${h + 2}" style="border-bottom:1px solid #999">
+<path d="${path}" fill="none" stroke="#0b57d0" stroke-width="2"/></svg><figcaption>${esc(label)}: ${esc(last)} ${esc(unit)} now, peak ${esc(top)} (${esc(age(dx))})</figcaption></figure>`;
+}
+
+/** Lag and throughput over time from the progress history (docs/data-model.md#progress-history). */
+async function historyCharts(v: View, stream: string, group: string): Promise<string> {
+  const samples = await v.client.stream(stream).consumer(group).history({ limit: 288 });
+  const lag: [number, number][] = samples.map((x) => [x.sampledAt.getTime(), Number(x.lag)]);
+  const rate: [number, number][] = [];
+  for (let i = 1; i < samples.length; i++) {
+    const dt = (samples[i].sampledAt.getTime() - samples[i - 1].sampledAt.getTime()) / 60_000;
+    const d = Number(BigInt(samples[i].committed) - BigInt(samples[i - 1].committed));
+    if (dt > 0) rate.push([samples[i].sampledAt.getTime(), Math.max(0, Math.round(d / dt))]);
+  }
+  return `<section aria-labelledby="history-h"><h2 id="history-h">Over time</h2>${chart("Lag", lag, "ids")}${chart("Throughput", rate, "messages/min")}</section>`;
+}
+
 /** The first line of an error, the rest (a stack) behind a disclosure. */
 function errorCell(e: string | null): string {
   if (!e) return "-";
@@ -164,7 +196,7 @@ ${table(
     "Oldest unresolved", "Paused", "Holds retention"],
   rows,
 )}
-<p class="muted" id="history">Lag and throughput over time appear here once progress history is recorded.</p>
+<p class="muted" id="history">Lag and throughput over time: on each group's page (from the progress history maintain() records).</p>
 ${lookup}`,
   );
 }
@@ -240,6 +272,7 @@ ${p.paused ? postForm(`${v.base}/action/resume`, v.csrf, sg, "Resume") : postFor
     `<h1>${esc(stream)} / ${esc(group)}</h1>
 <p>head ${esc(p.head)}, committed ${esc(p.committed)}, lag ${esc(p.lag)}; ready ${p.exceptions.ready}, deferred ${p.exceptions.deferred}, inflight ${p.exceptions.inflight},
 <span class="${p.exceptions.dead > 0 ? "bad" : ""}">dead ${p.exceptions.dead}</span>, superseded ${p.exceptions.superseded}; oldest unresolved ${esc(age(p.oldestUnresolvedAgeMs))}; ${p.paused ? '<span class="warn">paused</span>' : "running"}.</p>
+${await historyCharts(v, stream, group)}
 ${controls}${filterForm}${bulk}
 ${table(`${f.status} rows ${total === 0 ? "" : `${f.offset + 1}–${f.offset + rows.length} of ${total}`}`, [{ text: "Message", num: true }, "Key", "Status", { text: "Attempts", num: true }, { text: "Delays", num: true }, "Updated", "Payload", "Last error", v.readOnly ? "" : "Actions"], body)}
 <p>${prev} ${next}</p>`,
