@@ -73,7 +73,7 @@ describe("sst.config.ts with SST's real components", () => {
       expect(fn.id).not.toBe("");
       expect(fn.inputs).toMatchObject({
         handler: g.function,
-        runtime: "nodejs22.x",
+        runtime: "nodejs24.x",
         architectures: ["arm64"],
         timeout: (g.timeout ?? 60_000) / 1000,
         memorySize: g.memory ?? 256,

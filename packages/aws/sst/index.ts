@@ -261,8 +261,9 @@ export class SqlStreams extends $util.ComponentResource {
     }
 
     const shared = {
-      // Node 20 is past its Lambda deprecation; the bundles target Node 20 syntax and run on 22.
-      runtime: "nodejs22.x",
+      // Node 24 (Active LTS, maintained to 2028); CI builds and runs the core scenarios on 22 and
+      // 24 too (README "Lambda runtime and Node versions").
+      runtime: "nodejs24.x",
       architecture: "arm64",
       ...(vpc ? { vpc } : {}),
       link: [credentialsLink],
