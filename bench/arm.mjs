@@ -7,6 +7,7 @@ import { enableProfiling, setBenchDatabase } from "./lib/common.mjs";
 
 const ours = () => import("./arms/ours.mjs");
 const curve = () => import("./arms/curve.mjs");
+const intx = () => import("./arms/intx.mjs");
 
 export const ARMS = {
   "floor-insert": { run: floorInsert },
@@ -25,6 +26,7 @@ export const ARMS = {
   "consume-1m": { run: async (ctx) => (await curve()).consumeCurve(ctx) },
   "produce-1m": { run: async (ctx) => (await curve()).produceCurve(ctx) },
   idle: { run: async (ctx) => (await curve()).idle(ctx) },
+  "produce-tx": { run: async (ctx) => (await intx()).produceTx(ctx) },
   pgboss: { run: pgBoss },
   graphile: { run: graphileWorker },
   pgboss12: { run: pgBoss12 },

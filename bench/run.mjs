@@ -19,7 +19,7 @@ import pg from "pg";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ALL_ARMS = ["floor-insert", "floor-read", "floor-read-2x", "produce", "consume", "consume-defaults", "consume-2groups", "produce-consume", "ordered", "failing", "latency",
-  "consume-10k", "consume-100k", "consume-1m", "produce-1m", "idle", "pgboss", "graphile", "pgboss12", "graphile18"];
+  "consume-10k", "consume-100k", "consume-1m", "produce-1m", "idle", "produce-tx", "pgboss", "graphile", "pgboss12", "graphile18"];
 // The newest peers: installed into bench/peers/ on demand and run under Node 22 (they need it).
 const NODE22_ARMS = new Set(["pgboss12", "graphile18"]);
 const PEER_ARMS = ["pgboss", "graphile", "pgboss12", "graphile18"];
@@ -43,6 +43,7 @@ const FULL_N = {
   "consume-1m": 100_000,
   "produce-1m": 100_000, // produced on top of 1M rows already present (quick: 10k present)
   idle: 0, // 200 caught-up groups on 100 streams, 20 ticks (quick: 20 groups, 3 ticks)
+  "produce-tx": 5_000, // per adapter: one message per transaction, sequential, on one connection
   pgboss: 50_000,
   graphile: 50_000,
   pgboss12: 50_000,
@@ -66,6 +67,7 @@ const PRIMARY = {
   "consume-1m": "consume",
   "produce-1m": "produce",
   idle: "pgCpuMsPerTick",
+  "produce-tx": "pg",
   pgboss: "consume",
   graphile: "consume",
   pgboss12: "consume",

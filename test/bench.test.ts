@@ -75,4 +75,18 @@ describe("npm run bench (--quick)", () => {
     expect(arms[1].metrics.stmtPerPoll.median).toBe(1);
     expect(code, stderr).toBe(0);
   }, 180_000);
+
+  it("runs the produce-tx arm: produceInTx through every adapter and the SQL function, all committed", async () => {
+    const { code, stdout, stderr } = await runBench(["--quick", "--json", "--servers", "url", "--arms", "produce-tx", "--n", "40"]);
+    const arms = stdout
+      .split("\n")
+      .filter((l) => l.startsWith("{"))
+      .map((l) => JSON.parse(l) as { type: string })
+      .filter((l): l is ArmLine => l.type === "arm");
+    expect(arms.map((a) => a.arm), stderr).toEqual(["produce-tx"]);
+    expect(arms[0].failures, JSON.stringify(arms[0].failures)).toEqual([]);
+    expect(Object.keys(arms[0].metrics).sort()).toEqual(["drizzle-pg", "drizzle-postgres.js", "kysely", "pg", "postgres.js", "prisma", "sql-function"]);
+    expect(arms[0].check).toMatchObject({ ok: true, rows: 7 * 90, expected: 7 * 90 });
+    expect(code, stderr).toBe(0);
+  }, 180_000);
 });
