@@ -96,6 +96,30 @@ describe("sst.config.ts with SST's real components", () => {
     expect(deploy.one(SCHEDULE, "StreamsMaintainCronSchedule").inputs.scheduleExpression).toBe("rate(5 minutes)");
   });
 
+  it("per group: alarms on dead letters, the oldest unresolved age (declared threshold or 15 min), poll errors and throttles", () => {
+    const ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm";
+    expect(deploy.of(ALARM)).toHaveLength(groups.length * 4);
+    for (const g of groups) {
+      const fn = deploy.one(FN, `Streams${idOf(g)}PollerFunction`);
+      // The poll function reports the Stage dimension the alarms select.
+      expect(fn.inputs.environment.variables.SQLSTREAMS_STAGE).toBe("test");
+      const ours = { Stream: g.stream, Group: g.group, Stage: "test" };
+      const dead = deploy.one(ALARM, `Streams${idOf(g)}DeadLettersAlarm`).inputs;
+      expect(dead).toMatchObject({ namespace: "SQLStreams", metricName: "Dead", dimensions: ours, statistic: "Sum", threshold: 0, comparisonOperator: "GreaterThanThreshold", treatMissingData: "notBreaching" });
+      const oldest = deploy.one(ALARM, `Streams${idOf(g)}OldestUnresolvedAlarm`).inputs;
+      const threshold = (g.alarms === false ? undefined : g.alarms?.oldestUnresolvedMs) ?? 15 * 60_000;
+      expect(oldest).toMatchObject({ namespace: "SQLStreams", metricName: "OldestUnresolvedAgeMs", dimensions: ours, statistic: "Maximum", threshold });
+      for (const key of ["Errors", "Throttles"]) {
+        const a = deploy.one(ALARM, `Streams${idOf(g)}${key}Alarm`).inputs;
+        expect(a).toMatchObject({ namespace: "AWS/Lambda", metricName: key, statistic: "Sum", threshold: 0 });
+        expect(a.dimensions).toEqual({ FunctionName: fn.inputs.name });
+      }
+    }
+    // The example declares the fraud-scoring threshold; apply-balance takes the default.
+    expect(deploy.one(ALARM, "StreamsOrdersPlacedFraudScoringOldestUnresolvedAlarm").inputs.threshold).toBe(600_000);
+    expect(deploy.one(ALARM, "StreamsLedgerAdjustmentsApplyBalanceOldestUnresolvedAlarm").inputs.threshold).toBe(900_000);
+  });
+
   it("every output resolves: secret, host, migrate function and one poller per group", () => {
     for (const run of [deploy, preview]) {
       for (const [key, out] of Object.entries(run.outputs)) expect(out.known, key).toBe(true);

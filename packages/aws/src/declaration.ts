@@ -2,6 +2,7 @@
 // checks every reader of it shares (the migrate function, the poll handlers, sst.config.ts tests
 // and `sqlstreams dev`). Pure: no database, no clock, no AWS.
 import { SqlStreamsError, type ConsumerConfig, type ErrorCode, type StreamOptions } from "@sqlstreams/core";
+import type { GroupAlarms } from "./alarms.js";
 
 /** `drain`: exit when the group is idle (pay only for work). `continuous`: keep polling with a
  * short idle wait until the invocation budget ends (sub-minute latency from a 1-minute schedule). */
@@ -35,6 +36,8 @@ export interface GroupDeclaration {
   recordMargin?: number;
   /** Continuous mode: pause after an idle drain before polling again, in ms. Default 1 000. */
   idleWait?: number;
+  /** CloudWatch alarms of the group (docs/operations.md#alarms); default on with a 15-minute threshold. */
+  alarms?: GroupAlarms | false;
 }
 
 /** Options of streams named by the declaration, keyed by stream name (registered on deploy). */
@@ -56,7 +59,7 @@ const FUNCTION_PATH = /^[A-Za-z0-9_][A-Za-z0-9_./-]*\.[A-Za-z_$][A-Za-z0-9_$]*$/
 const SCHEDULE = /^(rate|cron)\(.+\)$/;
 const KEYS = [
   "stream", "group", "function", "schedule", "config", "mode", "parallelism", "timeout", "memory",
-  "batchLimit", "concurrency", "recordMargin", "idleWait",
+  "batchLimit", "concurrency", "recordMargin", "idleWait", "alarms",
 ];
 const RANGES: Record<string, [number, number]> = {
   parallelism: [1, 50],
@@ -138,6 +141,7 @@ export function validateGroups<T extends readonly GroupDeclaration[]>(groups: T)
         bad("SQL0015", `${at}.${k}`, v, `must be an integer between ${min} and ${max}`);
       }
     }
+    checkAlarms(d.alarms, `${at}.alarms`);
     const r = resolvedDeclaration(d);
     // The poll handler stops starting work at `timeout - (recordMargin + 1000)` minus 2 x
     // recordMargin (SPEC §5.6, §9.2); a message must fit inside that window or it never starts.
@@ -162,6 +166,24 @@ export function validateGroups<T extends readonly GroupDeclaration[]>(groups: T)
     seen.add(key);
   });
   return groups;
+}
+
+const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
+const TOPIC_ARN = /^arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_-]{1,256}$/;
+
+function checkAlarms(a: unknown, at: string): void {
+  if (a === undefined || a === false) return;
+  if (typeof a !== "object" || a === null || Array.isArray(a)) bad("SQL0015", at, a, "must be false or { oldestUnresolvedMs?, email?, topicArn? }");
+  const o = a as Record<string, unknown>;
+  for (const k of Object.keys(o)) if (!["oldestUnresolvedMs", "email", "topicArn"].includes(k)) bad("SQL0015", `${at}.${k}`, o[k], "unknown key; allowed keys: oldestUnresolvedMs, email, topicArn");
+  const ms = o.oldestUnresolvedMs;
+  if (ms !== undefined && (typeof ms !== "number" || !Number.isInteger(ms) || ms < 60_000 || ms > 7 * 86_400_000)) {
+    bad("SQL0015", `${at}.oldestUnresolvedMs`, ms, "must be an integer number of ms between 60 000 (1 minute) and 7 days");
+  }
+  if (o.email !== undefined && (!Array.isArray(o.email) || !o.email.every((e) => typeof e === "string" && EMAIL.test(e)))) {
+    bad("SQL0015", `${at}.email`, o.email, "must be an array of email addresses");
+  }
+  if (o.topicArn !== undefined && (typeof o.topicArn !== "string" || !TOPIC_ARN.test(o.topicArn))) bad("SQL0015", `${at}.topicArn`, o.topicArn, "must be an SNS topic ARN");
 }
 
 /** The declaration of one (stream, group) pair, or undefined. */

@@ -23,3 +23,5 @@ export { createDashboardHandler } from "./dashboard/lambda.js";
 export type { DashboardHandlerOptions, FunctionUrlEvent, FunctionUrlResult } from "./dashboard/lambda.js";
 export { createLambdaWaker, wakerFromEnv } from "./wake.js";
 export type { LambdaWakerOptions } from "./wake.js";
+export { groupAlarms, ALARM_DEFAULTS } from "./alarms.js";
+export type { GroupAlarms, AlarmDefinition } from "./alarms.js";

@@ -11,6 +11,7 @@
 // every deploy, one poll function + EventBridge Scheduler schedule(s) per group, the maintenance
 // function + schedule, and (wake on produce) the right for linked producers to invoke the pollers.
 import type { GroupDeclaration } from "@sqlstreams/aws";
+import { groupAlarms } from "../src/alarms.js";
 
 type Resolved<T> = T extends $util.Input<infer U> ? U : T;
 
@@ -155,6 +156,11 @@ export interface SqlStreamsArgs {
   devScheduler?: boolean | { command?: string };
   /** Extension point: called once per group after its poller and schedules exist (alarms, …). */
   alarms?: (poller: PollerContext) => void;
+  /**
+   * The built-in CloudWatch alarms per group (dead letters, oldest unresolved age, poll errors
+   * and throttles; settings in each group's `alarms`): docs/operations.md#alarms. Default true.
+   */
+  defaultAlarms?: boolean;
   /** Extension point: called once after every poller exists (a dashboard, …). */
   dashboard?: (streams: SqlStreams) => void;
 }
@@ -230,6 +236,8 @@ export class SqlStreams extends $util.ComponentResource {
       // Node 20+ Lambda runtimes trust the RDS CAs only through this file.
       ...(tls === "rds" ? { NODE_EXTRA_CA_CERTS: "/var/runtime/ca-cert.pem" } : {}),
       ...((args.keepConnection ?? !isUrl) ? {} : { SQLSTREAMS_DB_KEEP_CONNECTION: "false" }),
+      // The Stage dimension of the metrics, which the alarms below select.
+      SQLSTREAMS_STAGE: $app.stage,
     };
     const credentialsLink = new sst.Linkable(`${name}Secret`, {
       properties: { arn: this.secret.arn },
@@ -352,6 +360,7 @@ export class SqlStreams extends $util.ComponentResource {
       }
       const poller = { id, group: g, function: fn, schedules };
       this.pollers[`${g.stream}/${g.group}`] = poller;
+      if (args.defaultAlarms !== false) this.groupAlarms(name, poller);
       args.alarms?.(poller);
     }
 
@@ -390,6 +399,46 @@ export class SqlStreams extends $util.ComponentResource {
     }
     args.dashboard?.(this);
     this.registerOutputs({});
+  }
+
+  /** Alarms notify this topic when a group declares `alarms.email` (created on first use). */
+  alarmTopic?: aws.sns.Topic;
+  /** The built-in alarms of each group, keyed `stream/group`. */
+  readonly groupAlarmResources: Record<string, aws.cloudwatch.MetricAlarm[]> = {};
+
+  private groupAlarms(name: string, poller: PollerContext): void {
+    const g = poller.group;
+    const actions: $util.Input<string>[] = [];
+    if (g.alarms !== false && g.alarms?.email?.length) {
+      this.alarmTopic ??= new aws.sns.Topic(`${name}Alarms`, {}, { parent: this });
+      const topic = this.alarmTopic;
+      for (const [i, email] of g.alarms.email.entries()) {
+        new aws.sns.TopicSubscription(`${name}${poller.id}AlarmEmail${i + 1}`, { topic: topic.arn, protocol: "email", endpoint: email }, { parent: this });
+      }
+      actions.push(topic.arn);
+    }
+    if (g.alarms !== false && g.alarms?.topicArn) actions.push(g.alarms.topicArn);
+    const functionName = poller.function.name;
+    this.groupAlarmResources[`${g.stream}/${g.group}`] = groupAlarms(g, { functionName: "FUNCTION", stage: $app.stage }).map((a) =>
+      new aws.cloudwatch.MetricAlarm(
+        `${name}${poller.id}${a.key}Alarm`,
+        {
+          alarmDescription: a.description,
+          namespace: a.namespace,
+          metricName: a.metricName,
+          dimensions: a.namespace === "AWS/Lambda" ? { FunctionName: functionName } : a.dimensions,
+          statistic: a.statistic,
+          period: a.period,
+          evaluationPeriods: a.evaluationPeriods,
+          threshold: a.threshold,
+          comparisonOperator: a.comparisonOperator,
+          treatMissingData: a.treatMissingData,
+          alarmActions: actions,
+          okActions: actions,
+        },
+        { parent: this },
+      ),
+    );
   }
 
   /** `stream/group` → poll function name (a stack output). */
