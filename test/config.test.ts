@@ -226,7 +226,7 @@ describe("resolveMessage (SPEC §4.4)", () => {
 
 describe("poll and stream options", () => {
   it("poll options: defaults, and SQL0015 outside the ranges of §5.1", () => {
-    expect(validatePollOptions(undefined)).toEqual({ batchLimit: 10, concurrency: 1, deadline: undefined, recordMargin: 2_000, signal: undefined });
+    expect(validatePollOptions(undefined)).toEqual({ batchBytes: 16 * 1024 * 1024, batchLimit: 10, concurrency: 1, deadline: undefined, recordMargin: 2_000, signal: undefined });
     const ac = new AbortController();
     expect(validatePollOptions({ batchLimit: 1_000, concurrency: 64, recordMargin: 100, deadline: 5, signal: ac.signal })).toMatchObject({ batchLimit: 1_000, concurrency: 64, recordMargin: 100, deadline: 5 });
     const bad: unknown[] = [
