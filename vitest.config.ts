@@ -6,7 +6,7 @@ import { defineConfig } from "vitest/config";
 //
 // test/isolated/ holds tests that must not share the server with other work: the snapshot
 // fence tests deliberately hold transactions open and check the cluster's xmin, the round-trip budget counts statements exactly, and
-// the deadline and range-crash scenarios assert wall-clock behaviour (SPEC C25, C26) that a
+// the deadline and range-crash scenarios assert wall-clock behaviour (C25, C26) that a
 // saturated 2-core machine would blur. They run after everything else, one file at a time.
 const shared = {
   exclude: ["**/node_modules/**", "**/dist/**", "**/.sst/**", "**/.build/**"],

@@ -1,4 +1,4 @@
-// SPEC §8 compaction and §3.5 head upsert (C20): the read filter, supersede of exception rows and
+// docs/ordering.md#compaction compaction and docs/producing.md#compaction-heads head upsert (C20): the read filter, supersede of exception rows and
 // of range messages found not head at their key lease, rank pinning, batches, validation.
 import { describe, expect, it } from "vitest";
 import type { Message } from "@sqlstreams/core";

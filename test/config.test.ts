@@ -1,5 +1,5 @@
-// Configuration validation and resolution (SPEC §4.2–§4.4, §5.1), the backoff curve (§4.6),
-// classification and error texts (§5.7) and the outcome table (§6) as pure unit tests of
+// Configuration validation and resolution (docs/configuration.md#the-stored-document, docs/poll-cycle.md#options), the backoff curve (docs/exception-lifecycle.md#attempts-and-budget),
+// classification and error texts (docs/exception-lifecycle.md#running-a-handler) and the outcome table (docs/exception-lifecycle.md) as pure unit tests of
 // config.ts, outcome.ts and cycle/plan.ts; then register()/produce()/poll() rejections against a
 // real Postgres, which must leave every table unchanged.
 import { describe, expect, it } from "vitest";
@@ -25,7 +25,7 @@ function codeOf(fn: () => unknown): { code: string; message: string; details: Re
   throw new Error("expected a coded error, nothing was thrown");
 }
 
-describe("validateConsumerConfig (SPEC §4.2, §4.3)", () => {
+describe("validateConsumerConfig (docs/configuration.md#the-stored-document)", () => {
   it("stores the document sparse and exactly as given", () => {
     const doc = { message: { timeout: 30_000, retry: { maxRetries: 5, baseDelay: 2000 } }, concurrencyOverride: "ordered" as const };
     expect(validateConsumerConfig(doc)).toEqual(doc);
@@ -150,7 +150,7 @@ describe("validateConsumerConfig (SPEC §4.2, §4.3)", () => {
   });
 });
 
-describe("resolveMessage (SPEC §4.4)", () => {
+describe("resolveMessage (docs/configuration.md#resolving-a-messages-options)", () => {
   const seed = groupResolution(validateConsumerConfig({ message: { timeout: 30_000, retry: { maxRetries: 5, baseDelay: 2000 } } }));
 
   it("the worked example: the ceiling is the group default, there is no floor, and unset fields are filled", () => {
@@ -225,7 +225,7 @@ describe("resolveMessage (SPEC §4.4)", () => {
 });
 
 describe("poll and stream options", () => {
-  it("poll options: defaults, and SQL0015 outside the ranges of §5.1", () => {
+  it("poll options: defaults, and SQL0015 outside the ranges of docs/poll-cycle.md#options", () => {
     expect(validatePollOptions(undefined)).toEqual({ batchBytes: 16 * 1024 * 1024, batchLimit: 10, concurrency: 1, deadline: undefined, recordMargin: 2_000, signal: undefined });
     const ac = new AbortController();
     expect(validatePollOptions({ batchLimit: 1_000, concurrency: 64, recordMargin: 100, deadline: 5, signal: ac.signal })).toMatchObject({ batchLimit: 1_000, concurrency: 64, recordMargin: 100, deadline: 5 });
@@ -243,7 +243,7 @@ describe("poll and stream options", () => {
   });
 });
 
-describe("backoff (SPEC §4.6)", () => {
+describe("backoff (docs/exception-lifecycle.md#attempts-and-budget)", () => {
   const defaults = { exceptionInitialBackoff: 5_000, baseDelay: 1_000, exponent: 2, maxDelay: 300_000 };
 
   it("defaults: 5 s initial, then 1 s, 2 s, 4 s …", () => {
@@ -268,7 +268,7 @@ describe("backoff (SPEC §4.6)", () => {
   });
 });
 
-describe("outcome plans (SPEC §6.1, §6.2)", () => {
+describe("outcome plans (docs/exception-lifecycle.md#first-delivery, docs/exception-lifecycle.md#retries)", () => {
   const m = { ...DEFAULT_MESSAGE };
 
   /** Runs an always-failing message from its first delivery to the end, as the poll records it. */
@@ -286,19 +286,19 @@ describe("outcome plans (SPEC §6.1, §6.2)", () => {
     return rows;
   }
 
-  it("the §4.6 default timeline", () => {
+  it("the docs/exception-lifecycle.md#attempts-and-budget default timeline", () => {
     expect(timeline(m, ["fail", "fail", "fail", "fail", "fail"])).toEqual([
       ["ready", 1, 0, 5_000], ["ready", 2, 0, 1_000], ["ready", 3, 0, 2_000], ["dead", 3, 0, null],
     ]);
   });
 
-  it("the §4.6 seed timeline", () => {
+  it("the docs/exception-lifecycle.md#attempts-and-budget seed timeline", () => {
     expect(timeline({ ...m, maxRetries: 5, baseDelay: 2_000 }, Array(8).fill("fail"))).toEqual([
       ["ready", 1, 0, 5_000], ["ready", 2, 0, 2_000], ["ready", 3, 0, 4_000], ["ready", 4, 0, 8_000], ["ready", 5, 0, 16_000], ["dead", 5, 0, null],
     ]);
   });
 
-  it("the §4.6 timeline with a delay in between: four failures, one delay, dead at attempts 4", () => {
+  it("the docs/exception-lifecycle.md#attempts-and-budget timeline with a delay in between: four failures, one delay, dead at attempts 4", () => {
     expect(timeline(m, ["fail", { delay: 60_000 }, "fail", "fail", "fail", "fail"])).toEqual([
       ["ready", 1, 0, 5_000], ["ready", 2, 1, 60_000], ["ready", 3, 1, 1_000], ["ready", 4, 1, 2_000], ["dead", 4, 1, null],
     ]);
@@ -349,7 +349,7 @@ describe("outcome plans (SPEC §6.1, §6.2)", () => {
   });
 });
 
-describe("classification and error texts (SPEC §5.7)", () => {
+describe("classification and error texts (docs/exception-lifecycle.md#running-a-handler)", () => {
   it("returning anything but an outcome is success; any throw is a failure", () => {
     for (const v of [undefined, null, 42, "ok", {}, [], false]) expect(classify(v, false)).toEqual({ kind: "success" });
     expect(classify(new Error("x"), true)).toMatchObject({ kind: "failure", error: expect.stringMatching(/^Error: x/) });
@@ -424,7 +424,7 @@ describe("rejections against a real database write nothing", () => {
     await g.register(valid);
     const sid = await streamIdOf(t, "config.reject");
     const [stored] = await t.sql<{ config: unknown }>(`SELECT config FROM ${S}.consumer_group_config WHERE stream_id = $1 AND name = 'g'`, [sid]);
-    expect(stored.config).toEqual(valid); // sparse, exactly as given (§4.2)
+    expect(stored.config).toEqual(valid); // sparse, exactly as given (docs/configuration.md#the-stored-document)
     const before = await tableSnapshot(t, sid);
     const bad: [unknown, string][] = [
       [{ message: { retry: { baseDelay: 5000, maxDelay: 1000 } } }, "SQL0014"],

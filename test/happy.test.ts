@@ -4,7 +4,7 @@ import { S, count, cursor, dlRows, groupIdOf, streamIdOf, testClient } from "./s
 
 const url = useFreshDatabase();
 
-describe("happy path (SPEC C1, C2, C17)", () => {
+describe("happy path (C1, C2, C17)", () => {
   it("C1: eight messages drained once each, ascending, no rows written, cursor at the head", async () => {
     const t = testClient(url());
     await t.client.migrate();

@@ -1,4 +1,4 @@
-// maintain() mechanics (SPEC §10.1, §10.2, C22's TTL, C28): partitions ahead, TTL and lease sweeps,
+// maintain() mechanics (docs/retention.md#maintain, C22's TTL, C28): partitions ahead, TTL and lease sweeps,
 // independent steps, the deadline, lock-timeout skips, concurrent runs, and the cost of a run with
 // nothing to do.
 import { describe, expect, it } from "vitest";
@@ -8,7 +8,7 @@ import { S, committed, count, drainUntil, partitions, precreate, range, streamId
 
 const url = useFreshDatabase();
 
-describe("maintain() (SPEC §10)", () => {
+describe("maintain() (docs/retention.md)", () => {
   it("creates partitions K and K+1 of the next id, and recreates one dropped by hand", async () => {
     const t = testClient(url());
     await t.client.migrate();

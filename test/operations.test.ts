@@ -1,4 +1,4 @@
-// Group independence, redeclaration, inspection and operations (SPEC §4.5, §11; scenarios C16,
+// Group independence, redeclaration, inspection and operations (docs/configuration.md, docs/operations.md; scenarios C16,
 // C29, C31, C32, C33, C34).
 import { describe, expect, it } from "vitest";
 import { Permanent, type ConsumerConfig, type Consumer, type Handler, type Message } from "@sqlstreams/core";

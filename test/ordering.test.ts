@@ -1,4 +1,4 @@
-// SPEC §7 ordering and concurrency: the §7.6 walkthrough (C19) with its dead, Delay and
+// docs/ordering.md ordering and concurrency: the docs/ordering.md#worked-example-one-group-four-messages walkthrough (C19) with its dead, Delay and
 // cross-range variants, exclusivity (C18), ordered + compaction (C21), and concurrency > 1
 // inside one poll (ordered keys serial, different keys in parallel).
 import { describe, expect, it } from "vitest";
@@ -14,7 +14,7 @@ const KEY = "acct-42";
 const GROUP = "apply-balance";
 
 /**
- * §7.6 setup: stream `name`, group apply-balance with concurrencyOverride 'ordered', 100 unrelated
+ * docs/ordering.md#worked-example-one-group-four-messages setup: stream `name`, group apply-balance with concurrencyOverride 'ordered', 100 unrelated
  * messages already consumed (so CUR = (100, 100, 100, 100)), then 101–104 with key acct-42.
  * Optionally a second group on the same stream, registered at the head before 101–104.
  */
@@ -37,7 +37,7 @@ async function ledgerStream(t: TestClient, name: string, opts: { otherGroup?: st
 type Row = Awaited<ReturnType<typeof eqRows>>[number];
 const brief = (r: Row) => [r.message_id, r.status, r.message_key, r.concurrency, r.attempts, r.delays];
 
-describe("C19 ordered: the §7.6 walkthrough", () => {
+describe("C19 ordered: the docs/ordering.md#worked-example-one-group-four-messages walkthrough", () => {
   it("poll 1 fails 101 and defers 102–104 without running them; polls 3–6 run 101–104 in order", async () => {
     const t = testClient(url());
     const { g, other, n, gid } = await ledgerStream(t, "ledger.adjustments", { otherGroup: "audit" });

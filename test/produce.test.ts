@@ -7,7 +7,7 @@ import { streamMigrations, systemMigrations } from "../packages/core/src/generat
 const url = useFreshDatabase();
 
 
-describe("producing (SPEC §3, C22–C24, C28)", () => {
+describe("producing (docs/producing.md, C22–C24, C28)", () => {
   it("C22: idempotency keys dedupe while retained, as v5 UUIDs or verbatim UUIDs", async () => {
     const t = testClient(url());
     await t.client.migrate();
@@ -101,7 +101,7 @@ describe("producing (SPEC §3, C22–C24, C28)", () => {
     expect(await count(t, `message_log_${n}`)).toBe(1000);
   });
 
-  it("stores keys, sparse options and compaction ranks as the SPEC says", async () => {
+  it("stores keys, sparse options and compaction ranks as docs/ says", async () => {
     const t = testClient(url());
     const s = t.client.stream("stored.rows");
     await s.register();

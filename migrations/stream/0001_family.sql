@@ -121,10 +121,10 @@ CREATE INDEX IF NOT EXISTS idempotency_key_{{N}}_created
 -- ---------------------------------------------------------------------------------------------
 -- Protocol functions. Each is one round trip for the poll that calls it. They are VOLATILE, so
 -- every statement inside takes a fresh READ COMMITTED snapshot: the fresh claim reads the range
--- only after it holds the cursor row lock (SPEC §5.3.4).
+-- only after it holds the cursor row lock (docs/poll-cycle.md#the-fence).
 -- ---------------------------------------------------------------------------------------------
 
--- Committed cursor advance (SPEC §5.5): one read of claimed, leases and unresolved rows, then a
+-- Committed cursor advance (docs/poll-cycle.md#cursor-advance): one read of claimed, leases and unresolved rows, then a
 -- guarded write of the value read. Rows at or below committed (put back by redrive) do not hold it.
 CREATE OR REPLACE FUNCTION {{schema}}.advance_{{N}}(p_group BIGINT) RETURNS BIGINT
 LANGUAGE plpgsql VOLATILE AS $fn$
@@ -149,7 +149,7 @@ BEGIN
 END
 $fn$;
 
--- Fresh range claim with the snapshot fence (SPEC §5.3.4 steps 1-6 and the lease of §5.3.5).
+-- Fresh range claim with the snapshot fence (docs/poll-cycle.md#the-fence steps 1-6 and the lease of docs/poll-cycle.md#the-range-lease).
 -- Returns no row when nothing was claimed (low = high); otherwise a header row (r_low, r_high,
 -- id NULL) and then the range's deliverable messages (r_low, r_high NULL; the caller orders them
 -- by id; created_ms is created_at in epoch milliseconds, cheaper to parse than a timestamp).
@@ -226,7 +226,7 @@ BEGIN
 END
 $fn$;
 
--- Record a range's outcomes and advance the cursor (SPEC §5.3.7, §5.5) in one transaction.
+-- Record a range's outcomes and advance the cursor (docs/poll-cycle.md#recording-a-range, docs/poll-cycle.md#cursor-advance) in one transaction.
 -- p_keep_from NULL: the range is done, its lease is deleted. Otherwise the prefix up to
 -- p_keep_from is recorded and the rest released at once under p_new_token.
 -- p_keys lists the key leases ({k, t}) the range's chains took, released here in one go.
@@ -268,8 +268,8 @@ BEGIN
 END
 $fn$;
 
--- Take the key lease of (group, key) for one run (SPEC §7.2), after the compaction head check
--- (§5.3.6 step 4) and, for ordered messages, the predecessor checks (§7.3), in one transaction.
+-- Take the key lease of (group, key) for one run (docs/ordering.md#key-leases), after the compaction head check
+-- (docs/poll-cycle.md#dispatch step 4) and, for ordered messages, the predecessor checks (docs/ordering.md#the-predecessor-rule), in one transaction.
 -- Returns NULL when taken, else 'busy', 'pred:<id>' or 'superseded:<head id>'.
 CREATE OR REPLACE FUNCTION {{schema}}.take_key_{{N}}(
   p_group BIGINT, p_key TEXT, p_token UUID, p_ms BIGINT, p_message_id BIGINT,
@@ -310,7 +310,7 @@ BEGIN
 END
 $fn$;
 
--- Take the key leases of a range's keyed chains in one round trip (SPEC §7.2, §7.3, §7.4): one
+-- Take the key leases of a range's keyed chains in one round trip (docs/ordering.md#key-leases, docs/ordering.md#the-predecessor-rule, docs/ordering.md#chains-inside-a-range): one
 -- row per key of p_keys ({k, id, ordered, ms}), `id` being the chain member the ordered checks are
 -- made for, `ms` the lease length of its run. `result` is NULL when the lease was taken under
 -- p_token, else 'busy' or 'pred:<id>'. Keys are taken in key order, so concurrent polls lock
@@ -357,7 +357,7 @@ BEGIN
 END
 $fn$;
 
--- Start one reserved exception row (SPEC §5.4.3): guarded by the reservation token; supersede,
+-- Start one reserved exception row (docs/poll-cycle.md#the-exception-phase): guarded by the reservation token; supersede,
 -- defer or claim it (status inflight under its own run lease). Returns 'lost', 'started',
 -- 'superseded:<head>' or 'deferred:<reason>'.
 CREATE OR REPLACE FUNCTION {{schema}}.start_exception_{{N}}(
@@ -419,7 +419,7 @@ BEGIN
 END
 $fn$;
 
--- Record the outcome of one exception-row run (SPEC §5.4.4, §6.2), guarded by the row's lease
+-- Record the outcome of one exception-row run (docs/poll-cycle.md#the-exception-phase, docs/exception-lifecycle.md#retries), guarded by the row's lease
 -- token; releases the run's key lease. Returns 0 when the row lease was lost (nothing written),
 -- 1 when recorded, 2 when recorded but the key lease had already been taken over.
 CREATE OR REPLACE FUNCTION {{schema}}.record_exception_{{N}}(

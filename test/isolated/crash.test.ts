@@ -1,4 +1,4 @@
-// Crash recovery of the range path (SPEC §5.3.2, §5.3.5, §5.3.7, §9.3; C10, C26), proven with
+// Crash recovery of the range path (docs/crash-recovery.md#a-crash, docs/poll-cycle.md#the-range-lease, docs/poll-cycle.md#recording-a-range, docs/crash-recovery.md#a-crash; C10, C26), proven with
 // real child processes: a poller is SIGKILLed mid-range, or frozen past its lease and then let
 // go, and the parent test (a second poller) reclaims the range and checks the tables.
 import { mkdtempSync, writeFileSync } from "node:fs";
@@ -124,7 +124,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
   });
 
   it("a stalled poller whose lease expired and was reclaimed commits nothing late (record guarded by the token)", async () => {
-    // Long timeout: the stalled handler is not timed out; the lease is expired by hand (§13.1).
+    // Long timeout: the stalled handler is not timed out; the lease is expired by hand (docs/conformance.md).
     const { g, n, gid } = await setupProduced(t, "late.commit", { message: { timeout: 10_000 } }, 4);
     const child = poller({ stream: "late.commit", group: "g", method: "drain", opts: { batchLimit: 4 }, actions: { "2": "wait", "3": "fail" } });
     await child.waitFor({ event: "start", id: "2" });

@@ -1,4 +1,4 @@
-// SPEC §5.3.4 worked example and C14: a producer transaction that commits after later ids are
+// docs/poll-cycle.md#the-fence worked example and C14: a producer transaction that commits after later ids are
 // visible is never skipped. Permanent regression test; two real connections.
 import pg from "pg";
 import { describe, expect, it } from "vitest";

@@ -1,5 +1,5 @@
-// Helpers for the ordering, exclusivity and compaction scenarios (SPEC §7, §8, §13 C18–C21):
-// ids by (stream, group) name, a latch, a ledger of handler runs. The §13.3 invariants these
+// Helpers for the ordering, exclusivity and compaction scenarios (docs/ordering.md, docs/ordering.md#compaction, docs/conformance.md C18–C21):
+// ids by (stream, group) name, a latch, a ledger of handler runs. The docs/conformance.md#invariants invariants these
 // scenarios check after every step are checkInvariants() of ./invariants.js.
 import type { CycleReport } from "@sqlstreams/core";
 import { S, type TestClient } from "./streams.js";

@@ -187,7 +187,7 @@ export async function setupGroup(t: TestClient, stream: string, opts: SetupOptio
 }
 
 /**
- * Polls until a poll took a range. The snapshot fence (SPEC §5.3.4) proves a fresh head only once
+ * Polls until a poll took a range. The snapshot fence (docs/poll-cycle.md#the-fence) proves a fresh head only once
  * every older transaction of the cluster has ended, so on a busy server the first poll may claim
  * nothing; it never delivers anything in that case.
  */

@@ -28,11 +28,11 @@ export interface GroupDeclaration {
   timeout?: number;
   /** Lambda memory in MB. Default 256. */
   memory?: number;
-  /** Poll option: ids per fresh range and rows per exception claim (SPEC §5.1). Default 10. */
+  /** Poll option: ids per fresh range and rows per exception claim (docs/poll-cycle.md#options). Default 10. */
   batchLimit?: number;
-  /** Poll option: handlers running at once (SPEC §5.1). Default 1. */
+  /** Poll option: handlers running at once (docs/poll-cycle.md#options). Default 1. */
   concurrency?: number;
-  /** Poll option: time allowed to record an outcome (SPEC §5.1). Default 2 000. */
+  /** Poll option: time allowed to record an outcome (docs/poll-cycle.md#options). Default 2 000. */
   recordMargin?: number;
   /** Continuous mode: pause after an idle drain before polling again, in ms. Default 1 000. */
   idleWait?: number;
@@ -50,7 +50,7 @@ export const DEFAULTS = {
   memory: 256,
   recordMargin: 2_000,
   idleWait: 1_000,
-  /** Message timeout a group uses when its config sets none (SPEC §4.2). */
+  /** Message timeout a group uses when its config sets none (docs/configuration.md#the-stored-document). */
   messageTimeout: 30_000,
 };
 
@@ -144,7 +144,7 @@ export function validateGroups<T extends readonly GroupDeclaration[]>(groups: T)
     checkAlarms(d.alarms, `${at}.alarms`);
     const r = resolvedDeclaration(d);
     // The poll handler stops starting work at `timeout - (recordMargin + 1000)` minus 2 x
-    // recordMargin (SPEC §5.6, §9.2); a message must fit inside that window or it never starts.
+    // recordMargin (docs/poll-cycle.md#the-report-and-drain, docs/crash-recovery.md#the-end-of-an-invocation); a message must fit inside that window or it never starts.
     const window = r.timeout - (r.recordMargin + 1_000);
     const messageTimeout = Math.max(
       d.config?.message?.timeout ?? DEFAULTS.messageTimeout,

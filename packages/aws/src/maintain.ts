@@ -1,4 +1,4 @@
-// The maintenance Lambda (SPEC §10): partitions, retention and sweeps for every stream, on its
+// The maintenance Lambda (docs/retention.md): partitions, retention and sweeps for every stream, on its
 // own schedule (every 5 minutes by default).
 import type { MaintainReport } from "@sqlstreams/core";
 import type { LambdaContext } from "./context.js";

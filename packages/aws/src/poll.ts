@@ -1,5 +1,5 @@
-// The poll Lambda (SPEC §11.7): one invocation drains one group until it is idle (`drain` mode)
-// or until its budget ends (`continuous` mode), with the deadline of SPEC §9.2.
+// The poll Lambda (docs/operations.md#the-poll-function): one invocation drains one group until it is idle (`drain` mode)
+// or until its budget ends (`continuous` mode), with the deadline of docs/crash-recovery.md#the-end-of-an-invocation.
 import { SqlStreamsError, mergeReports, type CycleReport, type Handler, type Progress, type SqlStreams, type StreamDef } from "@sqlstreams/core";
 import type { LambdaContext } from "./context.js";
 import { DatabaseProvider, defaultDatabase } from "./database.js";

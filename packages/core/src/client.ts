@@ -16,7 +16,7 @@ export interface SqlStreamsOptions {
   connectionString?: string;
   pool?: pg.Pool;
   schema?: string;
-  /** Receives structured events (SPEC §11.8); default: one JSON line on stdout/stderr. */
+  /** Receives structured events (docs/operations.md#log-events); default: one JSON line on stdout/stderr. */
   logger?: Logger;
   /** Called with every statement text before it is sent (inspection and tests). */
   onQuery?: QueryHook;

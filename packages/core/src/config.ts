@@ -1,4 +1,4 @@
-// Types, defaults, validation and per-message resolution of configuration (SPEC §3.1, §4, §5.1).
+// Types, defaults, validation and per-message resolution of configuration (docs/producing.md#registration, docs/configuration.md, docs/poll-cycle.md#options).
 // Pure: no database, no clock.
 import { SqlStreamsError, type ErrorCode } from "./errors.js";
 
@@ -184,7 +184,7 @@ function cmpValue(f: NumField, v: number): number {
   return f === "maxDelays" && v === 0 ? Infinity : v;
 }
 
-/** Validates a whole ConsumerConfig (SPEC §4.3) and returns the sparse document to store. */
+/** Validates a whole ConsumerConfig (docs/configuration.md#the-stored-document) and returns the sparse document to store. */
 export function validateConsumerConfig(v: unknown): ConsumerConfig {
   if (v === undefined) return {};
   if (!isPlainObject(v)) fail("SQL0013", "config", v, "must be an object");
@@ -235,7 +235,7 @@ export interface ResolvedStreamOptions {
   maxPayloadBytes: number;
 }
 
-/** Validates stream.register() options (SPEC §3.1, SQL0012). */
+/** Validates stream.register() options (docs/producing.md#registration, SQL0012). */
 export function validateStreamOptions(v: unknown): ResolvedStreamOptions {
   if (v === undefined) v = {};
   if (!isPlainObject(v)) fail("SQL0012", "options", v, "must be an object");
@@ -273,7 +273,7 @@ export interface ResolvedPollOptions {
 /** Payload bytes a range hands out by default: safe for a 256 MB Lambda (docs/poll-cycle.md#the-byte-bound). */
 export const DEFAULT_BATCH_BYTES = 16 * 1_048_576;
 
-/** Validates poll()/drain() options (SPEC §5.1, SQL0015). */
+/** Validates poll()/drain() options (docs/poll-cycle.md#options, SQL0015). */
 export function validatePollOptions(v: unknown): ResolvedPollOptions {
   if (v === undefined) v = {};
   if (!isPlainObject(v)) fail("SQL0015", "options", v, "must be an object");
@@ -297,7 +297,7 @@ export function validatePollOptions(v: unknown): ResolvedPollOptions {
   return out;
 }
 
-/** The group's view used by a poll: defaults, ceilings and floors resolved once (SPEC §4.4). */
+/** The group's view used by a poll: defaults, ceilings and floors resolved once (docs/configuration.md#resolving-a-messages-options). */
 export interface GroupResolution {
   config: ConsumerConfig;
   defaults: ResolvedMessage; // Gd
@@ -327,7 +327,7 @@ export interface Resolution {
 
 /**
  * Resolves the options one message runs with: fill from the group defaults, clamp into
- * [messageMin, messageMax], then the concurrency override (SPEC §4.4).
+ * [messageMin, messageMax], then the concurrency override (docs/configuration.md#resolving-a-messages-options).
  */
 export function resolveMessage(
   g: GroupResolution,

@@ -193,7 +193,7 @@ export class Consumer<T = unknown> {
     return releaseWake(this.client.db, this.stream, this.name);
   }
 
-  /** One bounded claim cycle (SPEC §5). */
+  /** One bounded claim cycle (docs/poll-cycle.md). */
   async poll(handler: Handler<T>, opts: PollOptions = {}): Promise<CycleReport> {
     if (typeof handler !== "function") throw new SqlStreamsError("SQL0015", "handler must be a function (msg) => …");
     const o = monotonicOptions(validatePollOptions(opts));
@@ -335,7 +335,7 @@ export class Consumer<T = unknown> {
   }
 
   /**
-   * Moves the group's position (SPEC §11.5): the next delivered message is the first existing id
+   * Moves the group's position (docs/operations.md#seek): the next delivered message is the first existing id
    * ≥ `to.id`, or the first created at or after `to.time`. Refused while leases are open unless forced.
    */
   async seek(to: SeekTarget, opts: { force?: boolean } = {}): Promise<{ claimed: string; committed: string; previous: { claimed: string; committed: string }; deletedRows: number }> {

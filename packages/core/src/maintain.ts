@@ -1,4 +1,4 @@
-// Maintenance (SPEC §10): partitions ahead of the producers, retention drops and sweeps, TTLs,
+// Maintenance (docs/retention.md): partitions ahead of the producers, retention drops and sweeps, TTLs,
 // expired key leases, empty compaction heads. Driven from outside (the maintain Lambda, `sqlstreams
 // dev`, stream.maintain()); every step is bounded, independent and safe to run from several
 // invocations at once. The statements live in sql/maintain.ts.
@@ -49,7 +49,7 @@ export interface MaintainReport {
   idempotencyKeysDeleted: number;
   keyLeasesDeleted: number;
   emptyHeadsDeleted: number;
-  /** The retention floor (SPEC §10.3) when retention is on, else null. */
+  /** The retention floor (docs/retention.md#the-floor) when retention is on, else null. */
   floor: string | null;
   /**
    * Set when expired messages are kept because a group has not resolved them: the group whose
@@ -65,7 +65,7 @@ export interface MaintainReport {
   errors: { step: string; code: string; message: string }[];
 }
 
-/** Room a step or batch needs before the deadline (SPEC §10.1). */
+/** Room a step or batch needs before the deadline (docs/retention.md#maintain). */
 const DEADLINE_MARGIN_MS = 2_000;
 
 function emptyReport(stream: string): MaintainReport {

@@ -1,5 +1,5 @@
 // Handler outcomes: Delay, Permanent, classification, error texts and the backoff curve
-// (SPEC §4.6, §5.7). Pure.
+// (docs/exception-lifecycle.md#attempts-and-budget, docs/exception-lifecycle.md#running-a-handler). Pure.
 import { SqlStreamsError } from "./errors.js";
 
 const OUTCOME = Symbol.for("sqlstreams.outcome");
@@ -70,7 +70,7 @@ function oneError(e: Error): string {
   return `${e.name}: ${e.message}`;
 }
 
-/** The stored text of a thrown value (SPEC §5.7). */
+/** The stored text of a thrown value (docs/exception-lifecycle.md#running-a-handler). */
 export function errorText(e: unknown): string {
   if (!(e instanceof Error)) return cut(`non-error thrown: ${safeString(e)}`);
   const lines = [oneError(e)];
@@ -94,7 +94,7 @@ function safeString(v: unknown): string {
 
 /**
  * Milliseconds until the next start after a failed run at attempt `a` with `d` delays
- * (SPEC §4.6): the initial backoff for the first failure, else baseDelay * exponent^n capped.
+ * (docs/exception-lifecycle.md#attempts-and-budget): the initial backoff for the first failure, else baseDelay * exponent^n capped.
  */
 export function backoffMs(
   a: number,

@@ -47,7 +47,7 @@ const PRODUCE_KEYS = ["key", "idempotencyKey", "compaction", "message"];
 const MAX_BATCH = 1_000;
 const NO_PARTITION = "23514";
 
-/** Validates one produce call (SPEC §3.2), before any statement. */
+/** Validates one produce call (docs/producing.md#validation), before any statement. */
 function prepare(payload: unknown, opts: unknown, allowIdempotency: boolean, where = "options"): Prepared {
   if (opts === undefined || opts === null) opts = {};
   if (typeof opts !== "object" || Array.isArray(opts)) {
@@ -421,7 +421,7 @@ export class Stream<T = unknown> {
     return r;
   }
 
-  /** Sends a produce statement with transient retries and missing-partition recovery (SPEC §3.7, §3.8). */
+  /** Sends a produce statement with transient retries and missing-partition recovery (docs/producing.md#partitions, docs/producing.md#failures). */
   private async runProduce<R extends pg.QueryResultRow>(info: StreamInfo, text: string, values: unknown[], n: number): Promise<R[]> {
     const db = this.client.db;
     let recoveries = 0;
@@ -501,7 +501,7 @@ export class Stream<T = unknown> {
     db.events.emit({ level: "warn", code: "SQL0041", message: `missing partition of ${info.name} recovered`, stream: info.name, from: String(first), to: String(last) });
   }
 
-  /** Ensures the next partition exists once a produce lands in the last tenth of one (SPEC §3.7). */
+  /** Ensures the next partition exists once a produce lands in the last tenth of one (docs/producing.md#partitions). */
   private async createAhead(info: StreamInfo, ids: string[]): Promise<void> {
     const size = info.partitionSize;
     const x = BigInt(ids[ids.length - 1]);

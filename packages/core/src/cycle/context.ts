@@ -100,12 +100,12 @@ export function resolve<T>(ctx: Ctx<T>, m: RawMessage, stored?: MessageOptions |
     ctx.db.events.emit({
       level: "info", code: "SQL0039", message: `produced option ${f} of message ${m.id} was clamped to the group's bounds`,
       stream: ctx.stream, group: ctx.group, field: f, messageId: m.id,
-    }, f); // at most once per group and field per minute (SPEC §4.4)
+    }, f); // at most once per group and field per minute (docs/configuration.md#resolving-a-messages-options)
   }
   return r.resolved;
 }
 
-/** The abort and deadline checks before a start (§5.3.6 steps 1–2). False means: do not start. */
+/** The abort and deadline checks before a start (docs/poll-cycle.md#dispatch steps 1–2). False means: do not start. */
 export function mayStart<T>(ctx: Ctx<T>, timeout: number): boolean {
   if (ctx.stop) return false;
   if (aborted(ctx)) {

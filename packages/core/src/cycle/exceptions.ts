@@ -1,4 +1,4 @@
-// The exception phase of a poll (SPEC §5.4): charge or kill expired runs, reserve due rows, start
+// The exception phase of a poll (docs/poll-cycle.md#the-exception-phase): charge or kill expired runs, reserve due rows, start
 // each under its own lease, run it, record its outcome, release what did not start.
 import { randomUUID } from "node:crypto";
 import { type MessageOptions, resolveMessage, timeoutBounds } from "../config.js";
@@ -14,7 +14,7 @@ import { keyAbandoned, watchRun } from "./abandoned.js";
 // Exception phase
 // ---------------------------------------------------------------------------------------------
 
-/** §5.4.1: charge or kill inflight rows whose run lease expired. */
+/** docs/crash-recovery.md#the-kill-backstop: charge or kill inflight rows whose run lease expired. */
 export async function expirePhase<T>(ctx: Ctx<T>): Promise<boolean> {
   const { db, t } = ctx;
   const counts = await transactionRetry(db, async (c) => {
@@ -54,7 +54,7 @@ interface ReservedRow extends RawMessage {
   delays: number;
 }
 
-/** §5.4.2–§5.4.5: reserve due rows, start each under its own lease, run, record, release the rest. */
+/** docs/poll-cycle.md#the-exception-phase: reserve due rows, start each under its own lease, run, record, release the rest. */
 export async function exceptionPhase<T>(ctx: Ctx<T>): Promise<boolean> {
   const { db, t, o } = ctx;
   const tb = timeoutBounds(ctx.g);
@@ -114,7 +114,7 @@ export async function exceptionPhase<T>(ctx: Ctx<T>): Promise<boolean> {
     if (p.row.status === "dead") logDead(ctx, row.id, p.row.lastError);
   };
   // A database error in one row stops new starts; running rows finish and record, the unstarted
-  // reservations are released, then the error is thrown (§5.8).
+  // reservations are released, then the error is thrown (docs/crash-recovery.md#database-errors-inside-a-poll).
   let failure = null as { e: unknown } | null;
   const worker = async () => {
     while (next < rows.length) {

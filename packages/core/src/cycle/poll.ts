@@ -1,4 +1,4 @@
-// One bounded claim cycle (SPEC §5): load → range phase → exception phase → cursor advance.
+// One bounded claim cycle (docs/poll-cycle.md): load → range phase → exception phase → cursor advance.
 import type { Runtime } from "../runtime.js";
 import { type ResolvedPollOptions, groupResolution } from "../config.js";
 import { queryRetry, withBudget } from "../db.js";
@@ -63,15 +63,15 @@ async function cycle<T>(
     let tookRange = false;
     let tookRows = false;
 
-    // Range phase (§5.3): an expired range first, else a fresh one.
+    // Range phase (docs/poll-cycle.md#the-range-lease): an expired range first, else a fresh one.
     if (L.reclaimable) tookRange = await reclaimPhase(ctx);
     if (!tookRange && L.obs !== "0") tookRange = await claimPhase(ctx, L);
 
-    // Exception phase (§5.4).
+    // Exception phase (docs/poll-cycle.md#the-exception-phase).
     if (L.expirable) tookRows = (await expirePhase(ctx)) || tookRows;
     if (L.reservable && !ctx.stop && !aborted(ctx)) tookRows = (await exceptionPhase(ctx)) || tookRows;
 
-    // Cursor advance (§5.5) when anything this poll did, or saw, can move it.
+    // Cursor advance (docs/poll-cycle.md#cursor-advance) when anything this poll did, or saw, can move it.
     if (ctx.advance) {
       const r = await queryRetry<{ committed: string }>(db, S.advance(t), [ctx.groupId]);
       report.committedAfter = r.rows[0].committed;

@@ -1,4 +1,4 @@
-// The range phase of a poll (SPEC §5.3): reclaim an expired range (or quarantine it), else claim a
+// The range phase of a poll (docs/poll-cycle.md#the-range-lease): reclaim an expired range (or quarantine it), else claim a
 // fresh one behind the snapshot fence; dispatch its messages in chains; record the outcomes.
 import { randomUUID } from "node:crypto";
 import type pg from "pg";
@@ -201,7 +201,7 @@ function rangeLeaseCap<T>(ctx: Ctx<T>): number | null {
   return cap === null ? bound : Math.min(cap, bound);
 }
 
-/** §5.3.5: Tmax × ceil(n / c) + recordMargin, capped (rangeLeaseCap) like claim_N caps it. */
+/** docs/poll-cycle.md#the-range-lease: Tmax × ceil(n / c) + recordMargin, capped (rangeLeaseCap) like claim_N caps it. */
 function rangeLeaseMs<T>(ctx: Ctx<T>, timeouts: number[]): number {
   const tmax = Math.max(...timeouts);
   const lease = tmax * Math.ceil(timeouts.length / ctx.o.concurrency) + ctx.o.recordMargin;
@@ -226,7 +226,7 @@ function keyed(m: RangeMessage): boolean {
   return m.resolved.concurrency !== "parallel" && m.message_key !== null;
 }
 
-/** Same-key exclusive/ordered messages form serial chains; everything else runs alone (§7.4). */
+/** Same-key exclusive/ordered messages form serial chains; everything else runs alone (docs/ordering.md#chains-inside-a-range). */
 function chains(msgs: RangeMessage[]): RangeMessage[][] {
   const units: RangeMessage[][] = [];
   const byKey = new Map<string, RangeMessage[]>();

@@ -1,4 +1,4 @@
-// Running one handler: a lazily created AbortSignal, the timeout, classification (SPEC §5.7).
+// Running one handler: a lazily created AbortSignal, the timeout, classification (docs/exception-lifecycle.md#running-a-handler).
 import { type Classified, classify } from "../outcome.js";
 import type { Handler, Message } from "./types.js";
 

@@ -1,4 +1,4 @@
-// Every statement of the poll cycle (SPEC §5), built from the quoted schema and the numeric
+// Every statement of the poll cycle (docs/poll-cycle.md), built from the quoted schema and the numeric
 // stream id only. The protocol functions they call live in migrations/stream/ (the latest definition wins).
 import { table } from "./names.js";
 
@@ -39,7 +39,7 @@ function build(q: string, n: string): Tables {
   };
 }
 
-/** The target of the committed cursor for group g (SPEC §5.5), as an expression. */
+/** The target of the committed cursor for group g (docs/poll-cycle.md#cursor-advance), as an expression. */
 function targetExpr(t: Tables, g: string, cur: string): string {
   return `LEAST(${cur}.claimed,
       (SELECT min(l.low) FROM ${t.cl} l WHERE l.consumer_group_id = ${g}),
@@ -49,7 +49,7 @@ function targetExpr(t: Tables, g: string, cur: string): string {
 }
 
 /**
- * Statement 1 of a poll (SPEC §5.2 + §5.3.1), autocommit and read-only: the group row and its
+ * Statement 1 of a poll (docs/poll-cycle.md#load), autocommit and read-only: the group row and its
  * config, the cursor, the head, what work exists, the cursor target, and the observation id
  * (allocated only when the range phase is not idle and the group is not paused).
  * $1 stream id, $2 group name.
@@ -192,7 +192,7 @@ export function applyExpired(t: Tables): string {
 }
 
 /**
- * Reservation (SPEC §5.4.2). $1 group, $2 batchLimit, $3..$5 timeout default/min/max,
+ * Reservation (docs/poll-cycle.md#the-exception-phase). $1 group, $2 batchLimit, $3..$5 timeout default/min/max,
  * $6 concurrency, $7 recordMargin, $8 cap ms (or NULL), $9 reservation token.
  */
 export function reserve(t: Tables): string {
@@ -206,7 +206,7 @@ export function reserve(t: Tables): string {
        AND (e.concurrency = 'parallel' OR e.message_key IS NULL OR (
              NOT EXISTS (SELECT 1 FROM ${t.kl} k WHERE k.consumer_group_id = $1 AND k.message_key = e.message_key
                             AND k.expires_at >= now())
-             -- Only the lowest waiting row per key (§5.4.2), decided before LIMIT: otherwise one key's
+             -- Only the lowest waiting row per key (docs/poll-cycle.md#the-exception-phase), decided before LIMIT: otherwise one key's
              -- backlog fills the batch and the per-key pick below leaves a single row to run.
              AND NOT EXISTS (SELECT 1 FROM ${t.eq} w WHERE w.consumer_group_id = $1 AND w.message_key = e.message_key
                                 AND w.message_id < e.message_id AND w.concurrency <> 'parallel'

@@ -1,4 +1,4 @@
-// Maintenance statements (SPEC §10): the retention floor, partition drops, the row sweep, TTL and
+// Maintenance statements (docs/retention.md): the retention floor, partition drops, the row sweep, TTL and
 // lease sweeps. Every table name comes from the quoted schema and the numeric stream id; every
 // time comparison uses the database clock (now()). Each exported function runs its statements
 // through query() on the connection it is given (or a pooled one) and holds no state.
@@ -6,11 +6,11 @@ import type pg from "pg";
 import { type Db, type Queryable, query } from "../db.js";
 import { partitionName, table } from "./names.js";
 
-/** Rows per batch of every deleting step (SPEC §10.1). */
+/** Rows per batch of every deleting step (docs/retention.md#maintain). */
 export const BATCH = 1000;
-/** Lock timeout of the drop and sweep transactions (SPEC §10.2 step 2). */
+/** Lock timeout of the drop and sweep transactions (docs/retention.md#maintain step 2). */
 export const LOCK_TIMEOUT = "2000ms";
-/** Empty compaction heads idle for this long are deleted (SPEC §8). */
+/** Empty compaction heads idle for this long are deleted (docs/ordering.md#compaction). */
 export const EMPTY_HEAD_IDLE = "1 hour";
 
 export interface MaintainedStream {
@@ -71,7 +71,7 @@ export async function partitionState(db: Db, streamId: string): Promise<Partitio
   return { next: BigInt(r.rows[0].next), partitions };
 }
 
-/** Who holds the retention floor (SPEC §10.3). */
+/** Who holds the retention floor (docs/retention.md#the-floor). */
 export interface FloorHolder {
   groupId: string;
   group: string;
@@ -93,7 +93,7 @@ export interface Floor {
 }
 
 /**
- * The retention floor of a stream (SPEC §10.3): the minimum over its groups of LEAST(committed,
+ * The retention floor of a stream (docs/retention.md#the-floor): the minimum over its groups of LEAST(committed,
  * MIN(message_id) − 1 of the group's ready, inflight or deferred rows); with no group, the
  * visible head. Also says which group holds it, for progress() and the maintenance report.
  * One read-only statement.
@@ -210,7 +210,7 @@ export class FloorMoved extends Error {
 }
 
 /**
- * The drop transaction of partition k (SPEC §10.2 step 2), run inside the caller's transaction
+ * The drop transaction of partition k (docs/retention.md#maintain step 2), run inside the caller's transaction
  * on c. Order matters for deadlock freedom: the advisory lock, then the table lock on the parent
  * (producers and pollers lock message_log_N before any row of the family, so nobody who holds
  * that lock waits for us), then row work, then DROP. The floor is read again under the lock, after
@@ -298,7 +298,7 @@ export async function sweepWindow(db: Db, streamId: string, after: bigint, limit
 }
 
 /**
- * Deletes one batch of expired messages (SPEC §10.2 step 3) with their exception and
+ * Deletes one batch of expired messages (docs/retention.md#maintain step 3) with their exception and
  * delivery-log rows, emptying the compaction heads that pointed at them, inside the caller's
  * transaction on c. A message keeps its row when a group holds an unresolved exception row for it
  * (a redrive that raced the floor) or when its compaction head is being written right now.
@@ -428,7 +428,7 @@ export async function retentionStatus(db: Db, streamId: string, on: Queryable = 
   return { retentionMs, floor: f.floor, heldBy: f.heldBy, held, heldForMs: held ? Math.round(over as number) : null };
 }
 
-/** Deletes one batch of idempotency keys older than the stream's TTL (SPEC §10.2 step 4). */
+/** Deletes one batch of idempotency keys older than the stream's TTL (docs/retention.md#maintain step 4). */
 export async function deleteIdempotencyKeys(db: Db, streamId: string, ttlMs: bigint): Promise<number> {
   const ik = table(db.q, streamId, "idempotency_key");
   const r = await query(
@@ -442,7 +442,7 @@ export async function deleteIdempotencyKeys(db: Db, streamId: string, ttlMs: big
   return r.rowCount ?? 0;
 }
 
-/** Deletes one batch of expired message key leases (SPEC §10.2 step 5). */
+/** Deletes one batch of expired message key leases (docs/retention.md#maintain step 5). */
 export async function deleteExpiredKeyLeases(db: Db, streamId: string): Promise<number> {
   const kl = table(db.q, streamId, "message_key_lease");
   const r = await query(
@@ -455,7 +455,7 @@ export async function deleteExpiredKeyLeases(db: Db, streamId: string): Promise<
   return r.rowCount ?? 0;
 }
 
-/** Deletes one batch of compaction heads left empty for over an hour (SPEC §10.2 step 6). */
+/** Deletes one batch of compaction heads left empty for over an hour (docs/retention.md#maintain step 6). */
 export async function deleteEmptyHeads(db: Db, streamId: string): Promise<number> {
   const ch = table(db.q, streamId, "compaction_head");
   const r = await query(

@@ -1,4 +1,4 @@
-// message_log_N partitions (SPEC §3.7): created by producers ahead of need and by maintain().
+// message_log_N partitions (docs/producing.md#partitions): created by producers ahead of need and by maintain().
 import { type Db, connect, query } from "../db.js";
 import { partitionName, table } from "./names.js";
 

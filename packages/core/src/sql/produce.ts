@@ -1,4 +1,4 @@
-// Produce statements (SPEC §3.3–§3.6). Each is one statement. It makes its transaction hold a
+// Produce statements (docs/producing.md#the-xid-before-id-rule). Each is one statement. It makes its transaction hold a
 // transaction id (the materialised CTE `x`) before it draws a message id, so that the snapshot
 // fence's proof covers every id it can ever commit.
 import { table } from "./names.js";
