@@ -79,6 +79,70 @@ describe("producing (docs/producing.md, C22–C24, C28)", () => {
     expect((await g.progress()).committed).toBe("2");
   });
 
+  it("no statement a produce sends calls nextval() (it would pin an RDS Proxy session)", async () => {
+    const t = testClient(url());
+    const s = t.client.stream("no.nextval");
+    await s.register({ partitionSize: 10 });
+    const n = await streamIdOf(t, "no.nextval");
+    t.statements.length = 0;
+    await s.produce({ a: 1 });
+    await s.produce({ a: 2 }, { key: "k", compaction: { rank: 1 } });
+    const first = await s.produce({ a: 3 }, { idempotencyKey: "nv-1" });
+    expect(await s.produce({ a: 4 }, { idempotencyKey: "nv-1" })).toEqual({ id: first.id, duplicate: true });
+    const raced = await Promise.all(Array.from({ length: 6 }, () => s.produce({ a: 5 }, { idempotencyKey: "nv-race" })));
+    expect(new Set(raced.map((r) => r.id)).size).toBe(1);
+    await s.produceBatch([{ payload: 1 }, { payload: 2 }]);
+    await s.produceBatch([{ payload: 3, key: "k2" }]);
+    await s.produceBatch([{ payload: 4, key: "k3", compaction: { rank: 2 } }]);
+    // Past the first partitions of 10 ids: partitions created ahead and on demand on the way.
+    await s.produceBatch(Array.from({ length: 25 }, (_, i) => ({ payload: i })));
+    const c = await t.pool.connect();
+    try {
+      await c.query("BEGIN");
+      await s.produceInTx(c, { a: 6 }, { idempotencyKey: "nv-tx" });
+      expect((await s.produceInTx(c, { a: 7 }, { idempotencyKey: "nv-tx" })).duplicate).toBe(true);
+      await s.produceBatchInTx(c, [{ payload: 8 }, { payload: 9, key: "k4" }]);
+      await c.query("COMMIT");
+    } finally {
+      c.release();
+    }
+    expect(t.statements.some((q) => q.includes(`message_log_${n}`) && q.includes("INSERT"))).toBe(true);
+    expect(t.statements.filter((q) => /nextval\s*\(/i.test(q))).toEqual([]);
+    expect(await count(t, `message_log_${n}`)).toBe(2 + 1 + 1 + 4 + 25 + 1 + 2);
+  });
+
+  it("produceInTx: a same-key produce waiting on another open transaction returns the first message once it commits", async () => {
+    const t = testClient(url());
+    const s = t.client.stream("tx.race");
+    await s.register();
+    const n = await streamIdOf(t, "tx.race");
+    const a = await t.pool.connect();
+    const b = await t.pool.connect();
+    try {
+      await a.query("BEGIN");
+      await b.query("BEGIN");
+      const first = await s.produceInTx(a, { who: "a" }, { idempotencyKey: "race-1" });
+      const pid = (await b.query<{ pid: number }>("SELECT pg_backend_pid() AS pid")).rows[0].pid;
+      const second = s.produceInTx(b, { who: "b" }, { idempotencyKey: "race-1" });
+      // Wait (with a deadline, not a sleep) until b is blocked on a's key.
+      const deadline = Date.now() + 30_000;
+      for (;;) {
+        const w = await t.sql<{ n: number }>("SELECT count(*)::int AS n FROM pg_locks WHERE pid = $1 AND NOT granted", [pid]);
+        if (w[0].n > 0) break;
+        if (Date.now() > deadline) throw new Error("the second produce never waited for the first");
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      await a.query("COMMIT");
+      expect(await second).toEqual({ id: first.id, duplicate: true });
+      await b.query("COMMIT");
+      expect(await t.sql(`SELECT id::text, payload FROM ${S}.message_log_${n}`)).toEqual([{ id: first.id, payload: { who: "a" } }]);
+      expect(await count(t, `idempotency_key_${n}`)).toBe(1);
+    } finally {
+      a.release();
+      b.release();
+    }
+  });
+
   it("produceBatch: one transaction, ids ascending in item order, all or nothing", async () => {
     const t = testClient(url());
     const s = t.client.stream("batches");

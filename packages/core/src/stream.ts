@@ -275,7 +275,15 @@ export class Stream<T = unknown> {
     const text = p.idempotency ? P.produceIdempotent(db.q, info.id) : P.produceOne(db.q, info.id);
     const values: unknown[] = [p.key, p.rank, p.payload, p.options];
     if (p.idempotency) values.push(p.idempotency);
-    const rows = await this.runProduce<{ id: string; duplicate: boolean }>(info, text, values, 1);
+    let rows: { id: string; duplicate: boolean }[];
+    try {
+      rows = await this.runProduce<{ id: string; duplicate: boolean }>(info, text, values, 1);
+    } catch (e) {
+      // A concurrent produce of the same key committed first: the key insert failed and took this
+      // statement's message row with it (docs/producing.md#idempotency-keys).
+      if (!p.idempotency || !P.isIdempotencyRace(e)) throw e;
+      rows = [];
+    }
     let result: ProduceResult;
     if (rows.length === 0) {
       // The key's first produce committed after this statement's snapshot: read it now.
@@ -330,7 +338,14 @@ export class Stream<T = unknown> {
     const text = p.idempotency ? P.produceIdempotent(q, info.id) : P.produceOne(q, info.id);
     const values: unknown[] = [p.key, p.rank, p.payload, p.options];
     if (p.idempotency) values.push(p.idempotency);
-    const rows = await this.runInTx<{ id: string; duplicate: boolean }>(ex, info, text, values, 1, "produceInTx");
+    let rows: { id: string; duplicate: boolean }[];
+    try {
+      rows = await this.runInTx<{ id: string; duplicate: boolean }>(ex, info, text, values, 1, "produceInTx");
+    } catch (e) {
+      // Same-key race: the insert was rolled back to the savepoint, no second message remains.
+      if (!p.idempotency || !P.isIdempotencyRace(e)) throw e;
+      rows = [];
+    }
     if (rows.length === 0) {
       // The key's first produce committed after this statement's snapshot: read it now.
       const again = await this.send<{ id: string }>(ex, P.idempotencyLookup(q, info.id), [p.idempotency]);
@@ -442,7 +457,8 @@ export class Stream<T = unknown> {
         c.release();
         return r.rows;
       } catch (e) {
-        c.release(true);
+        // A same-key race is an ordinary statement failure: the connection stays usable.
+        c.release(P.isIdempotencyRace(e) ? undefined : true);
         if (isNoPartition(e)) {
           if (recoveries >= 3) throw new SqlStreamsError("SQL0023", "partition creation cannot keep up with the id sequence after 3 retries", {}, e);
           recoveries++;

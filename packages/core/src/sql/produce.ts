@@ -1,6 +1,8 @@
 // Produce statements (docs/producing.md#the-xid-before-id-rule). Each is one statement. It makes its transaction hold a
 // transaction id (the materialised CTE `x`) before it draws a message id, so that the snapshot
-// fence's proof covers every id it can ever commit.
+// fence's proof covers every id it can ever commit (docs/poll-cycle.md#the-fence). Ids come from
+// the id column's default, evaluated per row as the insert reads its source rows from `x`, so
+// after the xid: no statement calls nextval() itself, which would pin an RDS Proxy session.
 import { table } from "./names.js";
 
 function headUpsert(q: string, n: string, source: string): string {
@@ -21,35 +23,46 @@ export function produceOne(q: string, n: string): string {
   const ml = table(q, n, "message_log");
   return `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid),
   ins AS (
-    INSERT INTO ${ml} (id, message_key, compaction_rank, payload, options)
-    SELECT nextval('${ml}_id_seq'), $1::text, $2::bigint, $3::jsonb, $4::jsonb FROM x
+    INSERT INTO ${ml} (message_key, compaction_rank, payload, options)
+    SELECT $1::text, $2::bigint, $3::jsonb, $4::jsonb FROM x
     RETURNING id, message_key, compaction_rank
   ),
   ${headUpsert(q, n, "SELECT message_key, id, compaction_rank, 1 FROM ins WHERE compaction_rank IS NOT NULL")}
   SELECT id::text AS id, false AS duplicate FROM ins`;
 }
 
-/** One message guarded by an idempotency key ($5 uuid). Returns id and duplicate. */
+/**
+ * One message guarded by an idempotency key ($5 uuid). Returns id and duplicate. The message is
+ * inserted first (its id from the column default) and the key row then points at it, with no
+ * ON CONFLICT: when a concurrent produce of the same key commits first, the key insert fails
+ * with a unique violation and takes the message row down with it (isIdempotencyRace); the
+ * caller then reads the winner (docs/producing.md#idempotency-keys).
+ */
 export function produceIdempotent(q: string, n: string): string {
   const ml = table(q, n, "message_log");
   const ik = table(q, n, "idempotency_key");
   return `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid),
-  k AS (
-    INSERT INTO ${ik} (idempotency_key, message_id)
-    SELECT $5::uuid, nextval('${ml}_id_seq') FROM x
-    ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING message_id
-  ),
+  seen AS MATERIALIZED (SELECT e.message_id FROM ${ik} e WHERE e.idempotency_key = $5::uuid),
   ins AS (
-    INSERT INTO ${ml} (id, message_key, compaction_rank, payload, options)
-    SELECT k.message_id, $1::text, $2::bigint, $3::jsonb, $4::jsonb FROM k
+    INSERT INTO ${ml} (message_key, compaction_rank, payload, options)
+    SELECT $1::text, $2::bigint, $3::jsonb, $4::jsonb FROM x WHERE NOT EXISTS (SELECT 1 FROM seen)
     RETURNING id, message_key, compaction_rank
   ),
+  k AS (
+    INSERT INTO ${ik} (idempotency_key, message_id)
+    SELECT $5::uuid, id FROM ins
+    RETURNING message_id
+  ),
   ${headUpsert(q, n, "SELECT message_key, id, compaction_rank, 1 FROM ins WHERE compaction_rank IS NOT NULL")}
-  SELECT id::text AS id, false AS duplicate FROM ins
+  SELECT k.message_id::text AS id, false AS duplicate FROM k
   UNION ALL
-  SELECT e.message_id::text, true FROM ${ik} e
-   WHERE e.idempotency_key = $5::uuid AND NOT EXISTS (SELECT 1 FROM k)`;
+  SELECT seen.message_id::text, true FROM seen`;
+}
+
+/** The unique violation of a concurrent produce with the same idempotency key (see produceIdempotent). */
+export function isIdempotencyRace(e: unknown): boolean {
+  const err = e as { code?: string; constraint?: string } | null;
+  return err?.code === "23505" && typeof err.constraint === "string" && err.constraint.startsWith("idempotency_key_");
 }
 
 export function idempotencyLookup(q: string, n: string): string {
@@ -63,22 +76,20 @@ export function idempotencyLookup(q: string, n: string): string {
 export function produceBatch(q: string, n: string): string {
   const ml = table(q, n, "message_log");
   return `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid),
-  items AS MATERIALIZED (
-    SELECT nextval('${ml}_id_seq') AS id, t.e->>'k' AS message_key, (t.e->>'r')::bigint AS compaction_rank,
-           t.e->'p' AS payload, NULLIF(t.e->'o', 'null'::jsonb) AS options, t.ord
-      FROM x, jsonb_array_elements($1::jsonb) WITH ORDINALITY AS t(e, ord)
-  ),
   ins AS (
-    INSERT INTO ${ml} (id, message_key, compaction_rank, payload, options)
-    SELECT id, message_key, compaction_rank, payload, options FROM items
+    INSERT INTO ${ml} (message_key, compaction_rank, payload, options)
+    SELECT t.e->>'k', (t.e->>'r')::bigint, t.e->'p', NULLIF(t.e->'o', 'null'::jsonb)
+      FROM x, jsonb_array_elements($1::jsonb) WITH ORDINALITY AS t(e, ord)
+     ORDER BY t.ord
+    RETURNING id, message_key, compaction_rank
   ),
   ${headUpsert(
     q,
     n,
-    `SELECT DISTINCT ON (message_key) message_key, id, compaction_rank, 1 FROM items
+    `SELECT DISTINCT ON (message_key) message_key, id, compaction_rank, 1 FROM ins
       WHERE compaction_rank IS NOT NULL ORDER BY message_key, compaction_rank DESC, id DESC`,
   )}
-  SELECT id::text AS id FROM items ORDER BY ord`;
+  SELECT id::text AS id FROM ins ORDER BY id`;
 }
 
 const valuesCache = new Map<string, string>();
@@ -98,10 +109,10 @@ export function produceBatchValues(q: string, n: string, count: number, meta: bo
     rows.push(meta ? `($${3 * i + 1}::text,$${3 * i + 2}::jsonb,$${3 * i + 3}::jsonb)` : `($${i + 1}::jsonb)`);
   }
   const cols = meta ? "v(k, p, o)" : "v(p)";
-  const sel = meta ? "nextval('" + ml + "_id_seq'), v.k, v.p, v.o" : "nextval('" + ml + "_id_seq'), NULL, v.p, NULL";
+  const sel = meta ? "v.k, v.p, v.o" : "NULL, v.p, NULL";
   text = `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid),
   ins AS (
-    INSERT INTO ${ml} (id, message_key, payload, options)
+    INSERT INTO ${ml} (message_key, payload, options)
     SELECT ${sel} FROM x, (VALUES ${rows.join(",")}) AS ${cols}
     RETURNING id
   )
