@@ -4,20 +4,11 @@ import { SqlStreamsError, type FailureRow, type Progress, type ProgressSample, t
 import type { Ctx, Values } from "./context.js";
 import { deadSelector, failureFilter, progressLine, rateOption } from "./operate.js";
 import { usageError } from "./errors.js";
+import { required, str } from "./args.js";
 import { age, paint, parseDuration, sparkline, table, truncate, yesNo } from "./format.js";
 
 export type { Values } from "./context.js";
 
-function str(v: Values, name: string): string | undefined {
-  const x = v[name];
-  return typeof x === "string" ? x : undefined;
-}
-
-function required(v: Values, name: string, command: string): string {
-  const x = str(v, name);
-  if (x === undefined || x === "") throw usageError(`--${name} is required`, command);
-  return x;
-}
 
 function int(v: Values, name: string, command: string, min: number, max: number): number | undefined {
   const x = str(v, name);

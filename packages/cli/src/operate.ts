@@ -5,18 +5,9 @@ import { resolve } from "node:path";
 import { SqlStreamsError, type DeadSelector, type FailureFilter, type InspectedMessage, type ProduceOptions } from "@sqlstreams/core";
 import type { Ctx, Values } from "./context.js";
 import { usageError } from "./errors.js";
+import { required, str } from "./args.js";
 import { age, paint, table, truncate } from "./format.js";
 
-function str(v: Values, name: string): string | undefined {
-  const x = v[name];
-  return typeof x === "string" ? x : undefined;
-}
-
-function required(v: Values, name: string, command: string): string {
-  const x = str(v, name);
-  if (x === undefined || x === "") throw usageError(`--${name} is required`, command);
-  return x;
-}
 
 export function intOption(v: Values, name: string, command: string, min: number, max: number): number | undefined {
   const x = str(v, name);
