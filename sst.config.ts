@@ -11,6 +11,9 @@
 //                                  Secrets Manager is reached through a VPC endpoint)
 //   SQLSTREAMS_RDS_PROXY=true      put an RDS Proxy in front of the database
 //   SQLSTREAMS_DB_INSTANCE=t4g.small  instance class, with or without `db.` (default t4g.micro)
+//   SQLSTREAMS_DASHBOARD=read-only|read-write  deploy the operator dashboard (functions/dashboard.ts)
+//                                  behind a Lambda Function URL with IAM auth (default: none;
+//                                  `true` means read-only)
 
 export default $config({
   app(input) {
@@ -35,13 +38,25 @@ export default $config({
       proxy: process.env.SQLSTREAMS_RDS_PROXY === "true",
       transform: security.postgres,
     });
-    const streams = new SqlStreams("Streams", { vpc, database, security, groups, wake: true });
+    const dashboard = (process.env.SQLSTREAMS_DASHBOARD ?? "").trim().toLowerCase();
+    if (dashboard && !["true", "1", "read-only", "read-write"].includes(dashboard)) {
+      throw new Error(`SQLSTREAMS_DASHBOARD=${JSON.stringify(dashboard)}: expected read-only, read-write or true`);
+    }
+    const streams = new SqlStreams("Streams", {
+      vpc,
+      database,
+      security,
+      groups,
+      wake: true,
+      ...(dashboard ? { dashboardFunction: { readOnly: dashboard !== "read-write" } } : {}),
+    });
 
     return {
       databaseSecretArn: streams.secret.arn,
       databaseHost: database.host,
       migrateFunction: streams.migrate.name,
       pollers: streams.pollerNames,
+      ...(streams.dashboardFunction ? { dashboardUrl: streams.dashboardFunction.url } : {}),
     };
   },
 });

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Bundles every Lambda entry point of functions/ into one self-contained ESM file each:
 //   .build/functions/handlers/<group>.mjs   one per file in functions/handlers/
-//   .build/functions/maintain.mjs, migrate.mjs
+//   .build/functions/maintain.mjs, migrate.mjs, dashboard.mjs
 //   .build/functions/groups.mjs             the declaration, for `sqlstreams dev`
 // Run by `npm run build` after tsc (the functions import the built workspace packages).
 // Usage: node scripts/bundle.mjs [--quiet] [--outdir <dir>]
@@ -19,7 +19,7 @@ const quiet = process.argv.includes("--quiet");
 /** Every entry point, as a path relative to functions/ without extension. */
 function entryPoints() {
   const out = [];
-  for (const name of ["groups", "maintain", "migrate"]) {
+  for (const name of ["groups", "maintain", "migrate", "dashboard"]) {
     if (existsSync(join(functionsDir, `${name}.ts`))) out.push(name);
   }
   const handlers = join(functionsDir, "handlers");

@@ -34,7 +34,7 @@ async function fresh(code: string, env: Record<string, string> = {}): Promise<an
 
 async function expectedEntries(): Promise<string[]> {
   const handlers = (await readdir(join(root, "functions", "handlers"))).filter((f) => f.endsWith(".ts") && !f.endsWith(".d.ts"));
-  return ["groups", "maintain", "migrate", ...handlers.map((f) => `handlers/${f.slice(0, -3)}`)].sort();
+  return ["dashboard", "groups", "maintain", "migrate", ...handlers.map((f) => `handlers/${f.slice(0, -3)}`)].sort();
 }
 
 beforeAll(async () => {

@@ -47,7 +47,8 @@ beforeAll(async () => {
     .then(() => ({ ok: true, output: "" }))
     .catch((e: { stdout?: string; message: string }) => ({ ok: false, output: e.stdout || e.message }));
   deploy = await runSst({ stage: "test" });
-  production = await runSst({ stage: "production", env: { SQLSTREAMS_RDS_PROXY: "true", SQLSTREAMS_DB_INSTANCE: "db.t4g.small" } });
+  // Production also deploys the optional dashboard (read-only: `true`).
+  production = await runSst({ stage: "production", env: { SQLSTREAMS_RDS_PROXY: "true", SQLSTREAMS_DB_INSTANCE: "db.t4g.small", SQLSTREAMS_DASHBOARD: "true" } });
   preview = await runSst({ stage: "test", preview: true, replaced: [MIGRATION] });
   dev = await runSst({ stage: "test", dev: true });
 }, 300_000);
@@ -147,6 +148,35 @@ describe("sst.config.ts with SST's real components", () => {
     // The credentials secret holds the database's connection in the RDS format.
     const value = JSON.parse(deploy.one("aws:secretsmanager/secretVersion:SecretVersion", "StreamsCredentialsValue").inputs.secretString as string);
     expect(value).toMatchObject({ engine: "postgres", username: "postgres", password: MOCK_PASSWORD, port: 5432, dbname: "sqlstreams" });
+  });
+
+  it("the optional dashboard: a read-only function behind an AWS_IAM Function URL that reads the secret and nothing else", () => {
+    // Not declared unless SQLSTREAMS_DASHBOARD is set.
+    expect(deploy.of(FN).filter((f) => f.name.includes("Dashboard"))).toEqual([]);
+    expect(deploy.of("aws:lambda/functionUrl:FunctionUrl")).toEqual([]);
+    expect(deploy.outputs.dashboardUrl).toBeUndefined();
+
+    const fn = production.one(FN, "StreamsDashboardFunction");
+    expect(fn.inputs).toMatchObject({ handler: "functions/dashboard.handler", runtime: "nodejs24.x", timeout: 30, memorySize: 256 });
+    expect(existsSync(join(root, "functions/dashboard.ts"))).toBe(true);
+    const env = fn.inputs.environment.variables as Record<string, string>;
+    const secretArn = production.outputs.databaseSecretArn.value;
+    expect(env).toMatchObject({ SQLSTREAMS_DB_SECRET_ARN: secretArn, SQLSTREAMS_DASHBOARD_READ_ONLY: "1" });
+    expect(env.SQLSTREAMS_WAKE).toBeUndefined();
+    expect(JSON.stringify(env)).not.toContain(MOCK_PASSWORD);
+    // The URL: IAM auth only (no public permission for "*"), pointing at this function.
+    const urls = production.of("aws:lambda/functionUrl:FunctionUrl");
+    expect(urls).toHaveLength(1);
+    expect(urls[0].inputs.authorizationType).toBe("AWS_IAM");
+    expect(urls[0].inputs.functionName).toBe(fn.inputs.name);
+    const publicGrants = production.of("aws:lambda/permission:Permission").filter((p) => p.inputs.principal === "*");
+    expect(publicGrants).toEqual([]);
+    expect(production.outputs.dashboardUrl).toMatchObject({ known: true, value: expect.stringMatching(/^https:\/\/.+\.lambda-url\./) });
+    // Least privilege: the credentials secret only (no wake right, although the stack wakes).
+    expect(statementsOf(production.one(ROLE, "StreamsDashboardRole"))).toEqual([{ actions: ["secretsmanager:GetSecretValue"], effect: "Allow", resources: [secretArn] }]);
+    // Deployed after the migration, in the functions' security group like every other function.
+    expect(fn.dependsOn).toContain(MIGRATION);
+    expect(fn.inputs.vpcConfig.securityGroupIds).toEqual([production.one(SG, "StreamsFunctionsSecurityGroup").id]);
   });
 
   it("TLS: the server requires it (rds.force_ssl = 1, requireTls on the proxy)", () => {

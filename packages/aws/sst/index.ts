@@ -163,6 +163,13 @@ export interface SqlStreamsArgs {
   defaultAlarms?: boolean;
   /** Extension point: called once after every poller exists (a dashboard, …). */
   dashboard?: (streams: SqlStreams) => void;
+  /**
+   * The operator dashboard as a Lambda function behind a Function URL with IAM auth
+   * (docs/operations.md#dashboard): only principals allowed `lambda:InvokeFunctionUrl` open it.
+   * It reads the credentials secret and nothing else. `true` = read-only; `{ readOnly: false }`
+   * enables the actions (redrive, discard, pause, seek). Default: no dashboard.
+   */
+  dashboardFunction?: boolean | { handler?: string; readOnly?: boolean; memory?: `${number} MB`; timeout?: `${number} seconds` };
 }
 
 const pascal = (s: string) =>
@@ -203,6 +210,8 @@ export class SqlStreams extends $util.ComponentResource {
   readonly pollers: Record<string, PollerContext> = {};
   /** The environment every SQLStreams function gets (a linked producer also gets the wake settings). */
   readonly environment: Record<string, $util.Input<string>>;
+  /** The dashboard function (`dashboardFunction`), with its IAM-authenticated URL in `.url`. */
+  readonly dashboardFunction?: sst.aws.Function;
   private readonly wake: boolean;
 
   constructor(name: string, args: SqlStreamsArgs, opts?: $util.ComponentResourceOptions) {
@@ -393,6 +402,25 @@ export class SqlStreams extends $util.ComponentResource {
           environment: isUrl
             ? { DATABASE_URL: db.value }
             : { DATABASE_URL: $interpolate`postgres://${db.username}:${db.password}@${db.host}:${db.port}/${db.database}` },
+        },
+        { parent },
+      );
+    }
+    if (args.dashboardFunction) {
+      const o = args.dashboardFunction === true ? {} : args.dashboardFunction;
+      // Linked to the credentials only (not to `streams`, whose link may add the wake right):
+      // the dashboard reads the secret and talks to Postgres, nothing else.
+      this.dashboardFunction = new sst.aws.Function(
+        `${name}Dashboard`,
+        {
+          ...shared,
+          handler: o.handler ?? "functions/dashboard.handler",
+          timeout: o.timeout ?? "30 seconds",
+          memory: o.memory ?? "256 MB",
+          description: `SQLStreams operator dashboard (${(o.readOnly ?? true) ? "read-only" : "read-write"})`,
+          url: { authorization: "iam" },
+          environment: { ...shared.environment, SQLSTREAMS_DASHBOARD_READ_ONLY: (o.readOnly ?? true) ? "1" : "0" },
+          transform: { function: afterMigration },
         },
         { parent },
       );

@@ -49,6 +49,8 @@ function computed(type, name, inputs) {
       return { ...base, endpoint: `${physical}.proxy.rds.internal` };
     case "aws:rds/cluster:Cluster":
       return { ...base, endpoint: `${physical}.cluster.rds.internal`, readerEndpoint: `${physical}.ro.rds.internal`, port: 5432, clusterIdentifier: physical };
+    case "aws:lambda/functionUrl:FunctionUrl":
+      return { ...base, functionUrl: `https://${physical}.lambda-url.${REGION}.on.aws/`, urlId: physical };
     case "random:index/randomPassword:RandomPassword":
       return { result: "mock-password-do-not-leak" };
     case "random:index/randomBytes:RandomBytes":
