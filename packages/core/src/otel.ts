@@ -1,6 +1,7 @@
-// OpenTelemetry traces, optional (docs/operations.md#traces): `@opentelemetry/api` is an optional
-// peer dependency, loaded on first use. When it is not installed, or no SDK registered a tracer
-// provider, every function here returns at once and nothing is stored with the messages.
+// OpenTelemetry traces and metrics, optional (docs/operations.md#traces): `@opentelemetry/api` is
+// an optional peer dependency, loaded on first use. When it is not installed, or no SDK registered
+// a tracer provider (traces) or meter provider (metrics), every function here returns at once,
+// the handler is not wrapped and nothing is stored with the messages.
 import { createRequire } from "node:module";
 import type * as Api from "@opentelemetry/api";
 import { classify } from "./outcome.js";
@@ -12,15 +13,16 @@ type OtelApi = typeof Api;
 const SYSTEM = "sqlstreams";
 const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
 
-let loaded: { api: OtelApi; noop: unknown } | null | undefined;
+let loaded: { api: OtelApi; noop: unknown; noopMeter: unknown } | null | undefined;
 
-function load(): { api: OtelApi; noop: unknown } | null {
+function load(): { api: OtelApi; noop: unknown; noopMeter: unknown } | null {
   if (loaded === undefined) {
     try {
       const api = createRequire(import.meta.url)("@opentelemetry/api") as OtelApi;
       // The provider the API hands out while no SDK is registered: a proxy without a delegate
-      // resolves to the API's no-op provider singleton.
-      loaded = { api, noop: new api.ProxyTracerProvider().getDelegate() };
+      // resolves to the API's no-op provider singleton. Without a meter provider the API hands
+      // out the no-op provider, whose meters are all the no-op meter singleton.
+      loaded = { api, noop: new api.ProxyTracerProvider().getDelegate(), noopMeter: api.createNoopMeter() };
     } catch {
       loaded = null;
     }
@@ -35,6 +37,36 @@ function active(): OtelApi | null {
   const p = l.api.trace.getTracerProvider() as Api.TracerProvider & { getDelegate?: () => Api.TracerProvider };
   const d = typeof p.getDelegate === "function" ? p.getDelegate() : p;
   return d === l.noop ? null : l.api;
+}
+
+/** The messaging instruments of the registered meter provider, or null when none is registered. */
+interface Instruments {
+  consumed: Api.Counter;
+  duration: Api.Histogram;
+}
+let instruments: { provider: Api.MeterProvider; meter: Api.Meter; i: Instruments } | undefined;
+
+function meters(): Instruments | null {
+  const l = load();
+  if (!l) return null;
+  const provider = l.api.metrics.getMeterProvider();
+  if (instruments?.provider === provider) return instruments.i;
+  const meter = provider.getMeter("@sqlstreams/core", LIBRARY_VERSION);
+  if (meter === l.noopMeter) return null;
+  instruments = {
+    provider,
+    meter,
+    i: {
+      consumed: meter.createCounter("messaging.client.consumed.messages", { unit: "{message}", description: "Number of messages that were delivered to the application." }),
+      duration: meter.createHistogram("messaging.process.duration", {
+        unit: "s",
+        description: "Duration of processing operation.",
+        // The bucket boundaries the messaging semantic conventions recommend.
+        advice: { explicitBucketBoundaries: [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10] },
+      }),
+    },
+  };
+  return instruments.i;
 }
 
 function tracer(api: OtelApi): Api.Tracer {
@@ -97,47 +129,72 @@ function remoteContext(api: OtelApi, traceparent: unknown): Api.SpanContext | nu
   return api.trace.isSpanContextValid(sc) ? sc : null;
 }
 
+/** The `process <stream>` CONSUMER span of one handler run, and the context it runs in. */
+function startProcess<T>(api: OtelApi, t: Api.Tracer, msg: Message<T>, stream: string, group: string): { span: Api.Span; parent: Api.Context } {
+  const producer = remoteContext(api, (msg as Message<T> & { traceparent?: string | null }).traceparent);
+  let parent = api.context.active();
+  if (producer && !api.trace.getSpan(parent)) parent = api.trace.setSpanContext(parent, producer);
+  const span = t.startSpan(
+    `process ${stream}`,
+    {
+      kind: api.SpanKind.CONSUMER,
+      attributes: {
+        "messaging.system": SYSTEM,
+        "messaging.destination.name": stream,
+        "messaging.consumer.group.name": group,
+        "messaging.message.id": msg.id,
+        "messaging.operation.name": "process",
+        "messaging.operation.type": "process",
+        "sqlstreams.attempt": msg.attempt,
+        ...(msg.key !== null ? { "sqlstreams.message.key": msg.key } : {}),
+      },
+      links: producer ? [{ context: producer }] : [],
+    },
+    parent,
+  );
+  return { span, parent };
+}
+
 /**
  * The handler, run inside a `process <stream>` CONSUMER span per run: a child of the producer's
  * context (stored traceparent) unless a span is already active, and linked to it either way.
- * Returns the handler itself when tracing is off.
+ * With a meter provider, each run also adds 1 to `messaging.client.consumed.messages` and records
+ * its duration in `messaging.process.duration` (seconds, monotonic clock), with `error.type` when
+ * it failed. Returns the handler itself when neither traces nor metrics are on.
  */
 export function tracedHandler<T>(handler: Handler<T>, stream: string, group: string): Handler<T> {
   const api = active();
-  if (!api) return handler;
-  const t = tracer(api);
+  const m = meters();
+  if (!api && !m) return handler;
+  const t = api ? tracer(api) : undefined;
+  const metricAttributes: Api.Attributes = {
+    "messaging.system": SYSTEM,
+    "messaging.destination.name": stream,
+    "messaging.consumer.group.name": group,
+    "messaging.operation.name": "process",
+    "messaging.operation.type": "process",
+  };
   return (msg: Message<T>) => {
-    const producer = remoteContext(api, (msg as Message<T> & { traceparent?: string | null }).traceparent);
-    let parent = api.context.active();
-    if (producer && !api.trace.getSpan(parent)) parent = api.trace.setSpanContext(parent, producer);
-    const span = t.startSpan(
-      `process ${stream}`,
-      {
-        kind: api.SpanKind.CONSUMER,
-        attributes: {
-          "messaging.system": SYSTEM,
-          "messaging.destination.name": stream,
-          "messaging.consumer.group.name": group,
-          "messaging.message.id": msg.id,
-          "messaging.operation.name": "process",
-          "messaging.operation.type": "process",
-          "sqlstreams.attempt": msg.attempt,
-          ...(msg.key !== null ? { "sqlstreams.message.key": msg.key } : {}),
-        },
-        links: producer ? [{ context: producer }] : [],
-      },
-      parent,
-    );
+    const { span, parent } = api && t ? startProcess(api, t, msg, stream, group) : { span: undefined, parent: undefined };
+    const started = m ? performance.now() : 0;
     let open = true;
     const finish = (value: unknown, threw: boolean) => {
       if (!open) return;
       open = false;
       const c = classify(value, threw);
+      const failed = c.kind === "failure" || c.kind === "permanent";
+      const errorType = failed ? (value instanceof Error ? value.name : typeof value) : undefined;
+      if (m) {
+        const attributes = errorType !== undefined ? { ...metricAttributes, "error.type": errorType } : metricAttributes;
+        m.consumed.add(1, attributes);
+        m.duration.record((performance.now() - started) / 1000, attributes);
+      }
+      if (!span || !api) return;
       span.setAttribute("sqlstreams.outcome", c.kind === "delay" ? "delayed" : c.kind === "permanent" ? "dead" : c.kind === "failure" ? "failed" : "succeeded");
       if (c.kind === "delay") span.setAttribute("sqlstreams.delay_ms", c.ms);
-      if (c.kind === "failure" || c.kind === "permanent") {
+      if ((c.kind === "failure" || c.kind === "permanent") && errorType !== undefined) {
         if (value instanceof Error) span.recordException(value);
-        span.setAttribute("error.type", value instanceof Error ? value.name : typeof value);
+        span.setAttribute("error.type", errorType);
         span.setStatus({ code: api.SpanStatusCode.ERROR, message: c.error.slice(0, 500) });
       }
       span.end();
@@ -145,7 +202,7 @@ export function tracedHandler<T>(handler: Handler<T>, stream: string, group: str
     const run = () => handler(msg);
     let r: unknown;
     try {
-      r = api.context.with(api.trace.setSpan(parent, span), run);
+      r = api && span && parent ? api.context.with(api.trace.setSpan(parent, span), run) : run();
     } catch (e) {
       finish(e, true);
       throw e;
