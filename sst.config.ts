@@ -52,7 +52,7 @@ export default $config({
     });
 
     return {
-      databaseSecretArn: streams.secret.arn,
+      databaseSecretArn: streams.secretArn,
       databaseHost: database.host,
       migrateFunction: streams.migrate.name,
       pollers: streams.pollerNames,

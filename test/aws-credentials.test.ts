@@ -231,4 +231,47 @@ describe("rotation", () => {
     expect(handled).toEqual([1, 2, 3, 4]);
     expect(sm.commandCalls(GetSecretValueCommand)).toHaveLength(4);
   });
+
+  it("an RDS-managed master secret ({username, password} only; host, port, database from the environment) survives a rotation", async (ctx) => {
+    if (!(await passwordsChecked())) ctx.skip();
+    const u = new URL(url());
+    const before = "m1-" + randomBytes(12).toString("hex");
+    const after = "m2-" + randomBytes(12).toString("hex");
+    await query(url(), `ALTER ROLE ${role} PASSWORD '${before}'`);
+    await query(url(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1`, [role]);
+    // What RDS stores for manageMasterUserPassword, and what the SqlStreams component puts into
+    // the functions' environment (packages/aws/sst).
+    const managed = (password: string) => JSON.stringify({ username: role, password });
+    sm.on(GetSecretValueCommand, { SecretId: ARN }).resolvesOnce({ SecretString: managed(before) }).resolves({ SecretString: managed(after) });
+    const env = {
+      SQLSTREAMS_DB_SECRET_ARN: ARN,
+      SQLSTREAMS_DB_HOST: u.hostname,
+      SQLSTREAMS_DB_PORT: u.port || "5432",
+      SQLSTREAMS_DB_NAME: decodeURIComponent(u.pathname.slice(1)),
+      SQLSTREAMS_DB_SSL: "disable",
+    };
+    const db = new DatabaseProvider({ env, logger: () => {} });
+    providers.push(db);
+    const handled: number[] = [];
+    const lines: LogLine[] = [];
+    const handler = createPollHandler<{ n: number }>({ stream: "rotation.stream", group: "g", handle: (m) => void handled.push(m.payload.n), database: db, log: (l) => lines.push(l) });
+    const event = { stream: "rotation.stream", group: "g" };
+    const s = admin.stream<{ n: number }>("rotation.stream");
+
+    await s.produce({ n: 101 });
+    expect((await handler(event, localContext(30_000))).succeeded).toBe(1);
+    const who = await query<{ n: string }>(url(), `SELECT count(*)::text AS n FROM pg_stat_activity WHERE usename = $1`, [role]);
+    expect(who[0].n).toBe("1");
+
+    // RDS rotates: new password on the role and in the secret; the old connection goes away.
+    await query(url(), `ALTER ROLE ${role} PASSWORD '${after}'`);
+    await query(url(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1`, [role]);
+    await s.produce({ n: 102 });
+    expect((await handler(event, localContext(30_000))).succeeded).toBe(1);
+    expect(handled).toEqual([101, 102]);
+    expect(sm.commandCalls(GetSecretValueCommand)).toHaveLength(2);
+    expect(db.credentialLoads).toBe(2);
+    const text = JSON.stringify(lines);
+    for (const p of [before, after]) expect(text).not.toContain(p);
+  });
 });

@@ -67,7 +67,6 @@ describe("sst.config.ts with SST's real components", () => {
 
   it("one poll function and schedule per group: handler, sizes, runtime, and the schedule input names the group", () => {
     validateGroups(groups);
-    const secretArn = deploy.one("aws:secretsmanager/secret:Secret", "StreamsCredentials");
     expect(deploy.of(SCHEDULE)).toHaveLength(groups.length + 1); // + maintenance
     for (const g of groups) {
       const fn = deploy.one(FN, `Streams${idOf(g)}PollerFunction`);
@@ -81,7 +80,6 @@ describe("sst.config.ts with SST's real components", () => {
         description: `SQLStreams poller ${g.stream}/${g.group} (${g.mode ?? "drain"})`,
       });
       expect(fn.inputs.environment.variables.SQLSTREAMS_DB_SECRET_ARN).toMatch(/^arn:aws:secretsmanager:/);
-      expect(secretArn.id).not.toBe("");
       const schedule = deploy.one(SCHEDULE, `Streams${idOf(g)}CronSchedule`);
       expect(schedule.inputs.scheduleExpression).toBe(g.schedule);
       expect(JSON.parse(schedule.inputs.target.input as string)).toEqual({ stream: g.stream, group: g.group });
@@ -128,10 +126,38 @@ describe("sst.config.ts with SST's real components", () => {
     }
   });
 
-  it("least privilege: each function reads the credentials secret and nothing else; no password in any environment", () => {
-    const secret = deploy.one("aws:secretsmanager/secret:Secret", "StreamsCredentials");
+  it("credentials survive rotation: the functions read the instance's RDS-managed master secret; no secret of ours copies the password", () => {
+    for (const run of [deploy, production]) {
+      const instance = run.one("aws:rds/instance:Instance", "DatabaseInstance").inputs;
+      expect(instance.manageMasterUserPassword).toBe(true);
+      expect(instance.password).toBeUndefined();
+      const managed = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rds!db-databaseinstance-physical-AbCdEf";
+      expect(run.outputs.databaseSecretArn.value).toBe(managed);
+      // No secret of the component's; the only secret version left is SST's own proxy lookup
+      // secret, holding a generated password the instance does not have.
+      expect(run.of("aws:secretsmanager/secret:Secret").map((r) => r.name)).toEqual(["DatabaseProxySecret"]);
+      expect(run.of("aws:secretsmanager/secretVersion:SecretVersion").map((r) => r.name)).toEqual(["DatabaseProxySecretVersion"]);
+      for (const fn of run.of(FN)) {
+        const env = fn.inputs.environment.variables as Record<string, string>;
+        expect(env, fn.name).toMatchObject({ SQLSTREAMS_DB_SECRET_ARN: managed, SQLSTREAMS_DB_PORT: "5432", SQLSTREAMS_DB_NAME: "sqlstreams" });
+        expect(env.SQLSTREAMS_DB_HOST, fn.name).toMatch(run === production ? /databaseproxy-[a-z0-9]+\.proxy\.rds\.internal$/ : /^databaseinstance-physical\.rds\.internal$/);
+        const statements = statementsOf(run.one(ROLE, `${fn.name.replace(/Function$/, "")}Role`));
+        expect(statements, fn.name).toEqual([{ actions: ["secretsmanager:GetSecretValue"], effect: "Allow", resources: [managed] }]);
+      }
+    }
+    // The RDS Proxy authenticates with the same managed secret, through a role that may read it.
+    const proxy = production.one("aws:rds/proxy:Proxy", "DatabaseProxy").inputs;
+    const managed = production.outputs.databaseSecretArn.value;
+    expect(proxy.auths).toEqual([{ authScheme: "SECRETS", iamAuth: "DISABLED", secretArn: managed }]);
+    const role = production.one(ROLE, "DatabaseProxySecretRole");
+    expect(proxy.roleArn).toContain(String(role.inputs.name ?? "databaseproxysecretrole-physical"));
+    const policy = JSON.parse((role.inputs.inlinePolicies as { policy: string }[])[0].policy) as { Statement: { Action: string[]; Resource: string[] }[] };
+    expect(policy.Statement).toEqual([{ Effect: "Allow", Action: ["secretsmanager:GetSecretValue"], Resource: [managed] }]);
+    expect(JSON.parse(role.inputs.assumeRolePolicy as string).Statement[0].Principal).toEqual({ Service: "rds.amazonaws.com" });
+  });
+
+  it("least privilege: each function reads the database secret and nothing else; no password in any environment", () => {
     const secretArn = deploy.outputs.databaseSecretArn.value;
-    expect(secretArn).toBe(`arn:aws:secretsmanager:us-east-1:123456789012:secret/${String(secret.inputs.name ?? "streamscredentials-physical")}`.replace(/secret\/undefined$/, ""));
     const fns = deploy.of(FN);
     expect(fns.map((f) => f.name).sort()).toEqual(
       ["StreamsMigrateFunction", "StreamsMaintainerFunction", ...groups.map((g) => `Streams${idOf(g)}PollerFunction`)].sort(),
@@ -145,9 +171,6 @@ describe("sst.config.ts with SST's real components", () => {
       expect(env.SQLSTREAMS_DB_CA).toBe("rds");
       expect(JSON.stringify(env)).not.toContain(MOCK_PASSWORD);
     }
-    // The credentials secret holds the database's connection in the RDS format.
-    const value = JSON.parse(deploy.one("aws:secretsmanager/secretVersion:SecretVersion", "StreamsCredentialsValue").inputs.secretString as string);
-    expect(value).toMatchObject({ engine: "postgres", username: "postgres", password: MOCK_PASSWORD, port: 5432, dbname: "sqlstreams" });
   });
 
   it("the optional dashboard: a read-only function behind an AWS_IAM Function URL that reads the secret and nothing else", () => {
@@ -215,7 +238,7 @@ describe("sst.config.ts with SST's real components", () => {
     const inv = deploy.one(INVOCATION, MIGRATION);
     expect(inv.inputs.functionName).toBe(deploy.one(FN, "StreamsMigrateFunction").inputs.name);
     expect(inv.inputs.triggers.deployedAt).toMatch(/^\d+$/);
-    expect(inv.dependsOn.sort()).toEqual(["Database", "StreamsCredentialsValue", "StreamsSecretsManagerEndpoint"]);
+    expect(inv.dependsOn.sort()).toEqual(["Database", "StreamsSecretsManagerEndpoint"]);
     for (const fn of deploy.of(FN).filter((f) => f.name !== "StreamsMigrateFunction")) expect(fn.dependsOn, fn.name).toContain(MIGRATION);
     for (const s of deploy.of(SCHEDULE)) expect(s.dependsOn, s.name).toContain(MIGRATION);
     // Never through the component options (they reach the region lookup: see the preview test).

@@ -7,7 +7,9 @@
 //   const streams = new SqlStreams("Streams", { vpc, database, groups });
 //   new sst.aws.Function("Api", { handler: "src/api.handler", vpc, link: [streams] });
 //
-// Creates: the credentials secret (RDS JSON) the functions read, a migrate function invoked on
+// Creates: (for an RDS database) nothing that holds a password: the functions read the database's
+// own master secret, which RDS manages and rotates (docs/operations.md#credentials); (for a URL)
+// the credentials secret (RDS JSON) the functions read. Then a migrate function invoked on
 // every deploy, one poll function + EventBridge Scheduler schedule(s) per group, the maintenance
 // function + schedule, and (wake on produce) the right for linked producers to invoke the pollers.
 import type { GroupDeclaration } from "@sqlstreams/aws";
@@ -73,10 +75,22 @@ export function secureDatabase(name: string, args: SecureDatabaseArgs): Database
         a.deletionProtection = production;
         a.skipFinalSnapshot = !production;
         if (production) a.finalSnapshotIdentifier = finalSnapshot("instance");
+        // RDS keeps the master password in its own secret and rotates it (every 7 days by
+        // default); nothing else holds a copy (docs/operations.md#credentials).
+        a.manageMasterUserPassword = true;
+        delete a.password;
       },
-      proxy: (a) => {
+      proxy: (a, o, proxyName) => {
         a.requireTls = true;
         a.vpcSecurityGroupIds = [database.id];
+        // The proxy authenticates with the same managed secret (SST's own proxy secret holds a
+        // password the instance no longer has). The proxy is created after the instance, so the
+        // parent (the sst.aws.Postgres) already knows it.
+        const instance = (o.parent as sst.aws.Postgres | undefined)?.nodes.instance;
+        if (!instance) throw new Error(`secureDatabase ${name}: the proxy transform found no database instance`);
+        const secretArn = managedSecretArn(instance, `the instance of ${name}`);
+        a.auths = [{ authScheme: "SECRETS", iamAuth: "DISABLED", secretArn }];
+        a.roleArn = proxySecretRole(proxyName, secretArn, o.parent).arn;
       },
     },
     aurora: {
@@ -88,13 +102,57 @@ export function secureDatabase(name: string, args: SecureDatabaseArgs): Database
         a.deletionProtection = production;
         a.skipFinalSnapshot = !production;
         if (production) a.finalSnapshotIdentifier = finalSnapshot("cluster");
+        a.manageMasterUserPassword = true;
+        delete a.masterPassword;
       },
-      proxy: (a) => {
+      proxy: (a, o, proxyName) => {
         a.requireTls = true;
         a.vpcSecurityGroupIds = [database.id];
+        const cluster = (o.parent as sst.aws.Aurora | undefined)?.nodes.cluster;
+        if (!cluster) throw new Error(`secureDatabase ${name}: the proxy transform found no Aurora cluster`);
+        const secretArn = managedSecretArn(cluster, `the cluster of ${name}`);
+        a.auths = [{ authScheme: "SECRETS", iamAuth: "DISABLED", secretArn }];
+        a.roleArn = proxySecretRole(proxyName, secretArn, o.parent).arn;
       },
     },
   };
+}
+
+/** Role and policy an RDS Proxy uses to read the database's managed master secret. */
+function proxySecretRole(proxyName: string, secretArn: $util.Output<string>, parent: $util.Resource | undefined): aws.iam.Role {
+  return new aws.iam.Role(
+    // Named after the proxy: SST requires a component's children to carry its name as prefix.
+    `${proxyName}SecretRole`,
+    {
+      assumeRolePolicy: JSON.stringify({
+        Version: "2012-10-17",
+        Statement: [{ Effect: "Allow", Principal: { Service: "rds.amazonaws.com" }, Action: "sts:AssumeRole" }],
+      }),
+      inlinePolicies: [
+        {
+          name: "managed-master-secret",
+          policy: $jsonStringify({ Version: "2012-10-17", Statement: [{ Effect: "Allow", Action: ["secretsmanager:GetSecretValue"], Resource: [secretArn] }] }),
+        },
+      ],
+    },
+    parent ? { parent } : {},
+  );
+}
+
+/**
+ * ARN of the master user secret RDS manages (and rotates) for an instance or cluster created with
+ * `manageMasterUserPassword: true` (what `secureDatabase()`'s transforms set).
+ */
+export function managedSecretArn(resource: aws.rds.Instance | aws.rds.Cluster, label: string): $util.Output<string> {
+  return resource.masterUserSecrets.apply((secrets) => {
+    const arn = secrets?.[0]?.secretArn;
+    if (!arn) {
+      throw new Error(
+        `${label} has no RDS-managed master secret: create it with secureDatabase()'s transform (or set manageMasterUserPassword: true on the instance/cluster) so that rotation keeps the functions' credentials right`,
+      );
+    }
+    return arn;
+  });
 }
 
 /** `db.t4g.micro` or `t4g.micro` → `t4g.micro` (sst.aws.Postgres adds the `db.` prefix itself). */
@@ -195,13 +253,34 @@ function rdsJsonFromUrl(url: string): string {
 }
 
 /**
+ * DATABASE_URL of the local scheduler in `sst dev`: with a managed secret, its current value is
+ * read when `sst dev` starts (never stored in a resource of ours).
+ */
+function devDatabaseUrl(db: sst.aws.Postgres | sst.aws.Aurora, secretArn: $util.Output<string> | undefined): $util.Output<string> {
+  const enc = encodeURIComponent;
+  if (!secretArn) return $interpolate`postgres://${db.username}:${db.password}@${db.host}:${db.port}/${db.database}`;
+  const value = aws.secretsmanager.getSecretVersionOutput({ secretId: secretArn }).secretString;
+  return $util.secret(
+    $util.all([value, db.host, db.port, db.database]).apply(([text, host, port, database]) => {
+      const s = JSON.parse(text || "{}") as { username?: string; password?: string };
+      return `postgres://${enc(s.username ?? "")}:${enc(s.password ?? "")}@${host}:${port}/${enc(database)}`;
+    }),
+  );
+}
+
+/**
  * SQLStreams on AWS for an SST app. Linkable: `link: [streams]` gives a producer function the
  * credentials secret (read access to it only) and, with `wake`, the right to invoke the pollers;
  * `Resource.<Name>` holds `secretArn` and `pollers` (`"stream/group"` → function name).
  */
 export class SqlStreams extends $util.ComponentResource {
-  /** The credentials secret (RDS JSON) every function reads. */
-  readonly secret: aws.secretsmanager.Secret;
+  /**
+   * ARN of the secret every function reads: the database's RDS-managed master secret, or (URL
+   * database, or a local `dev` database) the credentials secret this component made.
+   */
+  readonly secretArn: $util.Output<string>;
+  /** The credentials secret this component made (URL or local `dev` database only). */
+  readonly secret?: aws.secretsmanager.Secret;
   readonly migrate: sst.aws.Function;
   /** The migrate invocation of this deploy (undefined in `sst dev`). */
   readonly migration?: aws.lambda.Invocation;
@@ -222,25 +301,43 @@ export class SqlStreams extends $util.ComponentResource {
     const isUrl = db instanceof sst.Secret;
     if (!isUrl && !args.vpc) throw new Error(`SqlStreams ${name}: an RDS database needs the VPC it lives in (args.vpc)`);
 
-    // Credentials: one Secrets Manager secret in the RDS format; functions get only its ARN.
-    this.secret = new aws.secretsmanager.Secret(
-      `${name}Credentials`,
-      { description: $interpolate`SQLStreams ${$app.name}/${$app.stage} database credentials (RDS secret JSON)`, recoveryWindowInDays: 0 },
-      { parent },
-    );
-    const secretValue = new aws.secretsmanager.SecretVersion(
-      `${name}CredentialsValue`,
-      {
-        secretId: this.secret.id,
-        secretString: isUrl
-          ? $util.secret(db.value.apply(rdsJsonFromUrl))
-          : $jsonStringify({ engine: "postgres", username: db.username, password: db.password, host: db.host, port: db.port, dbname: db.database }),
-      },
-      { parent },
-    );
+    // Credentials (docs/operations.md#credentials). An RDS database: the master secret RDS manages
+    // and rotates ({username, password}); host, port and database name go to the environment.
+    // A URL (or a local `dev` database): one Secrets Manager secret in the RDS format.
+    // Functions get only the ARN.
+    const rdsResource = isUrl ? undefined : db instanceof sst.aws.Aurora ? db.nodes.cluster : db.nodes.instance;
+    let secretValue: aws.secretsmanager.SecretVersion | undefined;
+    let connection: Record<string, $util.Input<string>> = {};
+    if (rdsResource) {
+      const rds = db as sst.aws.Postgres | sst.aws.Aurora;
+      this.secretArn = managedSecretArn(rdsResource, `SqlStreams ${name}: the database`);
+      connection = {
+        SQLSTREAMS_DB_HOST: rds.host,
+        SQLSTREAMS_DB_PORT: $util.output(rds.port).apply(String),
+        SQLSTREAMS_DB_NAME: rds.database,
+      };
+    } else {
+      this.secret = new aws.secretsmanager.Secret(
+        `${name}Credentials`,
+        { description: $interpolate`SQLStreams ${$app.name}/${$app.stage} database credentials (RDS secret JSON)`, recoveryWindowInDays: 0 },
+        { parent },
+      );
+      secretValue = new aws.secretsmanager.SecretVersion(
+        `${name}CredentialsValue`,
+        {
+          secretId: this.secret.id,
+          secretString: isUrl
+            ? $util.secret((db as sst.Secret).value.apply(rdsJsonFromUrl))
+            : $jsonStringify({ engine: "postgres", username: (db as sst.aws.Postgres).username, password: (db as sst.aws.Postgres).password, host: (db as sst.aws.Postgres).host, port: (db as sst.aws.Postgres).port, dbname: (db as sst.aws.Postgres).database }),
+        },
+        { parent },
+      );
+      this.secretArn = this.secret.arn;
+    }
     const tls = args.tls ?? (isUrl ? "system" : "rds");
     this.environment = {
-      SQLSTREAMS_DB_SECRET_ARN: this.secret.arn,
+      SQLSTREAMS_DB_SECRET_ARN: this.secretArn,
+      ...connection,
       SQLSTREAMS_DB_CA: tls,
       // Node 20+ Lambda runtimes trust the RDS CAs only through this file.
       ...(tls === "rds" ? { NODE_EXTRA_CA_CERTS: "/var/runtime/ca-cert.pem" } : {}),
@@ -249,8 +346,8 @@ export class SqlStreams extends $util.ComponentResource {
       SQLSTREAMS_STAGE: $app.stage,
     };
     const credentialsLink = new sst.Linkable(`${name}Secret`, {
-      properties: { arn: this.secret.arn },
-      include: [sst.aws.permission({ actions: ["secretsmanager:GetSecretValue"], resources: [this.secret.arn] })],
+      properties: { arn: this.secretArn },
+      include: [sst.aws.permission({ actions: ["secretsmanager:GetSecretValue"], resources: [this.secretArn] })],
     });
 
     const network: $util.Resource[] = [];
@@ -313,7 +410,7 @@ export class SqlStreams extends $util.ComponentResource {
             // A new value on every deploy: the invocation runs again each time.
             triggers: { deployedAt: String(Date.now()) },
           },
-          { parent, dependsOn: [secretValue, ...network, ...(isUrl ? [] : [db])] },
+          { parent, dependsOn: [...(secretValue ? [secretValue] : []), ...network, ...(isUrl ? [] : [db])] },
         );
     // Ordering after the migration goes on the created resources (the Lambda function and the
     // schedules), never into the component options: sst.aws.Function forwards those into its
@@ -400,8 +497,8 @@ export class SqlStreams extends $util.ComponentResource {
         {
           dev: { command, autostart: true, title: "SQLStreams" },
           environment: isUrl
-            ? { DATABASE_URL: db.value }
-            : { DATABASE_URL: $interpolate`postgres://${db.username}:${db.password}@${db.host}:${db.port}/${db.database}` },
+            ? { DATABASE_URL: (db as sst.Secret).value }
+            : { DATABASE_URL: devDatabaseUrl(db as sst.aws.Postgres | sst.aws.Aurora, rdsResource ? this.secretArn : undefined) },
         },
         { parent },
       );
@@ -478,9 +575,9 @@ export class SqlStreams extends $util.ComponentResource {
   getSSTLink() {
     const pollers = Object.values(this.pollers).map((p) => p.function);
     return {
-      properties: { secretArn: this.secret.arn, pollers: this.pollerNames },
+      properties: { secretArn: this.secretArn, pollers: this.pollerNames },
       include: [
-        sst.aws.permission({ actions: ["secretsmanager:GetSecretValue"], resources: [this.secret.arn] }),
+        sst.aws.permission({ actions: ["secretsmanager:GetSecretValue"], resources: [this.secretArn] }),
         ...(this.wake && pollers.length > 0 ? [sst.aws.permission({ actions: ["lambda:InvokeFunction"], resources: pollers.map((f) => f.arn) })] : []),
         {
           type: "environment" as const,

@@ -37,6 +37,12 @@ function record(type, name) {
   return r;
 }
 
+/** RDS creates (and rotates) the master user's secret when `manageMasterUserPassword` is set. */
+function managedSecret(inputs, physical) {
+  if (!inputs.manageMasterUserPassword) return { masterUserSecrets: [] };
+  return { masterUserSecrets: [{ secretArn: `arn:aws:secretsmanager:${REGION}:${ACCOUNT}:secret:rds!db-${physical}-AbCdEf`, kmsKeyId: "", secretStatus: "active" }] };
+}
+
 /** Outputs a real provider would compute, so dependents have something to read. */
 function computed(type, name, inputs) {
   const [, , mod, kind] = /^([^:]+):([^/]+)\/([^:]+):/.exec(type) ?? [];
@@ -44,11 +50,11 @@ function computed(type, name, inputs) {
   const base = { arn: inputs.arn ?? `arn:aws:${mod ?? "x"}:${REGION}:${ACCOUNT}:${kind ?? "resource"}/${physical}`, name: physical };
   switch (type) {
     case "aws:rds/instance:Instance":
-      return { ...base, identifier: physical, address: `${physical}.rds.internal`, endpoint: `${physical}.rds.internal:5432`, port: 5432, username: inputs.username };
+      return { ...base, identifier: physical, address: `${physical}.rds.internal`, endpoint: `${physical}.rds.internal:5432`, port: 5432, username: inputs.username, ...managedSecret(inputs, physical) };
     case "aws:rds/proxy:Proxy":
       return { ...base, endpoint: `${physical}.proxy.rds.internal` };
     case "aws:rds/cluster:Cluster":
-      return { ...base, endpoint: `${physical}.cluster.rds.internal`, readerEndpoint: `${physical}.ro.rds.internal`, port: 5432, clusterIdentifier: physical };
+      return { ...base, endpoint: `${physical}.cluster.rds.internal`, readerEndpoint: `${physical}.ro.rds.internal`, port: 5432, clusterIdentifier: physical, ...managedSecret(inputs, physical) };
     case "aws:lambda/functionUrl:FunctionUrl":
       return { ...base, functionUrl: `https://${physical}.lambda-url.${REGION}.on.aws/`, urlId: physical };
     case "random:index/randomPassword:RandomPassword":
