@@ -14,6 +14,7 @@
 // function + schedule, and (wake on produce) the right for linked producers to invoke the pollers.
 import type { GroupDeclaration } from "@sqlstreams/aws";
 import { groupAlarms } from "../src/alarms.js";
+import { resolvedDeclaration } from "../src/declaration.js";
 
 type Resolved<T> = T extends $util.Input<infer U> ? U : T;
 
@@ -428,14 +429,15 @@ export class SqlStreams extends $util.ComponentResource {
     for (const g of args.groups) {
       const id = pascal(`${g.stream}-${g.group}`);
       const event = { stream: g.stream, group: g.group };
+      const r = resolvedDeclaration(g);
       const fn = new sst.aws.Function(
         `${name}${id}Poller`,
         {
           ...shared,
           handler: g.function,
-          timeout: seconds(g.timeout ?? 60_000),
-          memory: `${g.memory ?? 256} MB`,
-          description: `SQLStreams poller ${g.stream}/${g.group} (${g.mode ?? "drain"})`,
+          timeout: seconds(r.timeout),
+          memory: `${r.memory} MB`,
+          description: `SQLStreams poller ${g.stream}/${g.group} (${r.mode})`,
           transform: { function: afterMigration },
         },
         { parent },
@@ -450,7 +452,7 @@ export class SqlStreams extends $util.ComponentResource {
         schedules.push(cron);
         // parallelism > 1: more schedules on the same function and role, so each tick starts
         // that many overlapping invocations (safe: claims lock the cursor, rows use SKIP LOCKED).
-        for (let i = 2; i <= (g.parallelism ?? 1); i++) {
+        for (let i = 2; i <= r.parallelism; i++) {
           schedules.push(
             new aws.scheduler.Schedule(
               `${name}${id}Cron${i}`,

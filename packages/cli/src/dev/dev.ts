@@ -14,7 +14,7 @@
 import { resolve } from "node:path";
 import pg from "pg";
 import { type CycleReport, type Progress, WAKE_CHANNEL, mergeReports } from "@sqlstreams/core";
-import type { LocalContext } from "@sqlstreams/aws";
+import { type LocalContext, GROUP_DEFAULTS, resolvedDeclaration } from "@sqlstreams/aws";
 import type { Values } from "../commands.js";
 import type { Ctx } from "../context.js";
 import { describeError, usageError } from "../errors.js";
@@ -425,7 +425,7 @@ class DevRun {
     job.invocations++;
     const context: LocalContext = this.localContext(job.budgetMs, {
       functionName: `sqlstreams-dev-${job.name.replace(/[^A-Za-z0-9-]+/g, "-")}`,
-      memoryMB: job.group?.declaration.memory ?? 256,
+      memoryMB: job.group ? resolvedDeclaration(job.group.declaration).memory : GROUP_DEFAULTS.memory,
     });
     const p = this.runJob(job, context);
     this.inflight.add(p);
@@ -673,7 +673,8 @@ function makeJobs(dep: Deployment, o: DevOptions, now: number): Job[] {
     } catch (e) {
       throw Object.assign(e as Error, { message: `${d.stream}/${d.group}: ${(e as Error).message}` });
     }
-    jobs.push(job(`${d.stream}/${d.group}`, "group", schedule, o, now, d.parallelism ?? 1, o.budgetMs ?? d.timeout ?? 60_000, g));
+    const r = resolvedDeclaration(d);
+    jobs.push(job(`${d.stream}/${d.group}`, "group", schedule, o, now, r.parallelism, o.budgetMs ?? r.timeout, g));
   }
   const ms = parseSchedule(dep.maintainSchedule);
   jobs.push(job("maintain", "maintain", ms, o, now, 1, o.budgetMs ?? 120_000));
@@ -711,7 +712,7 @@ function row(j: Job, produced: Map<string, number>, now: number): GroupRow {
   return {
     stream: d.stream,
     group: d.group,
-    mode: d.mode ?? "drain",
+    mode: resolvedDeclaration(d).mode,
     schedule: d.schedule,
     produced: produced.get(d.stream) ?? 0,
     head: p?.head ?? "-",
