@@ -256,7 +256,9 @@ class MaintainRun {
         this.dropsPending = true;
         return;
       }
-      if (!(await this.expired(j))) break; // later partitions are newer
+      const expired = await this.expired(j);
+      if (expired === "gone") continue; // another maintain() dropped it since step 1 listed it
+      if (!expired) break; // later partitions are newer
       const r = await dropPartition(this.client, s, j, this.late, report);
       if (r === "dropped") report.partitionsDropped++;
       else if (r === "skipped" || r === "stop") {
@@ -268,12 +270,12 @@ class MaintainRun {
     }
   }
 
-  /** Whether partition j is wholly expired (false when another maintain() dropped it since step 1). */
-  private async expired(j: bigint): Promise<boolean> {
+  /** Whether partition j is wholly expired; "gone" when another maintain() dropped it since step 1. */
+  private async expired(j: bigint): Promise<boolean | "gone"> {
     try {
       return await partitionExpired(this.db, this.s.id, j, this.s.retentionMs);
     } catch (e) {
-      if ((e as { code?: string }).code === "42P01") return false;
+      if ((e as { code?: string }).code === "42P01") return "gone";
       throw e;
     }
   }
@@ -314,6 +316,20 @@ class MaintainRun {
   }
 
   /**
+   * Whether the lowest message above the floor is already expired. The read can be chosen as the
+   * victim of a deadlock with another maintain()'s partition drop; it is only a report, so it is
+   * then left to the next run instead of failing the step.
+   */
+  private async expiredAboveFloor(floor: bigint): Promise<boolean> {
+    try {
+      return await expiredAboveFloor(this.db, this.s.id, floor, this.activeLow, this.s.retentionMs);
+    } catch (e) {
+      if (LOCK_FAILURES.has((e as { code?: string }).code ?? "")) return false;
+      throw e;
+    }
+  }
+
+  /**
    * Retention held back by a group: the lowest message above the floor is already expired.
    * (Maintenance never moves a cursor, so the floor read in step 2 still holds.)
    */
@@ -321,7 +337,7 @@ class MaintainRun {
     const f = this.f;
     const held = f?.heldBy;
     if (!f || !held) return;
-    if (await expiredAboveFloor(this.db, this.s.id, f.floor, this.activeLow, this.s.retentionMs)) {
+    if (await this.expiredAboveFloor(f.floor)) {
       this.report.retentionHeldBy = {
         group: held.group,
         committed: String(held.committed),
