@@ -3,7 +3,7 @@
 // dev`, stream.maintain()); every step is bounded, independent and safe to run from several
 // invocations at once. The statements live in sql/maintain.ts.
 import type { Runtime } from "./runtime.js";
-import { type Db, query, transaction } from "./db.js";
+import { type Db, query, queryRetry, transaction } from "./db.js";
 import { SqlStreamsError } from "./errors.js";
 import {
   BATCH,
@@ -155,9 +155,12 @@ async function maintainOne(client: Runtime, s: MaintainedStream, deadline: numbe
   await run.batches("idempotencyKeys", () => deleteIdempotencyKeys(db, s.id, s.idempotencyKeyTtlMs), (n) => (r.idempotencyKeysDeleted += n));
   await run.batches("keyLeases", () => deleteExpiredKeyLeases(db, s.id), (n) => (r.keyLeasesDeleted += n));
   await run.batches("emptyHeads", () => deleteEmptyHeads(db, s.id), (n) => (r.emptyHeadsDeleted += n));
-  // 7. A progress sample of every group, with the history's pruning in the same statement (docs/data-model.md#progress-history).
+  // 7. A progress sample of every group, with the history's pruning in the same statement
+  // (docs/data-model.md#progress-history). Its read of every partition can be the victim of a
+  // deadlock with a concurrent maintain()'s partition DDL: retried like any transient failure (a
+  // repeat after a lost reply writes at most one extra sample).
   await run.step("history", async () => {
-    r.progressSampled = (await query(db, db.pool, H.sampleProgress(db.q, s.id), [s.id])).rowCount ?? 0;
+    r.progressSampled = (await queryRetry(db, H.sampleProgress(db.q, s.id), [s.id])).rowCount ?? 0;
   });
   return r;
 }
