@@ -3,7 +3,7 @@
 // dev`, stream.maintain()); every step is bounded, independent and safe to run from several
 // invocations at once. The statements live in sql/maintain.ts.
 import type { Runtime } from "./runtime.js";
-import { type Db, query, queryRetry, transaction } from "./db.js";
+import { type Db, queryRetry, transaction } from "./db.js";
 import { SqlStreamsError } from "./errors.js";
 import {
   BATCH,
