@@ -33,18 +33,8 @@ export function clip(s: string, max: number): string {
   return s.length <= max ? s : s.slice(0, Math.max(0, max - 1)) + "…";
 }
 
-/** 850ms, 12s, 3m05s, 2h03m, 4d02h. */
-export function age(ms: number | null | undefined): string {
-  if (ms === null || ms === undefined || !Number.isFinite(ms)) return "-";
-  if (ms < 1_000) return `${Math.max(0, Math.round(ms))}ms`;
-  const s = Math.floor(ms / 1_000);
-  if (s < 60) return `${s}s`;
-  const m = Math.floor(s / 60);
-  if (m < 60) return `${m}m${String(s % 60).padStart(2, "0")}s`;
-  const h = Math.floor(m / 60);
-  if (h < 48) return `${h}h${String(m % 60).padStart(2, "0")}m`;
-  return `${Math.floor(h / 24)}d${String(h % 24).padStart(2, "0")}h`;
-}
+/** 850ms, 12s, 3m05s, 2h03m, 4d02h; "-" for none (one implementation, in @sqlstreams/core). */
+export { formatAge as age } from "@sqlstreams/core";
 
 /** A connection string with its password (and any password= parameter) replaced by ***. */
 export function maskUrl(url: string): string {

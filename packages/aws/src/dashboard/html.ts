@@ -5,18 +5,8 @@ export function esc(v: unknown): string {
   return String(v ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c] as string);
 }
 
-/** 850ms, 12s, 3m05s, 2h03m, 4d02h; "-" for none. */
-export function age(ms: number | null | undefined): string {
-  if (ms === null || ms === undefined || !Number.isFinite(ms)) return "-";
-  if (ms < 1_000) return `${Math.max(0, Math.round(ms))}ms`;
-  const s = Math.floor(ms / 1_000);
-  if (s < 60) return `${s}s`;
-  const m = Math.floor(s / 60);
-  if (m < 60) return `${m}m${String(s % 60).padStart(2, "0")}s`;
-  const h = Math.floor(m / 60);
-  if (h < 48) return `${h}h${String(m % 60).padStart(2, "0")}m`;
-  return `${Math.floor(h / 24)}d${String(h % 24).padStart(2, "0")}h`;
-}
+/** 850ms, 12s, 3m05s, 2h03m, 4d02h; "-" for none (one implementation, in @sqlstreams/core). */
+export { formatAge as age } from "@sqlstreams/core";
 
 const STYLE = `
 :root { color-scheme: light; --fg: #1a1a1a; --muted: #555; --line: #d0d0d0; --bg: #fff; --accent: #0b57d0; --bad: #a50e0e; --warn: #7a4b00; --ok: #146c2e; }
