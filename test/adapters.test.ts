@@ -8,7 +8,7 @@ import pg from "pg";
 import postgres from "postgres";
 import { drizzle as drizzlePg } from "drizzle-orm/node-postgres";
 import { drizzle as drizzlePostgresJs } from "drizzle-orm/postgres-js";
-import { integer, pgTable } from "drizzle-orm/pg-core";
+import { integer, pgTable, type PgDatabase, type PgQueryResultHKT } from "drizzle-orm/pg-core";
 import { Kysely, PostgresDialect } from "kysely";
 import { PrismaPg } from "@prisma/adapter-pg";
 import type { Stream, Transactional } from "@sqlstreams/core";
@@ -68,11 +68,18 @@ function nodePostgres(): Adapter {
   };
 }
 
-function drizzleNodePostgres(): Adapter {
-  const pool = new pg.Pool({ connectionString: url(), max: 2 });
-  const db = drizzlePg(pool);
+/** Drizzle over either driver: one adapter, the driver is the only difference. */
+function drizzle(driver: "node-postgres" | "postgres.js"): Adapter {
+  const [db, close]: [PgDatabase<PgQueryResultHKT>, () => Promise<void>] = (() => {
+    if (driver === "node-postgres") {
+      const pool = new pg.Pool({ connectionString: url(), max: 2 });
+      return [drizzlePg(pool), () => pool.end()];
+    }
+    const sql = postgres(url(), { max: 2, onnotice: () => {} });
+    return [drizzlePostgresJs(sql), () => sql.end()];
+  })();
   return {
-    name: "drizzle (node-postgres)",
+    name: `drizzle (${driver})`,
     inTx: (commit, fn) =>
       settle(commit, () =>
         db.transaction(async (tx) => {
@@ -81,24 +88,7 @@ function drizzleNodePostgres(): Adapter {
         }),
       ),
     outside: () => drizzleExecutor(db),
-    close: () => pool.end(),
-  };
-}
-
-function drizzlePostgres(): Adapter {
-  const sql = postgres(url(), { max: 2, onnotice: () => {} });
-  const db = drizzlePostgresJs(sql);
-  return {
-    name: "drizzle (postgres.js)",
-    inTx: (commit, fn) =>
-      settle(commit, () =>
-        db.transaction(async (tx) => {
-          await fn(drizzleExecutor(tx), async (id) => void (await tx.insert(appOrders).values({ id, total: 1 })));
-          if (!commit) throw new RolledBack();
-        }),
-      ),
-    outside: () => drizzleExecutor(db),
-    close: () => sql.end(),
+    close,
   };
 }
 
@@ -153,8 +143,8 @@ function postgresJs(): Adapter {
 
 const adapters: [string, () => Adapter][] = [
   ["node-postgres", nodePostgres],
-  ["drizzle-node-postgres", drizzleNodePostgres],
-  ["drizzle-postgres-js", drizzlePostgres],
+  ["drizzle-node-postgres", () => drizzle("node-postgres")],
+  ["drizzle-postgres-js", () => drizzle("postgres.js")],
   ["kysely", kysely],
   ["prisma", prisma],
   ["postgres-js", postgresJs],
