@@ -2,6 +2,8 @@
 // rules that keep the house in order: no import cycles, no floating promises (type-aware; `npm run
 // check` runs tsc -b first, so the packages' types exist), and short functions (at most 80 lines; SQL text lives in
 // packages/core/src/sql/ and is exempt from the length rule). Zero errors required; `any` warns.
+// import-x/no-cycle skips `import type` and cannot be told otherwise: scripts/check-import-cycles.mjs
+// (also in `npm run check`) finds cycles with type imports included.
 import js from "@eslint/js";
 import { defineConfig, globalIgnores } from "eslint/config";
 import tseslint from "typescript-eslint";

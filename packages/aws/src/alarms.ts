@@ -4,16 +4,6 @@
 import type { GroupDeclaration } from "./declaration.js";
 import { NAMESPACE } from "./metrics.js";
 
-/** A group's alarm settings in functions/groups.ts (`alarms`); `false` turns them off. */
-export interface GroupAlarms {
-  /** Alarm when the oldest unresolved message is older than this, in ms. Default 15 minutes. */
-  oldestUnresolvedMs?: number;
-  /** Email addresses subscribed to the alarms' SNS topic (each confirms once by email). */
-  email?: string[];
-  /** An existing SNS topic ARN the alarms notify (instead of, or beside, `email`). */
-  topicArn?: string;
-}
-
 export const ALARM_DEFAULTS = { oldestUnresolvedMs: 15 * 60_000, periodSeconds: 300 };
 
 /** One alarm, in the shape of aws.cloudwatch.MetricAlarm's arguments. */

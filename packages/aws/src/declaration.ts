@@ -2,11 +2,20 @@
 // checks every reader of it shares (the migrate function, the poll handlers, sst.config.ts tests
 // and `sqlstreams dev`). Pure: no database, no clock, no AWS.
 import { SqlStreamsError, type ConsumerConfig, type ErrorCode, type StreamOptions } from "@sqlstreams/core";
-import type { GroupAlarms } from "./alarms.js";
 
 /** `drain`: exit when the group is idle (pay only for work). `continuous`: keep polling with a
  * short idle wait until the invocation budget ends (sub-minute latency from a 1-minute schedule). */
 export type PollMode = "drain" | "continuous";
+
+/** A group's alarm settings in functions/groups.ts (`alarms`); `false` turns them off. */
+export interface GroupAlarms {
+  /** Alarm when the oldest unresolved message is older than this, in ms. Default 15 minutes. */
+  oldestUnresolvedMs?: number;
+  /** Email addresses subscribed to the alarms' SNS topic (each confirms once by email). */
+  email?: string[];
+  /** An existing SNS topic ARN the alarms notify (instead of, or beside, `email`). */
+  topicArn?: string;
+}
 
 /** One consumer group of the deployment: which Lambda runs it, when, and with which options. */
 export interface GroupDeclaration {

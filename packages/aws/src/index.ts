@@ -13,7 +13,7 @@ export type { DatabaseOptions } from "./database.js";
 export { loadConnectionSettings, parseRdsSecret, isAuthFailure, readSecretFromSecretsManager, sslSettings, rdsCaBundle } from "./credentials.js";
 export type { ConnectionSettings, CredentialSource, SecretReader } from "./credentials.js";
 export { validateGroups, findGroup, groupKey, resolvedDeclaration, DEFAULTS as GROUP_DEFAULTS } from "./declaration.js";
-export type { GroupDeclaration, PollMode, StreamDeclarations } from "./declaration.js";
+export type { GroupAlarms, GroupDeclaration, PollMode, StreamDeclarations } from "./declaration.js";
 export type { LineWriter, LogLine } from "./log.js";
 export { NAMESPACE as METRICS_NAMESPACE, DurationHistogram, pollDocument, maintainDocuments, stageFromEnv } from "./metrics.js";
 export type { EmfDocument, EmfUnit, EmfValues, EmfMetricDefinition } from "./metrics.js";
@@ -24,4 +24,4 @@ export type { DashboardHandlerOptions, FunctionUrlEvent, FunctionUrlResult } fro
 export { createLambdaWaker, wakerFromEnv } from "./wake.js";
 export type { LambdaWakerOptions } from "./wake.js";
 export { groupAlarms, ALARM_DEFAULTS } from "./alarms.js";
-export type { GroupAlarms, AlarmDefinition } from "./alarms.js";
+export type { AlarmDefinition } from "./alarms.js";
