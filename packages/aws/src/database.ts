@@ -3,6 +3,7 @@
 // rejects them after a rotation, the secret is fetched again once and the pool is rebuilt.
 import pg from "pg";
 import { SqlStreams, SqlStreamsError, type Logger, type Waker } from "@sqlstreams/core";
+import { isTransient } from "@sqlstreams/core/internal";
 import { wakerFromEnv } from "./wake.js";
 import {
   type ConnectionSettings,
@@ -47,15 +48,14 @@ interface Runtime {
 }
 
 const CONNECT_PAUSES = [200, 500];
-const NETWORK = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EAI_AGAIN", "ENOTFOUND", "EPIPE", "57P03", "53300"]);
 
+/**
+ * A failed connect worth trying again: what core repeats a statement for, and any timeout (pg's
+ * pool reports "timeout exceeded when trying to connect" without a code).
+ */
 function isConnectTransient(e: unknown): boolean {
-  const err = e as { code?: string; message?: string } | null;
-  if (!err) return false;
-  if (err.code && NETWORK.has(err.code)) return true;
-  return /timeout|Connection terminated/i.test(String(err.message ?? ""));
+  return isTransient(e) || /timeout/i.test(String((e as { message?: string } | null)?.message ?? ""));
 }
-
 
 /** The database a function uses: lazily connected, cached, refreshed once after a rotation. */
 export class DatabaseProvider {

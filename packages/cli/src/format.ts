@@ -34,7 +34,7 @@ export function clip(s: string, max: number): string {
 }
 
 /** 850ms, 12s, 3m05s, 2h03m, 4d02h; "-" for none (one implementation, in @sqlstreams/core). */
-export { formatAge as age } from "@sqlstreams/core";
+export { formatAge as age } from "@sqlstreams/core/internal";
 
 /** A connection string with its password (and any password= parameter) replaced by ***. */
 export function maskUrl(url: string): string {

@@ -6,7 +6,7 @@ export function esc(v: unknown): string {
 }
 
 /** 850ms, 12s, 3m05s, 2h03m, 4d02h; "-" for none (one implementation, in @sqlstreams/core). */
-export { formatAge as age } from "@sqlstreams/core";
+export { formatAge as age } from "@sqlstreams/core/internal";
 
 const STYLE = `
 :root { color-scheme: light; --fg: #1a1a1a; --muted: #555; --line: #d0d0d0; --bg: #fff; --accent: #0b57d0; --bad: #a50e0e; --warn: #7a4b00; --ok: #146c2e; }

@@ -1,0 +1,4 @@
+// What the other @sqlstreams packages share with core but is not the library's public API:
+// `@sqlstreams/core/internal`, for @sqlstreams/aws and @sqlstreams/cli only (no stability promise).
+export { formatAge } from "./format.js";
+export { isTransient } from "./db.js";
