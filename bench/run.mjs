@@ -16,6 +16,7 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
+import { median } from "./lib/common.mjs";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ALL_ARMS = ["floor-insert", "floor-read", "floor-read-2x", "produce", "consume", "consume-defaults", "consume-2groups", "produce-consume", "ordered", "failing", "latency",
@@ -316,13 +317,6 @@ function spawnArm(ctx, killAfterMs) {
 
 // ---------------------------------------------------------------------------------------------
 // Aggregation, ratios, output
-
-function median(xs) {
-  const s = xs.filter((x) => typeof x === "number" && Number.isFinite(x)).sort((a, b) => a - b);
-  if (!s.length) return null;
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-}
 
 export function aggregate(arm, runs) {
   const ok = runs.length > 0 && runs.every((r) => r.check?.ok === true && !r.failed);

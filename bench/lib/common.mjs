@@ -4,10 +4,11 @@ import fs from "node:fs";
 import inspector from "node:inspector";
 import os from "node:os";
 import path from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 
-export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+export { sleep };
 export const nowMs = () => performance.now();
 
 // ---------------------------------------------------------------------------------------------
