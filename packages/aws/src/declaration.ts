@@ -2,6 +2,7 @@
 // checks every reader of it shares (the migrate function, the poll handlers, sst.config.ts tests
 // and `sqlstreams dev`). Pure: no database, no clock, no AWS.
 import { SqlStreamsError, type ConsumerConfig, type ErrorCode, type StreamOptions } from "@sqlstreams/core";
+import { POLL_OPTION_RANGES } from "@sqlstreams/core/internal";
 
 /** `drain`: exit when the group is idle (pay only for work). `continuous`: keep polling with a
  * short idle wait until the invocation budget ends (sub-minute latency from a 1-minute schedule). */
@@ -70,13 +71,14 @@ const KEYS = [
   "stream", "group", "function", "schedule", "config", "mode", "parallelism", "timeout", "memory",
   "batchLimit", "concurrency", "recordMargin", "idleWait", "alarms",
 ];
-const RANGES: Record<string, [number, number]> = {
+const RANGES: Record<string, readonly [number, number]> = {
   parallelism: [1, 50],
   timeout: [3_000, 900_000],
   memory: [128, 10_240],
-  batchLimit: [1, 1_000],
-  concurrency: [1, 64],
-  recordMargin: [100, 60_000],
+  // The poll options a group passes on to drain(): the ranges drain() itself checks.
+  batchLimit: POLL_OPTION_RANGES.batchLimit,
+  concurrency: POLL_OPTION_RANGES.concurrency,
+  recordMargin: POLL_OPTION_RANGES.recordMargin,
   idleWait: [0, 60_000],
 };
 

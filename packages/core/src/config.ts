@@ -273,17 +273,30 @@ export interface ResolvedPollOptions {
 /** Payload bytes a range hands out by default: safe for a 256 MB Lambda (docs/poll-cycle.md#the-byte-bound). */
 export const DEFAULT_BATCH_BYTES = 16 * 1_048_576;
 
+/**
+ * The ranges of the numeric poll()/drain() options (docs/poll-cycle.md#options): validatePollOptions
+ * checks them, and so does the deployment's declaration (@sqlstreams/aws) for the options it passes on.
+ */
+export const POLL_OPTION_RANGES = {
+  batchLimit: [1, 1_000],
+  batchBytes: [1_024, 1_073_741_824],
+  concurrency: [1, 64],
+  recordMargin: [100, 60_000],
+} as const satisfies Record<string, readonly [number, number]>;
+
+const P = (k: keyof typeof POLL_OPTION_RANGES): NumRule => R(POLL_OPTION_RANGES[k][0], POLL_OPTION_RANGES[k][1]);
+
 /** Validates poll()/drain() options (docs/poll-cycle.md#options, SQL0015). */
 export function validatePollOptions(v: unknown): ResolvedPollOptions {
   if (v === undefined) v = {};
   if (!isPlainObject(v)) fail("SQL0015", "options", v, "must be an object");
   checkKeys("SQL0015", "", v, ["batchLimit", "batchBytes", "concurrency", "deadline", "recordMargin", "signal"]);
   const out: ResolvedPollOptions = {
-    batchBytes: v.batchBytes === undefined ? DEFAULT_BATCH_BYTES : checkNumber("SQL0045", "batchBytes", v.batchBytes, R(1_024, 1_073_741_824)),
-    batchLimit: v.batchLimit === undefined ? 10 : checkNumber("SQL0015", "batchLimit", v.batchLimit, R(1, 1_000)),
-    concurrency: v.concurrency === undefined ? 1 : checkNumber("SQL0015", "concurrency", v.concurrency, R(1, 64)),
+    batchBytes: v.batchBytes === undefined ? DEFAULT_BATCH_BYTES : checkNumber("SQL0045", "batchBytes", v.batchBytes, P("batchBytes")),
+    batchLimit: v.batchLimit === undefined ? 10 : checkNumber("SQL0015", "batchLimit", v.batchLimit, P("batchLimit")),
+    concurrency: v.concurrency === undefined ? 1 : checkNumber("SQL0015", "concurrency", v.concurrency, P("concurrency")),
     deadline: undefined,
-    recordMargin: v.recordMargin === undefined ? 2_000 : checkNumber("SQL0015", "recordMargin", v.recordMargin, R(100, 60_000)),
+    recordMargin: v.recordMargin === undefined ? 2_000 : checkNumber("SQL0015", "recordMargin", v.recordMargin, P("recordMargin")),
     signal: undefined,
   };
   if (v.deadline !== undefined) {

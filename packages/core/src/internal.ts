@@ -2,3 +2,4 @@
 // `@sqlstreams/core/internal`, for @sqlstreams/aws and @sqlstreams/cli only (no stability promise).
 export { formatAge } from "./format.js";
 export { isTransient } from "./db.js";
+export { POLL_OPTION_RANGES } from "./config.js";
