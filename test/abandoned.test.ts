@@ -3,6 +3,7 @@
 // process (the rest of its range, later polls) and not in another process (its key lease is
 // renewed past the timeout, up to 10 × the timeout). Runs are recorded with wall-clock stamps by
 // the handlers of both processes (same machine, same clock) and must never overlap.
+import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import type { Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
@@ -11,7 +12,6 @@ import { spawnNode } from "./support/processes.js";
 import { S, setupGroup, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 // A second process polling the same group: after a "go" line it drains every 20 ms until "stop",
 // printing each run (with wall-clock start and end) and each drain.

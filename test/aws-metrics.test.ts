@@ -3,6 +3,7 @@
 // values against what the invocation did in a real Postgres.
 process.env.AWS_EC2_METADATA_DISABLED = "true";
 
+import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Delay, Permanent, SqlStreams } from "@sqlstreams/core";
 import {
@@ -109,7 +110,7 @@ describe("poll invocation metrics", () => {
         if (n === 6 || n === 7) throw new Error("transient");
         if (n === 8) return Permanent(new Error("bad"));
         if (n === 9) return Delay(60_000);
-        if (n === 0) await new Promise((r) => setTimeout(r, 20));
+        if (n === 0) await sleep(20);
       },
       database: database(),
       log: (l) => lines.push(l),

@@ -2,6 +2,7 @@
 // unknown events, overlapping invocations, maintain and migrate handlers, the example functions.
 process.env.AWS_EC2_METADATA_DISABLED = "true";
 
+import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SqlStreams, SqlStreamsError, type ConsumerConfig, type CycleReport, type Message } from "@sqlstreams/core";
 import {
@@ -18,7 +19,6 @@ import {
 import { query, useFreshDatabase } from "./support/db.js";
 
 const url = useFreshDatabase();
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 let admin: SqlStreams;
 const providers: DatabaseProvider[] = [];

@@ -4,7 +4,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { Permanent } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
 import { spawnNode } from "./support/processes.js";
-import { S, committed, drainUntil, streamIdOf, testClient, type TestClient } from "./support/streams.js";
+import { S, type TestClient, committed, pollPastFence, streamIdOf, table, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -164,7 +164,7 @@ describe("sqlstreams (CLI)", () => {
     const all = await cli(["redrive", ...SG, "--all", "--json"]);
     expect(all.json()).toMatchObject({ redriven: 0 });
     const rows = await t.sql<{ message_id: string; status: string }>(
-      "SELECT message_id::text, status FROM sqlstreams.exception_queue_1 ORDER BY message_id",
+      `SELECT message_id::text, status FROM ${table(await streamIdOf(t, "orders.placed"), "exception_queue")} ORDER BY message_id`,
     );
     expect(rows).toEqual([{ message_id: "4", status: "ready" }, { message_id: "8", status: "ready" }]);
   });
@@ -243,7 +243,7 @@ describe("sqlstreams (CLI)", () => {
     await fast.register();
     await slow.register();
     for (let i = 1; i <= 3; i++) await s.produce({ n: i });
-    await drainUntil(fast, committed("3"));
+    await pollPastFence(fast, () => {}, { drain: true, until: committed("3") });
     const sid = await streamIdOf(t, "kept.events");
     await t.sql(`UPDATE ${S}.message_log_${sid} SET created_at = now() - interval '1 hour'`);
     const human = await cli(["status", "--stream", "kept.events"]);

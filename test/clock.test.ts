@@ -2,9 +2,10 @@
 // (docs/poll-cycle.md#options). A wall-clock step while handlers run — simulated by moving
 // Date.now() an hour forward or back — must neither end a poll early (the deadline looks passed)
 // nor produce negative durations; the deadline is read from the wall clock once, when passed in.
+import { setTimeout as sleep } from "node:timers/promises";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { useFreshDatabase } from "./support/db.js";
-import { pollWork, setupGroup, testClient } from "./support/streams.js";
+import { didWork, pollPastFence, setupGroup, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 const HOUR = 3_600_000;
@@ -35,7 +36,7 @@ describe("durations come from a monotonic clock", () => {
       };
       // A deadline a minute away. A forward step made the old cycle think it had passed after the
       // first message (2 not started); a backward one gave a negative duration.
-      const r = await pollWork(g, handler, () => ({ deadline: Date.now() + 60_000, batchLimit: 10 }));
+      const r = await pollPastFence(g, handler, { until: didWork, opts: () => ({ deadline: Date.now() + 60_000, batchLimit: 10 }) });
       expect(r.notStarted).toBe(0);
       expect(handled).toEqual([0, 1, 2]);
       expect(r.succeeded).toBe(3);
@@ -61,7 +62,7 @@ describe("durations come from a monotonic clock", () => {
       expect(r.notStarted).toBe(0);
       expect(r.durationMs).toBeGreaterThanOrEqual(0);
       vi.restoreAllMocks();
-      if (total < 6) await new Promise((res) => setTimeout(res, 20));
+      if (total < 6) await sleep(20);
     }
     expect(total).toBe(6);
   });

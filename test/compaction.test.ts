@@ -4,8 +4,7 @@ import { describe, expect, it } from "vitest";
 import type { Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
 import { checkInvariants } from "./support/invariants.js";
-import { S, count, cursor, dlRows, eqRows, makeDue, streamIdOf, testClient, type TestClient } from "./support/streams.js";
-import { claimPoll, groupOf } from "./support/keyed.js";
+import { S, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, latch, makeDue, pollPastFence, streamIdOf, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -19,7 +18,7 @@ async function setup(t: TestClient, name: string, first: number, config: Record<
   const g = s.consumer("cg");
   await g.register({ start: "head", ...config });
   const n = await streamIdOf(t, name);
-  const gid = await groupOf(t, name, "cg");
+  const gid = await groupIdOf(t, "cg", name);
   return { s, g, n, gid };
 }
 
@@ -73,14 +72,14 @@ describe("C20 compaction", () => {
     const { s, g, n, gid } = await setup(t, "compact.supersede", 201);
     expect((await s.produce({ v: "old" }, { key: "K", compaction: {} })).id).toBe("201");
     const seen: string[] = [];
-    await claimPoll(g, (m: Message) => {
+    await pollPastFence(g, (m: Message) => {
       seen.push(`${m.id}@${m.attempt}`);
       throw new Error("fails once");
     });
     expect((await eqRows(t, n, gid)).map((r) => [r.message_id, r.status, r.attempts])).toEqual([["201", "ready", 1]]);
     expect((await s.produce({ v: "new" }, { key: "K", compaction: {} })).id).toBe("202");
     expect(await heads(t, n)).toMatchObject([{ compaction_key: "K", message_id: "202" }]);
-    await claimPoll(g, (m: Message) => void seen.push(`${m.id}@${m.attempt}`));
+    await pollPastFence(g, (m: Message) => void seen.push(`${m.id}@${m.attempt}`));
     expect(seen).toEqual(["201@0", "202@0"]);
     expect((await cursor(t, n, gid)).committed).toBe("200"); // 201 still unresolved
     await checkInvariants(t, n);
@@ -111,10 +110,10 @@ describe("C20 compaction", () => {
     await s.produce({ v: "trigger" }); // 1, keyless: runs first and produces a newer head for K
     await s.produce({ v: "v1" }, { key: "K", compaction: {} }); // 2, head when the range is read
     const seen: string[] = [];
-    const r = await claimPoll(g, async (m: Message<{ v: string }>) => {
+    const r = await pollPastFence(g, async (m: Message<{ v: string }>) => {
       seen.push(`${m.id}:${m.payload.v}`);
       if (m.payload.v === "trigger") expect((await s.produce({ v: "v2" }, { key: "K", compaction: {} })).id).toBe("3");
-    }, { batchLimit: 2, concurrency: 1 });
+    }, { opts: { batchLimit: 2, concurrency: 1 } });
     expect(seen).toEqual(["1:trigger"]);
     expect(r).toMatchObject({ superseded: 1, succeeded: 1 });
     expect(await eqRows(t, n, gid)).toEqual([]);
@@ -131,21 +130,19 @@ describe("C20 compaction", () => {
     const { s, g, n, gid } = await setup(t, "compact.deferred", 1, { concurrencyOverride: "exclusive" });
     await s.produce({ v: "a" }, { key: "K" }); // 1, uncompacted, same key: holds the key in poll A
     await s.produce({ v: "b" }, { key: "K", compaction: {} }); // 2
-    let release!: () => void;
-    const hold = new Promise<void>((r) => (release = r));
-    let started!: () => void;
-    const isStarted = new Promise<void>((r) => (started = r));
+    const hold = latch();
+    const isStarted = latch();
     const seen: string[] = [];
-    const pollA = claimPoll(g, async (m: Message) => {
+    const pollA = pollPastFence(g, async (m: Message) => {
       seen.push(m.id);
-      started();
-      await hold;
-    }, { batchLimit: 1 });
-    await isStarted;
-    await claimPoll(g, (m: Message) => void seen.push(m.id), { batchLimit: 1 });
+      isStarted.open();
+      await hold.promise;
+    }, { opts: { batchLimit: 1 } });
+    await isStarted.promise;
+    await pollPastFence(g, (m: Message) => void seen.push(m.id), { opts: { batchLimit: 1 } });
     expect((await eqRows(t, n, gid)).map((x) => [x.message_id, x.status, x.concurrency])).toEqual([["2", "deferred", "exclusive"]]);
     await s.produce({ v: "c" }, { key: "K", compaction: {} }); // 3: new head
-    release();
+    hold.open();
     await pollA;
     const r = await g.drain((m: Message) => void seen.push(m.id));
     expect(seen).toEqual(["1", "3"]);
@@ -249,6 +246,6 @@ describe("C20 compaction", () => {
     expect(seen1).toEqual(["1", "2"]);
     expect(seen2).toEqual(["2"]);
     expect((await cursor(t, n, gid)).committed).toBe("2");
-    expect((await cursor(t, n, await groupOf(t, "compact.groups", "cg2"))).committed).toBe("2");
+    expect((await cursor(t, n, await groupIdOf(t, "cg2", "compact.groups"))).committed).toBe("2");
   });
 });

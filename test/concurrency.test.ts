@@ -1,8 +1,9 @@
 // C15: concurrent polls of one group take disjoint ranges; many concurrent drains handle every
 // id exactly once with no reclaim and no lost lease.
+import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { useFreshDatabase } from "./support/db.js";
-import { S, cursor, groupIdOf, streamIdOf, testClient } from "./support/streams.js";
+import { S, cursor, groupIdOf, latch, streamIdOf, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -16,18 +17,17 @@ describe("disjoint claims (C15)", () => {
     await g.register();
     const n = await streamIdOf(t, "disjoint");
     await s.produceBatch(Array.from({ length: 200 }, (_, i) => ({ payload: { i } })));
-    let release!: () => void;
-    const latch = new Promise<void>((r) => (release = r));
+    const gate = latch();
     let entered = 0;
     const handler = async () => {
       entered++;
-      await latch;
+      await gate.promise;
     };
     const polls = [g.poll(handler, { batchLimit: 100, concurrency: 50 }), g.poll(handler, { batchLimit: 100, concurrency: 50 })];
-    while (entered < 100) await new Promise((r) => setTimeout(r, 10));
+    while (entered < 100) await sleep(10);
     const leases = await t.sql(`SELECT low::text, high::text, reclaims FROM ${S}.claim_lease_${n} ORDER BY low`);
     expect(leases).toEqual([{ low: "0", high: "100", reclaims: 0 }, { low: "100", high: "200", reclaims: 0 }]);
-    release();
+    gate.open();
     const reports = await Promise.all(polls);
     expect(reports.map((r) => r.succeeded).sort()).toEqual([100, 100]);
     // Each record advanced the cursor as far as it could see; with both recording at the same

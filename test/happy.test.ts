@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { useFreshDatabase } from "./support/db.js";
-import { S, count, cursor, dlRows, groupIdOf, streamIdOf, testClient } from "./support/streams.js";
+import { count, cursor, dlRows, groupIdOf, streamIdOf, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -46,7 +46,7 @@ describe("happy path (C1, C2, C17)", () => {
     await g.register();
     await s.produceBatch([{ payload: 1 }, { payload: 2 }, { payload: 3 }]);
     await g.drain(() => {});
-    const sid = (await t.sql<{ id: string }>(`SELECT id::text FROM ${S}.stream_config WHERE name = 'audit.all'`))[0].id;
+    const sid = await streamIdOf(t, "audit.all");
     const gid = await groupIdOf(t, "g", "audit.all");
     const dl = await dlRows(t, sid, gid);
     expect(dl.map((r) => [r.message_id, r.attempt, r.status, r.error])).toEqual([
@@ -62,7 +62,7 @@ describe("happy path (C1, C2, C17)", () => {
     await s.produceBatch(items);
     const g = s.consumer("late");
     await g.register({ start: "head" });
-    const sid = (await t.sql<{ id: string }>(`SELECT id::text FROM ${S}.stream_config WHERE name = 'head.start'`))[0].id;
+    const sid = await streamIdOf(t, "head.start");
     const gid = await groupIdOf(t, "late");
     expect(await cursor(t, sid, gid)).toEqual({ claimed: "100", committed: "100", settled_head: "100", pending_head: "0", pending_xid: null });
     await s.produce({ i: 101 });

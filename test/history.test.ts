@@ -5,7 +5,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { Permanent } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
 import { spawnNode } from "./support/processes.js";
-import { S, drainUntil, groupIdOf, streamIdOf, testClient, type TestClient } from "./support/streams.js";
+import { S, type TestClient, committed, groupIdOf, pollPastFence, streamIdOf, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 let t: TestClient;
@@ -36,7 +36,7 @@ describe("progress history", () => {
     expect(first.sampledAt).toBeInstanceOf(Date);
     expect(first.oldestUnresolvedAgeMs).toBeGreaterThanOrEqual(0);
 
-    await drainUntil(g, (p) => p.committed === "10", (m) => (m.payload.n === 3 ? Permanent(new Error("bad")) : undefined));
+    await pollPastFence(g, (m) => (m.payload.n === 3 ? Permanent(new Error("bad")) : undefined), { drain: true, until: committed("10") });
     // Samples are keyed by their time: wait for the DB clock to move on before the next one.
     await t.sql("SELECT pg_sleep(0.01)");
     await t.client.maintain();

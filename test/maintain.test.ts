@@ -4,7 +4,7 @@
 import { describe, expect, it } from "vitest";
 import { Permanent, isSqlStreamsError } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
-import { S, committed, count, drainUntil, partitions, precreate, range, streamIdOf, testClient, whileHeld } from "./support/streams.js";
+import { S, committed, count, partitions, pollPastFence, precreate, progressIs, range, streamIdOf, testClient, whileHeld } from "./support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -156,7 +156,7 @@ describe("maintain() (docs/retention.md)", () => {
     const g = s.consumer("g");
     await g.register();
     await s.produceBatch(range(1, 50).map((i) => ({ payload: i })));
-    await drainUntil(g, committed("50"));
+    await pollPastFence(g, () => {}, { drain: true, until: committed("50") });
     await s.maintain(); // first run creates partition 1 ahead
     const before = t.statements.length;
     const r = await s.maintain();
@@ -215,7 +215,7 @@ describe("maintain() (docs/retention.md)", () => {
     const g = s.consumer("g");
     await g.register();
     await s.produceBatch(range(1, 25).map((i) => ({ payload: i })));
-    await drainUntil(g, committed("25"));
+    await pollPastFence(g, () => {}, { drain: true, until: committed("25") });
     await t.sql(`UPDATE ${S}.message_log_${n} SET created_at = now() - interval '1 minute'`);
     // Another deleter (a second maintain() on the same partition, say) holds one audit row of
     // partition 0. Waiting on it while holding others is how two deleters deadlock.
@@ -245,9 +245,9 @@ describe("maintain() (docs/retention.md)", () => {
     await g.register();
     await lag.register();
     await s.produceBatch(range(1, 13).map((i) => ({ payload: i })));
-    await drainUntil(lag, committed("13"));
+    await pollPastFence(lag, () => {}, { drain: true, until: committed("13") });
     await s.produceBatch(range(14, 25).map((i) => ({ payload: i })));
-    await drainUntil(g, committed("25"), (m) => (m.id === "11" ? Permanent(new Error("dead")) : undefined));
+    await pollPastFence(g, (m) => (m.id === "11" ? Permanent(new Error("dead")) : undefined), { drain: true, until: committed("25") });
     await t.sql(`UPDATE ${S}.message_log_${n} SET created_at = now() - interval '1 minute'`);
     await whileHeld(t, `SELECT 1 FROM ${S}.exception_queue_${n} WHERE message_id = 11 FOR UPDATE`, async () => {
       const r = await s.maintain();
@@ -272,7 +272,7 @@ describe("maintain() (docs/retention.md)", () => {
     await g.register();
     await precreate(t, n, 100, 31);
     for (let b = 0; b < 30; b++) await s.produceBatch(range(1, 100).map((i) => ({ payload: i })));
-    await drainUntil(g, committed("3000"), () => {}, { batchLimit: 500 });
+    await pollPastFence(g, () => {}, { drain: true, until: committed("3000"), opts: { batchLimit: 500 } });
     await t.sql(`UPDATE ${S}.message_log_${n} SET created_at = now() - interval '1 minute'`);
     const others = Array.from({ length: 3 }, () => testClient(url()));
     let producing = true;
@@ -296,7 +296,7 @@ describe("maintain() (docs/retention.md)", () => {
     expect(await count(t, `delivery_log_${n}`, "message_id < 3000")).toBe(0);
     // The late messages are all there and get consumed.
     const seen: string[] = [];
-    await drainUntil(g, (p) => p.lag === "0", (m) => void seen.push(m.id), { batchLimit: 500 });
+    await pollPastFence(g, (m) => void seen.push(m.id), { drain: true, until: progressIs((p) => p.lag === "0"), opts: { batchLimit: 500 } });
     expect(seen.length).toBe(produced);
   });
 });

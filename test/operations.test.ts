@@ -1,29 +1,18 @@
 // Group independence, redeclaration, inspection and operations (docs/configuration.md, docs/operations.md; scenarios C16,
 // C29, C31, C32, C33, C34).
+import { readFileSync } from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
-import { Permanent, type ConsumerConfig, type Consumer, type Handler, type Message } from "@sqlstreams/core";
+import { Permanent, type ConsumerConfig, type Handler, type Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
 import { checkInvariants, tableSnapshot } from "./support/invariants.js";
-import { S, type SetupOptions, type TestClient, count, cursor, dlRows, eqRows, firstDelivery, groupOf, makeDue, setupGroup, testClient } from "./support/streams.js";
-import { latch } from "./support/keyed.js";
+import { S, type SetupOptions, type StreamTable, type TestClient, committed, count, cursor, dlRows, eqRows, groupIdOf, latch, makeDue, pollPastFence, setupGroup, table, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 let shared: TestClient | undefined;
 const T = () => (shared ??= testClient(url()));
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 const setup = (stream: string, opts: SetupOptions = {}) => setupGroup(T(), stream, opts);
-
-/** Polls until the group's committed cursor reaches `target`. */
-async function pollUntilCommitted(t: TestClient, sid: string, gid: string, g: Consumer, h: Handler, target: string): Promise<void> {
-  for (let i = 0; i < 500; i++) {
-    if ((await cursor(t, sid, gid)).committed === target) return;
-    await g.poll(h);
-    await sleep(5);
-  }
-  throw new Error(`committed did not reach ${target}`);
-}
-
 
 const row = (r: { message_id: string; status: string; attempts: number; delays: number; lease_token: string | null }) => ({
   message_id: r.message_id, status: r.status, attempts: r.attempts, delays: r.delays, lease_token: r.lease_token,
@@ -35,8 +24,8 @@ describe("group independence (C16)", () => {
     const g7 = s.consumer("g7");
     const g8 = s.consumer("g8");
     await g8.register();
-    const gid7 = await groupOf(t, "c16.independence", "g7");
-    const gid8 = await groupOf(t, "c16.independence", "g8");
+    const gid7 = await groupIdOf(t, "g7", "c16.independence");
+    const gid8 = await groupIdOf(t, "g8", "c16.independence");
     await s.produceBatch([1, 2, 3, 4, 5].map((n) => ({ payload: { n } })));
     const h7 = (m: Message<{ n: number }>) => {
       if (m.payload.n === 3 && m.attempt === 0) throw new Error("g7 fails 3 once");
@@ -44,9 +33,9 @@ describe("group independence (C16)", () => {
     const h8 = (m: Message<{ n: number }>) => {
       if (m.payload.n === 5) throw Permanent("g8 rejects 5");
     };
-    await firstDelivery(g7, h7 as Handler);
+    await pollPastFence(g7, h7 as Handler);
     const g7Rows = await eqRows(t, sid, gid7);
-    await firstDelivery(g8, h8 as Handler);
+    await pollPastFence(g8, h8 as Handler);
     expect(await eqRows(t, sid, gid7)).toEqual(g7Rows);
     expect(g7Rows.map(row)).toEqual([{ message_id: "3", status: "ready", attempts: 1, delays: 0, lease_token: null }]);
     expect((await eqRows(t, sid, gid8)).map(row)).toEqual([{ message_id: "5", status: "dead", attempts: 0, delays: 0, lease_token: null }]);
@@ -98,7 +87,7 @@ describe("configuration (C29)", () => {
       calls.push(m.attempt);
       throw new Error(`fail ${m.attempt}`);
     }) as Handler;
-    await firstDelivery(g, h);
+    await pollPastFence(g, h);
     for (let i = 0; i < 2; i++) {
       await makeDue(t, sid);
       await g.poll(h);
@@ -117,7 +106,7 @@ describe("configuration (C29)", () => {
     }
     expect(calls).toEqual([0, 1, 2, 3, 4, 5]);
     expect((await eqRows(t, sid, gid)).map(row)).toEqual([{ message_id: "1", status: "dead", attempts: 5, delays: 0, lease_token: null }]);
-    await pollUntilCommitted(t, sid, gid, g, h, "2");
+    await pollPastFence(g, h, { until: committed("2") });
     await checkInvariants(t, sid);
   });
 });
@@ -131,7 +120,7 @@ describe("redrive (C31)", () => {
       state.seen.push([m.id, m.attempt]);
       if (state.broken && m.payload.n >= 5) throw new Error(`Downstream unavailable for ${m.payload.n}`);
     };
-    await firstDelivery(x.g, h as Handler);
+    await pollPastFence(x.g, h as Handler);
     for (let i = 0; i < 3; i++) {
       await makeDue(x.t, x.sid);
       await x.g.poll(h as Handler);
@@ -187,7 +176,7 @@ describe("redrive (C31)", () => {
   it("C31: filters match last_error case-insensitively and updated_at; rows without a message are skipped", async () => {
     const { t, s, g, sid, gid } = await setup("c31.filter");
     await s.produceBatch([{ payload: "a" }, { payload: "b" }, { payload: "c" }]);
-    await firstDelivery(g, ((m: Message<string>) => {
+    await pollPastFence(g, ((m: Message<string>) => {
       throw Permanent(new Error(m.payload === "a" ? "ALPHA broke" : "beta broke"));
     }) as Handler);
     const [{ now }] = await t.sql<{ now: Date }>(`SELECT now() AS now`);
@@ -205,7 +194,7 @@ describe("redrive (C31)", () => {
   it("C31: redrive re-resolves the concurrency with the group's current config", async () => {
     const { t, s, g, sid, gid } = await setup("c31.reresolve");
     await s.produceBatch([{ payload: 1, key: "k" }, { payload: 2 }]);
-    await firstDelivery(g, () => {
+    await pollPastFence(g, () => {
       throw Permanent("no");
     });
     expect((await eqRows(t, sid, gid)).map((x) => [x.message_id, x.concurrency])).toEqual([["1", "parallel"], ["2", "parallel"]]);
@@ -245,16 +234,16 @@ describe("seek (C32)", () => {
       await s.produce({ n: i });
       await sleep(2); // distinct created_at values for seek({ time })
     }
-    await firstDelivery(g, ((m: Message<{ n: number }>) => {
+    await pollPastFence(g, ((m: Message<{ n: number }>) => {
       if (m.payload.n === 10 || m.payload.n === 30) throw Permanent("bad input");
-    }) as Handler, { batchLimit: 50 });
+    }) as Handler, { opts: { batchLimit: 50 } });
     expect(await cursor(t, sid, gid)).toMatchObject({ claimed: "50", committed: "50" });
 
     // An open range lease refuses the seek.
     await s.produce({ n: 51 });
     const entered = latch();
     const release = latch();
-    const blocked = firstDelivery(g, async () => {
+    const blocked = pollPastFence(g, async () => {
       entered.open();
       await release.promise;
     });
@@ -300,7 +289,7 @@ describe("seek (C32)", () => {
     await s.produce({ n: 52 });
     const entered2 = latch();
     const release2 = latch();
-    const old = firstDelivery(g, async () => {
+    const old = pollPastFence(g, async () => {
       entered2.open();
       await release2.promise;
       throw new Error("would have written an exception row");
@@ -326,7 +315,7 @@ describe("seek (C32)", () => {
   it("C32: force puts inflight and reserved rows back to ready without a charge and deletes key leases", async () => {
     const { t, s, g, sid, gid } = await setup("c32.force.rows");
     await s.produceBatch([{ payload: 1 }, { payload: 2 }, { payload: 3 }]);
-    await firstDelivery(g, ((m: Message<number>) => {
+    await pollPastFence(g, ((m: Message<number>) => {
       if (m.payload < 3) throw new Error("x");
     }) as Handler);
     await t.sql(`UPDATE ${S}.exception_queue_${sid} SET status = 'inflight', lease_token = gen_random_uuid(), lease_expires_at = now() + interval '1 minute' WHERE message_id = 1`);
@@ -352,7 +341,7 @@ describe("pause (C33)", () => {
       seen.push([m.id, m.attempt]);
       if (m.payload === 1 && m.attempt === 0) throw new Error("once");
     }) as Handler;
-    await firstDelivery(g, h);
+    await pollPastFence(g, h);
     await makeDue(t, sid);
     await s.produceBatch([{ payload: 4 }, { payload: 5 }]);
     await g.pause();
@@ -385,28 +374,33 @@ describe("pause (C33)", () => {
     expect([p, pa]).toEqual([false, null]);
     const r2 = await g.poll(h);
     expect(r2.paused).toBe(false);
-    await pollUntilCommitted(t, sid, gid, g, h, "5");
+    await pollPastFence(g, h, { until: committed("5") });
     expect(seen.slice().sort()).toEqual([["1", 1], ["4", 0], ["5", 0]]);
     await checkInvariants(t, sid);
   });
 });
 
-// Copied verbatim from API.md ("Database contract"); only the suffix and the group name are bound.
-const DEAD_LETTER_QUERY = `SELECT d.message_id, m.payload, d.attempts, d.last_error, d.updated_at
-FROM sqlstreams.exception_queue_1 d
-JOIN sqlstreams.message_log_1 m ON m.id = d.message_id
-JOIN sqlstreams.consumer_group_config g ON g.id = d.consumer_group_id
-WHERE g.name = 'fraud-scoring' AND d.status = 'dead'
-ORDER BY d.updated_at DESC;`;
+/**
+ * The dead-letter query of docs/operations.md#operator-sql, verbatim from the page (the first
+ * statement of its sql block), with the example stream's tables bound to stream `n`; the group
+ * name is the page's.
+ */
+function deadLetterQuery(n: string): string {
+  const page = readFileSync(new URL("../docs/operations.md", import.meta.url), "utf8");
+  const block = /## Operator SQL[\s\S]*?```sql\n([\s\S]*?)```/.exec(page);
+  if (!block) throw new Error("docs/operations.md has no Operator SQL block");
+  const query = block[1].slice(0, block[1].indexOf(";") + 1);
+  return query.replace(/sqlstreams\.(exception_queue|message_log)_1\b/g, (_, name: StreamTable) => table(n, name));
+}
 
 describe("inspection (C34)", () => {
-  it("C34: progress() and failures() after a dead message; the API.md dead-letter query returns the same row", async () => {
+  it("C34: progress() and failures() after a dead message; the docs/operations.md dead-letter query returns the same row", async () => {
     const { t, s, g, sid, gid } = await setup("c34.inspect", { groupName: "fraud-scoring", group: { message: { retry: { maxRetries: 1 } } } });
     await s.produceBatch([1, 2, 3].map((n) => ({ payload: { order: n } })));
     const h = ((m: Message<{ order: number }>) => {
       if (m.payload.order === 2) throw new Error("card declined");
     }) as Handler;
-    await firstDelivery(g, h);
+    await pollPastFence(g, h);
     // While the row waits: lag shows it, and failures() lists it as ready.
     let p = await g.progress();
     expect(p).toMatchObject({ head: "3", claimed: "3", committed: "1", lag: "2", exceptions: { ready: 1, dead: 0 } });
@@ -441,17 +435,17 @@ describe("inspection (C34)", () => {
     });
     expect(await g.failures({ status: "ready" })).toEqual([]);
 
-    const rows = await t.sql(DEAD_LETTER_QUERY.replace(/_1\b/g, `_${sid}`));
+    const rows = await t.sql(deadLetterQuery(sid));
     expect(rows).toEqual([{ message_id: "2", payload: { order: 2 }, attempts: 1, last_error: f[0].lastError, updated_at: f[0].updatedAt }]);
 
     // Newest first, limit respected, arguments checked.
     await s.produce({ order: 4 });
-    await firstDelivery(g, () => {
+    await pollPastFence(g, () => {
       throw Permanent("bad order");
     });
     expect((await g.failures()).map((x) => x.messageId)).toEqual(["4", "2"]);
     expect((await g.failures({ limit: 1 })).map((x) => x.messageId)).toEqual(["4"]);
-    expect((await t.sql(DEAD_LETTER_QUERY.replace(/_1\b/g, `_${sid}`))).map((x) => x.message_id)).toEqual(["4", "2"]);
+    expect((await t.sql(deadLetterQuery(sid))).map((x) => x.message_id)).toEqual(["4", "2"]);
     await expect(g.failures({ limit: 0 })).rejects.toMatchObject({ code: "SQL0015" });
     await expect(g.failures({ limit: 1001 })).rejects.toMatchObject({ code: "SQL0015" });
     await expect(g.failures({ status: "superseded" as never })).rejects.toMatchObject({ code: "SQL0015" });

@@ -8,7 +8,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { Permanent } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
 import { spawnNode } from "./support/processes.js";
-import { codeOf, testClient, type TestClient } from "./support/streams.js";
+import { S, type TestClient, codeOf, streamIdOf, table, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -135,10 +135,11 @@ describe("operator tools (CLI and library)", () => {
     const r = await cli(["discard", ...SG, "--ids", "4,5", "--reason", "poison: customer deleted", "--json"]);
     expect(r.code, r.stderr).toBe(0);
     expect(r.json()).toMatchObject({ stream: STREAM, group: "fraud", discarded: 1, skipped: 1 });
-    const rows = await t.sql<{ message_id: string }>("SELECT message_id::text FROM sqlstreams.exception_queue_1 e JOIN sqlstreams.consumer_group_config g ON g.id = e.consumer_group_id WHERE g.name = 'fraud' ORDER BY 1");
+    const n = await streamIdOf(t, STREAM);
+    const rows = await t.sql<{ message_id: string }>(`SELECT message_id::text FROM ${table(n, "exception_queue")} e JOIN ${S}.consumer_group_config g ON g.id = e.consumer_group_id WHERE g.name = 'fraud' ORDER BY 1`);
     expect(rows.map((x) => x.message_id)).toEqual(["12", "8"]);
     const audit = await t.sql<{ status: string; error: string; attempt: number }>(
-      "SELECT status, error, attempt FROM sqlstreams.delivery_log_1 WHERE message_id = 4 ORDER BY id",
+      `SELECT status, error, attempt FROM ${table(n, "delivery_log")} WHERE message_id = 4 ORDER BY id`,
     );
     expect(audit.map((a) => a.status)).toEqual(["failure", "discarded"]);
     expect(audit[1]).toMatchObject({ error: "discarded: poison: customer deleted", attempt: 0 });
@@ -203,7 +204,8 @@ describe("operator tools (CLI and library)", () => {
     const a = await cli(["produce", STREAM, '{"n":100,"customer":9}', "--key", "cust-9", "--json"]);
     expect(a.code, a.stderr).toBe(0);
     const id = (a.json() as { id: string }).id;
-    const row = await t.sql<{ payload: unknown; message_key: string }>(`SELECT payload, message_key FROM sqlstreams.message_log_1 WHERE id = $1`, [id]);
+    const log = table(await streamIdOf(t, STREAM), "message_log");
+    const row = await t.sql<{ payload: unknown; message_key: string }>(`SELECT payload, message_key FROM ${log} WHERE id = $1`, [id]);
     expect(row[0]).toEqual({ payload: { n: 100, customer: 9 }, message_key: "cust-9" });
 
     const dir = mkdtempSync(join(tmpdir(), "sqlstreams-produce-"));
@@ -212,7 +214,7 @@ describe("operator tools (CLI and library)", () => {
     expect(f.code, f.stderr).toBe(0);
     expect(f.stdout).toMatch(/^orders.placed: produced message \d+$/);
     const fid = /message (\d+)/.exec(f.stdout)![1];
-    const opts = await t.sql<{ options: unknown }>(`SELECT options FROM sqlstreams.message_log_1 WHERE id = $1`, [fid]);
+    const opts = await t.sql<{ options: unknown }>(`SELECT options FROM ${log} WHERE id = $1`, [fid]);
     expect(opts[0].options).toMatchObject({ timeout: 5000 });
 
     const s1 = await cli(["produce", STREAM, "--idempotency-key", "order-102", "--json"], { stdin: '{"n":102,"customer":9}\n' });

@@ -3,12 +3,13 @@
 // the group's committed cursor, so one unresolved message of any key held every other ordered key
 // after about one message each. No timing is asserted: the stuck keys are held for minutes, and a
 // test that fails does so because healthy keys stall until the stuck key resolves (never, here).
+import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { Delay, Permanent, type Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
 import { checkInvariants } from "./support/invariants.js";
-import { S, eqRows, streamIdOf, testClient, type TestClient } from "./support/streams.js";
-import { Ledger, groupOf } from "./support/keyed.js";
+import { S, type TestClient, eqRows, groupIdOf, streamIdOf, testClient } from "./support/streams.js";
+import { Ledger } from "./support/keyed.js";
 
 const url = useFreshDatabase();
 
@@ -29,7 +30,7 @@ describe("per-key ordering: one slow key cannot block the others", () => {
     }
     await s.produceBatch(items);
     const n = await streamIdOf(t, "keys.repro");
-    const gid = await groupOf(t, "keys.repro", "g");
+    const gid = await groupIdOf(t, "g", "keys.repro");
     const done = new Map<string, number[]>();
     const slowRuns: number[] = [];
     const handler = (m: Message<P>) => {
@@ -45,7 +46,7 @@ describe("per-key ordering: one slow key cannot block the others", () => {
     while (healthyDone() < 200 && Date.now() < end) {
       await g.drain(handler, { batchLimit: 50, concurrency: 4 });
       drains++;
-      if (healthyDone() < 200) await new Promise((r) => setTimeout(r, 20));
+      if (healthyDone() < 200) await sleep(20);
     }
     console.log(`per-key repro: ${healthyDone()}/200 healthy handled in ${drains} drain(s)`);
     expect(healthyDone()).toBe(200);
@@ -68,7 +69,7 @@ describe("per-key ordering: one slow key cannot block the others", () => {
       message: { timeout: 30_000, retry: { maxRetries: 5, baseDelay: 20, maxDelay: 50 } },
     });
     const n = await streamIdOf(tp, "keys.soak");
-    const gid = await groupOf(tp, "keys.soak", "g");
+    const gid = await groupIdOf(tp, "g", "keys.soak");
     const ROUNDS = 12;
     const special = ["stall", "fail", "delay", "die"];
     const keys = [...special, ...Array.from({ length: 36 }, (_, i) => `k${i}`)];
@@ -96,7 +97,7 @@ describe("per-key ordering: one slow key cannot block the others", () => {
       ledger.start(m.id, m.key, m.attempt, poller);
       let ok = false;
       try {
-        if (r % 3 !== 0) await new Promise((res) => setTimeout(res, r % 4));
+        if (r % 3 !== 0) await sleep(r % 4);
         if (k === "fail" && r % 3 === 0 && m.attempt < 2) throw new Error(`injected failure ${k}/${r}`);
         if (k === "delay" && r % 2 === 0 && m.delays === 0) return Delay(30);
         if (k === "die" && r === 3) return Permanent(new Error("injected death"));
@@ -112,7 +113,7 @@ describe("per-key ordering: one slow key cannot block the others", () => {
       const g = t.client.stream<P>("keys.soak").consumer("g");
       while (ledger.succeededCount < expected && Date.now() < end) {
         const r = await g.drain(handler(name), { batchLimit: 30, concurrency: 4 });
-        if (r.started === 0) await new Promise((res) => setTimeout(res, 10));
+        if (r.started === 0) await sleep(10);
       }
     };
     await Promise.all([poll(pollers[0], "A"), poll(pollers[1], "B")]);

@@ -2,12 +2,13 @@
 // ordered group at the same time while a producer appends a few thousand keyed messages, and about
 // 5 % of the messages fail once. A ledger of handler starts and ends must show, per key, no two
 // handlers at once and every start after all earlier ids of its key have succeeded.
+import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import type { CycleReport, Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
 import { checkInvariants } from "./support/invariants.js";
-import { S, count, cursor, streamIdOf, testClient, type TestClient } from "./support/streams.js";
-import { Ledger, ascending, groupOf } from "./support/keyed.js";
+import { S, type TestClient, count, cursor, groupIdOf, streamIdOf, testClient } from "./support/streams.js";
+import { Ledger, ascending } from "./support/keyed.js";
 
 const url = useFreshDatabase();
 
@@ -42,7 +43,7 @@ describe("ordered soak: two concurrent pollers", () => {
       message: { timeout: 30_000, retry: { maxRetries: 3, baseDelay: 20, maxDelay: 50 } },
     });
     const n = await streamIdOf(tp, STREAM);
-    const gid = await groupOf(tp, STREAM, GROUP);
+    const gid = await groupIdOf(tp, GROUP, STREAM);
 
     const idsByKey = new Map<string, bigint[]>();
     const failing = new Set<number>();
@@ -60,7 +61,7 @@ describe("ordered soak: two concurrent pollers", () => {
       let ok = false;
       try {
         if (m.payload.i !== i || m.key !== keyOf(i)) bad.push(`message ${m.id} carries ${JSON.stringify(m.payload)} key ${m.key}`);
-        if (i % 3 !== 0) await new Promise((r) => setTimeout(r, i % 4));
+        if (i % 3 !== 0) await sleep(i % 4);
         if (m.attempt === 0 && failing.has(i)) {
           failedSeen.add(i);
           throw new Error(`injected failure of ${i}`);
@@ -83,7 +84,7 @@ describe("ordered soak: two concurrent pollers", () => {
         expect(ids[0]).toBe(b * BATCH + 1);
         expect(ids[BATCH - 1]).toBe((b + 1) * BATCH);
         produced += BATCH;
-        await new Promise((r) => setTimeout(r, 5));
+        await sleep(5);
       }
     })();
 
@@ -94,7 +95,7 @@ describe("ordered soak: two concurrent pollers", () => {
       while ((produced < MESSAGES || ledger.succeededCount < MESSAGES) && Date.now() < end) {
         const r = await g.drain(handler(name), { batchLimit: 25, concurrency });
         totals[name].push(r);
-        if (r.started === 0) await new Promise((res) => setTimeout(res, 5));
+        if (r.started === 0) await sleep(5);
       }
     };
     await Promise.all([producer, poller(ta, "A", 4), poller(tb, "B", 4)]);

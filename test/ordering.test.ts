@@ -1,12 +1,13 @@
 // docs/ordering.md ordering and concurrency: the docs/ordering.md#worked-example-one-group-four-messages walkthrough (C19) with its dead, Delay and
 // cross-range variants, exclusivity (C18), ordered + compaction (C21), and concurrency > 1
 // inside one poll (ordered keys serial, different keys in parallel).
+import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { Delay, Permanent, type Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
 import { checkInvariants } from "./support/invariants.js";
-import { S, count, cursor, dlRows, eqRows, makeDue, streamIdOf, testClient, type TestClient } from "./support/streams.js";
-import { Ledger, claimLeases, claimPoll, groupOf, keyLeases, latch, snapshot, until } from "./support/keyed.js";
+import { S, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, latch, makeDue, pollPastFence, streamIdOf, testClient } from "./support/streams.js";
+import { Ledger, claimLeases, keyLeases, snapshot, until } from "./support/keyed.js";
 
 const url = useFreshDatabase();
 
@@ -30,7 +31,7 @@ async function ledgerStream(t: TestClient, name: string, opts: { otherGroup?: st
   const ids = (await s.produceBatch([101, 102, 103, 104].map((n) => ({ payload: { n }, key: KEY })))).map((r) => r.id);
   expect(ids).toEqual(["101", "102", "103", "104"]);
   const n = await streamIdOf(t, name);
-  const gid = await groupOf(t, name, GROUP);
+  const gid = await groupIdOf(t, GROUP, name);
   return { s, g, other, n, gid };
 }
 
@@ -47,7 +48,7 @@ describe("C19 ordered: the docs/ordering.md#worked-example-one-group-four-messag
     // Poll 1: claim (100, 104]; 101 runs under the key lease and throws; 102–104 never run.
     const calls: string[] = [];
     let during: { lease: unknown; cur: unknown; keys: unknown } | null = null;
-    const r1 = await claimPoll(g, async (m: Message) => {
+    const r1 = await pollPastFence(g, async (m: Message) => {
       calls.push(`${m.id}@${m.attempt}`);
       if (m.id === "101") {
         during = { lease: await claimLeases(t, n, gid), cur: await cursor(t, n, gid), keys: await keyLeases(t, n, gid) };
@@ -59,7 +60,7 @@ describe("C19 ordered: the docs/ordering.md#worked-example-one-group-four-messag
     expect(d.cur).toMatchObject({ claimed: "104", committed: "100", settled_head: "104", pending_head: "104" });
     expect(d.lease).toHaveLength(1);
     expect(d.lease[0]).toMatchObject({ low: "100", high: "104", reclaims: 0, released: false });
-    expect(d.lease[0].len_ms).toBeCloseTo(30_000 * 4 + 2_000, -1);
+    expect(d.lease[0].lease_ms).toBeCloseTo(30_000 * 4 + 2_000, -1);
     expect(d.keys).toHaveLength(1);
     expect(d.keys[0].message_key).toBe(KEY);
     expect(d.keys[0].ttl_ms).toBeGreaterThan(32_000 - 1_000);
@@ -146,7 +147,7 @@ describe("C19 ordered: the docs/ordering.md#worked-example-one-group-four-messag
     ]);
 
     // Group 8 (default policy, same stream) has its own state: 101–104 run, nothing for it in the tables.
-    const gid8 = await groupOf(t, "ledger.adjustments", "audit");
+    const gid8 = await groupIdOf(t, "audit", "ledger.adjustments");
     const seen8: string[] = [];
     await other!.drain((m: Message) => void seen8.push(m.id));
     expect(seen8).toEqual(["101", "102", "103", "104"]);
@@ -158,7 +159,7 @@ describe("C19 ordered: the docs/ordering.md#worked-example-one-group-four-messag
   it("a drain() performs polls 3–6 in one invocation once 101 is due", async () => {
     const t = testClient(url());
     const { g, n, gid } = await ledgerStream(t, "ledger.drain");
-    await claimPoll(g, (m: Message) => {
+    await pollPastFence(g, (m: Message) => {
       if (m.id === "101") throw new Error("ledger unavailable");
     });
     await makeDue(t, n);
@@ -174,7 +175,7 @@ describe("C19 ordered: the docs/ordering.md#worked-example-one-group-four-messag
   it("dead variant: a Permanent retry releases 102–104 and the cursor passes 101 (C34 views)", async () => {
     const t = testClient(url());
     const { g, n, gid } = await ledgerStream(t, "ledger.dead");
-    await claimPoll(g, (m: Message) => {
+    await pollPastFence(g, (m: Message) => {
       if (m.id === "101") throw new Error("ledger unavailable");
     });
     await makeDue(t, n);
@@ -205,7 +206,7 @@ describe("C19 ordered: the docs/ordering.md#worked-example-one-group-four-messag
     expect((await eqRows(t, n, gid)).map(brief)).toEqual([["101", "dead", KEY, "ordered", 1, 0]]);
     await checkInvariants(t, n);
 
-    // C34: progress shows lag 0 with one dead row; failures() and the API.md query return 101.
+    // C34: progress shows lag 0 with one dead row; failures() and the docs/operations.md#operator-sql query return 101.
     const p = await g.progress();
     expect(p.lag).toBe("0");
     expect(p.exceptions).toMatchObject({ dead: 1, ready: 0, deferred: 0, inflight: 0 });
@@ -232,7 +233,7 @@ describe("C19 ordered: the docs/ordering.md#worked-example-one-group-four-messag
       seen.push(`${m.id}@${m.attempt}`);
       if (m.id === "101") throw new Error("ledger unavailable");
     };
-    await claimPoll(g, handler);
+    await pollPastFence(g, handler);
     for (let i = 0; i < 3; i++) {
       await makeDue(t, n);
       await g.poll(handler);
@@ -253,7 +254,7 @@ describe("C19 ordered: the docs/ordering.md#worked-example-one-group-four-messag
   it("Delay variant: 101 stays ready with a future can_run_after and 102–104 keep waiting", async () => {
     const t = testClient(url());
     const { g, n, gid } = await ledgerStream(t, "ledger.delay");
-    await claimPoll(g, (m: Message) => {
+    await pollPastFence(g, (m: Message) => {
       if (m.id === "101") throw new Error("ledger unavailable");
     });
     await makeDue(t, n);
@@ -299,18 +300,19 @@ describe("C19 ordered: the docs/ordering.md#worked-example-one-group-four-messag
     const hold = latch();
     const started = latch();
     const seen: string[] = [];
-    const pollA = claimPoll(g, 
+    const pollA = pollPastFence(
+      g,
       async (m: Message) => {
         seen.push(`A:${m.id}`);
         started.open();
         await hold.promise;
       },
-      { batchLimit: 1 },
+      { opts: { batchLimit: 1 } },
     );
     await started.promise;
     expect(await claimLeases(t, n, gid)).toMatchObject([{ low: "100", high: "101" }]);
 
-    const rB = await claimPoll(g, (m: Message) => void seen.push(`B:${m.id}`), { batchLimit: 1 });
+    const rB = await pollPastFence(g, (m: Message) => void seen.push(`B:${m.id}`), { opts: { batchLimit: 1 } });
     expect(rB).toMatchObject({ rangesClaimed: 1, started: 0, deferred: 1, committedAfter: "100" });
     expect(seen).toEqual(["A:101"]);
     expect((await eqRows(t, n, gid)).map(brief)).toEqual([["102", "deferred", KEY, "ordered", 0, 0]]);
@@ -340,7 +342,7 @@ describe("C19 ordered: the docs/ordering.md#worked-example-one-group-four-messag
     const t = testClient(url());
     const { g, n, gid } = await ledgerStream(t, "ledger.chain");
     const seen: string[] = [];
-    const r = await claimPoll(g, (m: Message) => {
+    const r = await pollPastFence(g, (m: Message) => {
       seen.push(m.id);
       if (m.id === "101") return Permanent(new Error("account closed"));
       if (m.id === "102") return Delay(1_000);
@@ -377,7 +379,7 @@ describe("C19 ordered: the docs/ordering.md#worked-example-one-group-four-messag
     for (let i = 0; i < 6; i++) for (const k of ["stuck", "a", "b"]) items.push({ payload: { k, i }, key: k });
     await s.produceBatch(items); // ids 1–18: stuck0 = 1, a0 = 2, b0 = 3, stuck1 = 4, …
     const n = await streamIdOf(t, "ledger.keys");
-    const gid = await groupOf(t, "ledger.keys", GROUP);
+    const gid = await groupIdOf(t, GROUP, "ledger.keys");
     const seen: string[] = [];
     const handler = (m: Message<{ k: string; i: number }>) => {
       seen.push(`${m.payload.k}${m.payload.i}`);
@@ -430,7 +432,7 @@ describe("C18 exclusive", () => {
     await s.produceBatch(Array.from({ length: 100 }, (_, i) => ({ payload: { n: i + 1 } })));
     await g.drain(() => {});
     await s.produceBatch([{ payload: { n: 101 }, key: "K" }, { payload: { n: 102 }, key: "K" }]);
-    return { s, g, n: await streamIdOf(t, name), gid: await groupOf(t, name, "excl") };
+    return { s, g, n: await streamIdOf(t, name), gid: await groupIdOf(t, "excl", name) };
   }
 
   it("while 101 runs, 102 in another poll's range is deferred 'key busy' without running; it runs after 101 ends", async () => {
@@ -450,9 +452,9 @@ describe("C18 exclusive", () => {
         ledger.end(m.id, m.key, true, m.attempt, who);
       }
     };
-    const pollA = claimPoll(g, handler("A"), { batchLimit: 1 });
+    const pollA = pollPastFence(g, handler("A"), { opts: { batchLimit: 1 } });
     await started.promise;
-    const rB = await claimPoll(g, handler("B"), { batchLimit: 1 });
+    const rB = await pollPastFence(g, handler("B"), { opts: { batchLimit: 1 } });
     expect(rB).toMatchObject({ started: 0, deferred: 1 });
     const eq = await eqRows(t, n, gid);
     expect(eq.map(brief)).toEqual([["102", "deferred", "K", "exclusive", 0, 0]]);
@@ -475,17 +477,18 @@ describe("C18 exclusive", () => {
     const hold = latch();
     const started = latch();
     const seen: string[] = [];
-    const pollA = claimPoll(g, 
+    const pollA = pollPastFence(
+      g,
       async (m: Message) => {
         seen.push(`${m.id}@${m.attempt}`);
         started.open();
         await hold.promise;
         throw new Error("boom");
       },
-      { batchLimit: 1 },
+      { opts: { batchLimit: 1 } },
     );
     await started.promise;
-    await claimPoll(g, (m: Message) => void seen.push(`${m.id}@${m.attempt}`), { batchLimit: 1 });
+    await pollPastFence(g, (m: Message) => void seen.push(`${m.id}@${m.attempt}`), { opts: { batchLimit: 1 } });
     hold.open();
     await pollA;
     expect((await eqRows(t, n, gid)).map((r) => [r.message_id, r.status])).toEqual([["101", "ready"], ["102", "deferred"]]);
@@ -502,7 +505,7 @@ describe("C18 exclusive", () => {
     const t = testClient(url());
     const { g, n, gid } = await exclusiveStream(t, "excl.chain");
     const seen: string[] = [];
-    const r = await claimPoll(g, (m: Message) => {
+    const r = await pollPastFence(g, (m: Message) => {
       seen.push(m.id);
       if (m.id === "101") throw new Error("first fails");
     });
@@ -545,10 +548,10 @@ describe("C18 exclusive", () => {
       ...Array.from({ length: 3 }, () => ({ payload: { k: "L" }, key: "L" })),
     ]);
     const n = await streamIdOf(t, "excl.crowd");
-    const gid = await groupOf(t, "excl.crowd", "excl");
-    await claimPoll(g, () => {
+    const gid = await groupIdOf(t, "excl", "excl.crowd");
+    await pollPastFence(g, () => {
       throw new Error("first delivery fails");
-    }, { batchLimit: 15 });
+    }, { opts: { batchLimit: 15 } });
     expect((await eqRows(t, n, gid)).filter((r) => r.status === "ready")).toHaveLength(15);
     const ran: string[] = [];
     const r = await g.poll((m: Message) => void ran.push(m.id), { batchLimit: 10, concurrency: 2 });
@@ -571,14 +574,14 @@ describe("C18 exclusive", () => {
     const keys = ["k0", "k1", "k2", "k3", "k4"];
     await s.produceBatch(Array.from({ length: 300 }, (_, i) => ({ payload: { i }, key: keys[i % keys.length] })));
     const n = await streamIdOf(t, "excl.stress");
-    const gid = await groupOf(t, "excl.stress", "excl");
+    const gid = await groupIdOf(t, "excl", "excl.stress");
     const ledger = new Ledger();
     const failedOnce = new Set<string>();
     const handler = (who: string) => async (m: Message) => {
       ledger.start(m.id, m.key, m.attempt, who);
       let ok = false;
       try {
-        await new Promise((r) => setTimeout(r, 1 + (Number(m.id) % 3)));
+        await sleep(1 + (Number(m.id) % 3));
         if (Number(m.id) % 17 === 0 && !failedOnce.has(m.id)) {
           failedOnce.add(m.id);
           throw new Error("injected");
@@ -593,7 +596,7 @@ describe("C18 exclusive", () => {
       const end = Date.now() + 50_000;
       while (ledger.succeededCount < 300 && Date.now() < end) {
         const r = await gg.poll(handler(who), { batchLimit: 20, concurrency: 4 });
-        if (r.idle) await new Promise((res) => setTimeout(res, 5));
+        if (r.idle) await sleep(5);
       }
     };
     await Promise.all([loop(t, "A"), loop(t2, "B")]);
@@ -633,8 +636,8 @@ describe("C21 ordered and compaction", () => {
     await s.produce({ v: "u" }, { key: "U" });
     await s.produce({ v: "p" }); // keyless: parallel
     const n = await streamIdOf(t, "ordered.override");
-    const gid = await groupOf(t, "ordered.override", "ord");
-    await claimPoll(g, () => {
+    const gid = await groupIdOf(t, "ord", "ordered.override");
+    await pollPastFence(g, () => {
       throw new Error("fail all");
     });
     expect((await eqRows(t, n, gid)).map((r) => [r.message_id, r.message_key, r.concurrency, r.status])).toEqual([
@@ -660,13 +663,13 @@ describe("concurrency > 1 inside one poll", () => {
     const byKey = new Map<string, bigint[]>();
     items.forEach((it, i) => byKey.set(it.key, [...(byKey.get(it.key) ?? []), ids[i]]));
     const n = await streamIdOf(t, "ordered.concurrent");
-    const gid = await groupOf(t, "ordered.concurrent", "ord");
+    const gid = await groupIdOf(t, "ord", "ordered.concurrent");
     const ledger = new Ledger(byKey);
-    const r = await claimPoll(g, async (m: Message) => {
+    const r = await pollPastFence(g, async (m: Message) => {
       ledger.start(m.id, m.key, m.attempt);
-      await new Promise((res) => setTimeout(res, 20));
+      await sleep(20);
       ledger.end(m.id, m.key, true, m.attempt);
-    }, { batchLimit: 24, concurrency: 4 });
+    }, { opts: { batchLimit: 24, concurrency: 4 } });
     expect(r).toMatchObject({ rangesClaimed: 1, succeeded: 24, deferred: 0 });
     expect(ledger.overlaps).toEqual([]);
     expect(ledger.orderViolations).toEqual([]);
@@ -689,11 +692,11 @@ describe("concurrency > 1 inside one poll", () => {
     const byKey = new Map<string, bigint[]>();
     items.forEach((it, i) => byKey.set(it.key, [...(byKey.get(it.key) ?? []), ids[i]]));
     const n = await streamIdOf(t, "ordered.concurrent.eq");
-    const gid = await groupOf(t, "ordered.concurrent.eq", "ord");
+    const gid = await groupIdOf(t, "ord", "ordered.concurrent.eq");
     // First delivery: the first message of every key fails, so each key's chain defers the rest.
-    await claimPoll(g, (m: Message) => {
+    await pollPastFence(g, (m: Message) => {
       if (m.attempt === 0 && ["1", "2", "3"].includes(m.id)) throw new Error("first fails");
-    }, { batchLimit: 9, concurrency: 3 });
+    }, { opts: { batchLimit: 9, concurrency: 3 } });
     expect((await eqRows(t, n, gid)).map((r) => [r.message_id, r.status])).toEqual([
       ["1", "ready"], ["2", "ready"], ["3", "ready"],
       ["4", "deferred"], ["5", "deferred"], ["6", "deferred"], ["7", "deferred"], ["8", "deferred"], ["9", "deferred"],
@@ -705,7 +708,7 @@ describe("concurrency > 1 inside one poll", () => {
       await g.poll(async (m: Message) => {
         ran.push(m.id);
         ledger.start(m.id, m.key, m.attempt);
-        await new Promise((res) => setTimeout(res, 20));
+        await sleep(20);
         ledger.end(m.id, m.key, true, m.attempt);
       }, { batchLimit: 10, concurrency: 3 });
       perPoll.push(ran.sort((a, b) => Number(a) - Number(b)));

@@ -2,6 +2,7 @@
 // metrics SDK with its in-memory exporter records `messaging.client.consumed.messages` and
 // `messaging.process.duration` per handler run with the messaging semantic conventions'
 // attributes; without a meter provider the handler is not wrapped.
+import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { metrics } from "@opentelemetry/api";
 import {
@@ -16,7 +17,7 @@ import { Delay, Permanent } from "@sqlstreams/core";
 // Internal hook, read from the build the package exports.
 import { tracedHandler } from "../packages/core/dist/otel.js";
 import { useFreshDatabase } from "./support/db.js";
-import { drainUntil, makeDue, streamIdOf, testClient } from "./support/streams.js";
+import { committed, makeDue, pollPastFence, progressIs, streamIdOf, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 let t: ReturnType<typeof testClient>;
@@ -37,7 +38,7 @@ describe("without a meter provider", () => {
     await s.register();
     await s.consumer("g").register();
     const a = await s.produce({ n: 1 });
-    await drainUntil(s.consumer("g"), (p) => p.committed === a.id);
+    await pollPastFence(s.consumer("g"), () => {}, { drain: true, until: committed(a.id) });
   });
 });
 
@@ -71,14 +72,14 @@ describe("with the metrics SDK registered", () => {
     const handler = async (m: { payload: { n: number } }) => {
       const n = m.payload.n;
       runs.set(n, (runs.get(n) ?? 0) + 1);
-      await new Promise((r) => setTimeout(r, 20)); // a measurable duration
+      await sleep(20); // a measurable duration
       if (n === 2 && runs.get(n) === 1) throw new TypeError("card service down");
       if (n === 3) return Permanent(new Error("malformed"));
       if (n === 4 && runs.get(n) === 1) return Delay(60_000);
     };
-    await drainUntil(g, () => runs.size === 4, handler);
+    await pollPastFence(g, handler, { drain: true, until: () => runs.size === 4 });
     await makeDue(t, await streamIdOf(t, "otelm.orders"));
-    await drainUntil(g, (p) => p.exceptions.ready === 0 && (runs.get(2) ?? 0) >= 2 && (runs.get(4) ?? 0) >= 2, handler);
+    await pollPastFence(g, handler, { drain: true, until: progressIs((p) => p.exceptions.ready === 0 && (runs.get(2) ?? 0) >= 2 && (runs.get(4) ?? 0) >= 2) });
     // 1 ok; 2 failed then ok; 3 dead; 4 delayed then ok: 6 runs.
     expect([...runs.entries()].sort()).toEqual([[1, 1], [2, 2], [3, 1], [4, 2]]);
 
@@ -123,7 +124,7 @@ describe("with the metrics SDK registered", () => {
     await audit.register({ message: { timeout: 5_000 } });
     const last = await s.produce({ n: 5 });
     let seen = 0;
-    await drainUntil(audit, (p) => p.committed === last.id, () => void seen++);
+    await pollPastFence(audit, () => void seen++, { drain: true, until: committed(last.id) });
     expect(seen).toBeGreaterThanOrEqual(1);
     const consumed = await collected("messaging.client.consumed.messages");
     const auditPoints = consumed.dataPoints.filter((p) => p.attributes["messaging.consumer.group.name"] === "audit");

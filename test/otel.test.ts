@@ -9,7 +9,7 @@ import { Delay, Permanent } from "@sqlstreams/core";
 // Internal hooks, read from the build the package exports.
 import { startProduce, tracedHandler } from "../packages/core/dist/otel.js";
 import { useFreshDatabase } from "./support/db.js";
-import { S, drainUntil, makeDue, streamIdOf, testClient } from "./support/streams.js";
+import { S, committed, makeDue, pollPastFence, progressIs, streamIdOf, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 const exporter = new InMemorySpanExporter();
@@ -45,7 +45,7 @@ describe("without an SDK", () => {
     expect(await storedOptions("otel.none", a.id)).toBeNull();
     expect(await storedOptions("otel.none", b.id)).toEqual({ timeout: 4_000 });
     const seen: number[] = [];
-    await drainUntil(s.consumer("g"), (p) => p.committed === b.id, (m) => void seen.push(m.payload.n));
+    await pollPastFence(s.consumer("g"), (m) => void seen.push(m.payload.n), { drain: true, until: committed(b.id) });
     expect(seen).toEqual([1, 2]);
     expect(exporter.getFinishedSpans()).toHaveLength(0);
     // The hot path is the same code: the handler is not wrapped and no producer span is started.
@@ -99,10 +99,10 @@ describe("with the SDK registered", () => {
       trace.getTracer("handler").startSpan("charge card").end();
       if (runs === 1) throw new Error("card service down");
     };
-    await drainUntil(g, () => runs >= 1, handler);
+    await pollPastFence(g, handler, { drain: true, until: () => runs >= 1 });
     const n = await streamIdOf(t, "otel.orders");
     await makeDue(t, n);
-    await drainUntil(g, (p) => p.exceptions.ready === 0 && runs >= 2, handler);
+    await pollPastFence(g, handler, { drain: true, until: progressIs((p) => p.exceptions.ready === 0 && runs >= 2) });
 
     const process = spans("process otel.orders");
     expect(process).toHaveLength(2);
@@ -160,11 +160,11 @@ describe("with the SDK registered", () => {
     expect(sends.every((x) => x.spanContext().traceId === traceId)).toBe(true);
 
     const seen = new Set<number>();
-    await drainUntil(s.consumer("g"), () => seen.size === 4, (m) => {
+    await pollPastFence(s.consumer("g"), (m) => {
       seen.add(m.payload.n);
       if (m.payload.n === 2) return Permanent(new Error("malformed"));
       if (m.payload.n === 3 && m.delays === 0) return Delay(60_000);
-    });
+    }, { drain: true, until: () => seen.size === 4 });
     const process = spans("process otel.batch");
     expect(process.length).toBeGreaterThanOrEqual(4);
     expect(process.every((p) => p.spanContext().traceId === traceId)).toBe(true);

@@ -1,16 +1,16 @@
 // Handler outcomes and the exception queue (docs/exception-lifecycle.md#attempts-and-budget, docs/poll-cycle.md#the-exception-phase, docs/exception-lifecycle.md#running-a-handler, docs/exception-lifecycle.md; scenarios C3–C9, C36).
 // Backoff values are asserted from the stored rows (can_run_after − updated_at); instead of
 // waiting, rows are made due by moving can_run_after into the past.
+import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { Delay, Permanent, type ConsumerConfig, type Handler, type Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
 import { checkInvariants, tableSnapshot } from "./support/invariants.js";
-import { S, type SetupOptions, type TestClient, cursor, dlRows, eqRows, firstDelivery, makeDue, setupGroup, testClient } from "./support/streams.js";
+import { S, type SetupOptions, type TestClient, cursor, dlRows, eqRows, latch, makeDue, pollPastFence, setupGroup, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 let shared: TestClient | undefined;
 const T = () => (shared ??= testClient(url()));
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 const setup = (stream: string, opts: SetupOptions = {}) => setupGroup(T(), stream, opts);
 
@@ -35,7 +35,7 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
       msgs.push({ id: m.id, payload: m.payload, key: m.key, delays: m.delays, stream: m.stream, group: m.group, createdAt: m.createdAt });
       if (m.attempt === 0) throw new Error("first delivery fails");
     };
-    const r1 = await firstDelivery(g, h);
+    const r1 = await pollPastFence(g, h);
     expect(r1).toMatchObject({ started: 1, failed: 1, succeeded: 0, dead: 0 });
     const eq = await eqRows(t, sid, gid);
     expect(eq.map(row)).toEqual([{ message_id: "1", status: "ready", attempts: 1, delays: 0, lease_token: null }]);
@@ -88,7 +88,7 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
     const h = (m: Message) => {
       if (m.attempt < 2) throw new Error(`fail ${m.attempt}`);
     };
-    await firstDelivery(g, h);
+    await pollPastFence(g, h);
     await s.register({ deliveryLog: "off" });
     await makeDue(t, sid);
     await g.poll(h);
@@ -111,7 +111,7 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
       calls.push(m.attempt);
       throw new Error(`boom at attempt ${m.attempt}`);
     };
-    await firstDelivery(g, h);
+    await pollPastFence(g, h);
     const gaps: number[] = [];
     const rows: { status: string; attempts: number }[] = [];
     for (let i = 0; i < 20; i++) {
@@ -172,7 +172,7 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
   it("maxRetries 0: the first failure is final (dead, attempts 0)", async () => {
     const { t, s, g, sid, gid } = await setup("budget.zero", { group: { message: { retry: { maxRetries: 0 } } } });
     await s.produce({});
-    const r = await firstDelivery(g, () => {
+    const r = await pollPastFence(g, () => {
       throw new Error("only chance");
     });
     expect(r).toMatchObject({ dead: 1, failed: 0 });
@@ -193,7 +193,7 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
       if (m.attempt === 0) return Delay(10);
       throw new Error("then fails");
     };
-    await firstDelivery(g, h);
+    await pollPastFence(g, h);
     expect((await eqRows(t, sid, gid)).map(row)).toEqual([{ message_id: "1", status: "ready", attempts: 1, delays: 1, lease_token: null }]);
     await makeDue(t, sid);
     const r = await g.poll(h);
@@ -215,7 +215,7 @@ describe("per-message resolution in the outcome path (docs/configuration.md#reso
       if (m.payload.n === 3) return Delay(1);
       throw new Error("always");
     }) as Handler;
-    await firstDelivery(g, h);
+    await pollPastFence(g, h);
     for (let i = 0; i < 6; i++) {
       await makeDue(t, sid);
       await g.poll(h);
@@ -231,7 +231,7 @@ describe("per-message resolution in the outcome path (docs/configuration.md#reso
     await checkInvariants(t, sid);
     // a clamp of another field within the minute is still reported, once
     await s.produce({ n: 4 }, { message: { timeout: 60_000, retry: { maxRetries: 9 } } });
-    await firstDelivery(g, () => {});
+    await pollPastFence(g, () => {});
     expect(t.events.filter((e) => e.code === "SQL0039" && e.stream === "resolve.outcomes").map((e) => e.field)).toEqual(["maxRetries", "timeout"]);
   });
 });
@@ -245,7 +245,7 @@ describe("Permanent (C6)", () => {
       calls++;
       throw Permanent(new Error("cannot parse"));
     };
-    const r = await firstDelivery(g, h);
+    const r = await pollPastFence(g, h);
     expect(r).toMatchObject({ started: 1, dead: 1, failed: 0 });
     const [e] = await eqRows(t, sid, gid);
     expect(row(e)).toEqual({ message_id: "1", status: "dead", attempts: 0, delays: 0, lease_token: null });
@@ -271,7 +271,7 @@ describe("Permanent (C6)", () => {
       if (m.attempt < 2) throw new Error(`transient ${m.attempt}`);
       return Permanent("gave up");
     };
-    await firstDelivery(g, h);
+    await pollPastFence(g, h);
     for (let i = 0; i < 2; i++) {
       await makeDue(t, sid);
       await g.poll(h);
@@ -295,7 +295,7 @@ describe("Delay (C7)", () => {
       calls++;
       throw Delay(21_600_000);
     };
-    const r = await firstDelivery(g, h);
+    const r = await pollPastFence(g, h);
     expect(r).toMatchObject({ delayed: 1, failed: 0, dead: 0 });
     const [e] = await eqRows(t, sid, gid);
     expect(row(e)).toEqual({ message_id: "1", status: "ready", attempts: 1, delays: 1, lease_token: null });
@@ -318,7 +318,7 @@ describe("Delay (C7)", () => {
       seen.push([m.attempt, m.delays]);
       return Delay(1_000);
     };
-    await firstDelivery(g, h);
+    await pollPastFence(g, h);
     const states: [string, number, number][] = [];
     for (let i = 0; i < 5; i++) {
       const [e] = await eqRows(t, sid, gid);
@@ -344,7 +344,7 @@ describe("Delay (C7)", () => {
     const { t, s, g, sid, gid } = await setup("c7.unlimited", { group: { message: { retry: { maxRetries: 1 } } } });
     await s.produce({});
     const h = (m: Message) => (m.attempt < 6 ? Delay(5) : undefined);
-    await firstDelivery(g, h);
+    await pollPastFence(g, h);
     for (let i = 0; i < 6; i++) {
       await makeDue(t, sid);
       await g.poll(h);
@@ -359,7 +359,7 @@ describe("Delay (C7)", () => {
     const { t, s, g, sid, gid } = await setup("c7.zero");
     await s.produceBatch([{ payload: { ms: 0 } }, { payload: { ms: -5 } }, { payload: { ms: 1.2 } }]);
     const h = (m: Message<{ ms: number }>) => (m.attempt === 0 ? Delay(m.payload.ms) : undefined);
-    await firstDelivery(g, h as Handler);
+    await pollPastFence(g, h as Handler);
     const rows = await eqRows(t, sid, gid);
     expect(rows.map((r) => [r.message_id, r.status, r.attempts, r.delays])).toEqual([
       ["1", "ready", 1, 1], ["2", "ready", 1, 1], ["3", "ready", 1, 1],
@@ -385,7 +385,7 @@ describe("Delay (C7)", () => {
       if (m.attempt === 1) return Delay(60_000);
       throw new Error(`fail ${m.attempt}`);
     };
-    await firstDelivery(g, h);
+    await pollPastFence(g, h);
     const seen: [string, number, number, number][] = [];
     for (let i = 0; i < 10; i++) {
       const [e] = await eqRows(t, sid, gid);
@@ -409,7 +409,7 @@ describe("Delay (C7)", () => {
       if (m.attempt === 0) return Delay(1);
       throw new Error("after delay");
     };
-    await firstDelivery(x.g, h2);
+    await pollPastFence(x.g, h2);
     await makeDue(x.t, x.sid);
     await x.g.poll(h2);
     const [e] = await eqRows(x.t, x.sid, x.gid);
@@ -439,7 +439,7 @@ describe("failure forms and error texts (C8)", () => {
         case "thrownDelay": throw Delay(2_500);
       }
     };
-    const r = await firstDelivery(g, h as Handler, { batchLimit: 20 });
+    const r = await pollPastFence(g, h as Handler, { opts: { batchLimit: 20 } });
     expect(r).toMatchObject({ started: 12, succeeded: 1, delayed: 2, dead: 1, failed: 8 });
     const rows = new Map((await eqRows(t, sid, gid)).map((e) => [kinds[Number(e.message_id) - 1], e]));
     const err = (k: string) => rows.get(k)?.last_error ?? "";
@@ -487,18 +487,17 @@ describe("timeouts and abandoned handlers (C9)", () => {
     let abortedAt = 0;
     let finished = false;
     let signal: AbortSignal | undefined;
-    let lateDone!: () => void;
-    const late = new Promise<void>((r) => (lateDone = r));
+    const late = latch();
     const h = async (m: Message) => {
       startedAt = Date.now();
       signal = m.signal;
       m.signal.addEventListener("abort", () => (abortedAt = Date.now()));
       await sleep(1_000); // ignores the signal
       finished = true;
-      lateDone();
+      late.open();
       return "late success";
     };
-    const r = await firstDelivery(g, h);
+    const r = await pollPastFence(g, h);
     const returnedAt = Date.now();
     expect(finished).toBe(false);
     expect(returnedAt - startedAt).toBeLessThan(900);
@@ -511,7 +510,7 @@ describe("timeouts and abandoned handlers (C9)", () => {
     expect(e.last_error).toBe("SQL0027 timeout: handler did not finish within 100 ms");
     expect(await dlRows(t, sid, gid)).toEqual([{ message_id: "1", attempt: 0, status: "failure", error: "SQL0027 timeout: handler did not finish within 100 ms" }]);
     const before = await tableSnapshot(t, sid);
-    await late;
+    await late.promise;
     await sleep(50);
     expect(await tableSnapshot(t, sid)).toEqual(before);
     await checkInvariants(t, sid);
@@ -520,15 +519,14 @@ describe("timeouts and abandoned handlers (C9)", () => {
   it("C9: a timeout of an exception-row run is a retryable failure with the retry backoff; a late rejection changes nothing", async () => {
     const { t, s, g, sid, gid } = await setup("c9.retry.timeout", { group: { message: { timeout: 100 } } });
     await s.produce({});
-    let lateDone!: () => void;
-    const late = new Promise<void>((r) => (lateDone = r));
+    const late = latch();
     const h = async (m: Message) => {
       if (m.attempt === 0) throw new Error("first");
       await sleep(400);
-      lateDone();
+      late.open();
       throw new Error("late rejection");
     };
-    await firstDelivery(g, h);
+    await pollPastFence(g, h);
     await makeDue(t, sid);
     const r = await g.poll(h);
     expect(r).toMatchObject({ started: 1, failed: 1 });
@@ -537,7 +535,7 @@ describe("timeouts and abandoned handlers (C9)", () => {
     expectGap(e, 1_000);
     expect(e.last_error).toBe("SQL0027 timeout: handler did not finish within 100 ms");
     const before = await tableSnapshot(t, sid);
-    await late;
+    await late.promise;
     await sleep(50);
     expect(await tableSnapshot(t, sid)).toEqual(before);
     expect(dl(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"], ["1", 1, "failure"]]);
@@ -548,14 +546,13 @@ describe("timeouts and abandoned handlers (C9)", () => {
     const { s, g } = await setup("c9.late.signal", { group: { message: { timeout: 50 } } });
     await s.produce({});
     let lateSignal: boolean | undefined;
-    let done!: () => void;
-    const finished = new Promise<void>((r) => (done = r));
-    await firstDelivery(g, async (m) => {
+    const finished = latch();
+    await pollPastFence(g, async (m) => {
       await sleep(200);
       lateSignal = m.signal.aborted;
-      done();
+      finished.open();
     });
-    await finished;
+    await finished.promise;
     expect(lateSignal).toBe(true);
   });
 
@@ -564,7 +561,7 @@ describe("timeouts and abandoned handlers (C9)", () => {
     await s.produce({}, { message: { timeout: 10_000 } }); // the ceiling is the group default
     const h = (m: Message) => new Promise((_, reject) => m.signal.addEventListener("abort", () => reject(m.signal.reason)));
     const t0 = Date.now();
-    await firstDelivery(g, h);
+    await pollPastFence(g, h);
     expect(Date.now() - t0).toBeLessThan(5_000);
     const [e] = await eqRows(t, sid, gid);
     expect(e.last_error).toBe("SQL0027 timeout: handler did not finish within 150 ms");
@@ -576,7 +573,7 @@ describe("exception rows of docs/exception-lifecycle.md#retries not covered abov
   it("an expired run lease with budget left is charged (ready, attempts + 1, backoff); with the budget spent the kill backstop makes it dead", async () => {
     const { t, s, g, sid, gid } = await setup("expiry.rows");
     await s.produceBatch([{ payload: 1 }, { payload: 2 }]);
-    await firstDelivery(g, () => {
+    await pollPastFence(g, () => {
       throw new Error("crashed");
     });
     // The state a crashed poll leaves: inflight under an expired run lease.
@@ -609,7 +606,7 @@ describe("exception rows of docs/exception-lifecycle.md#retries not covered abov
   it("rows reserved but not started (abort) are released uncharged and log nothing", async () => {
     const { t, s, g, sid, gid } = await setup("reserved.abort");
     await s.produceBatch([{ payload: 1 }, { payload: 2 }, { payload: 3 }]);
-    await firstDelivery(g, () => {
+    await pollPastFence(g, () => {
       throw new Error("first");
     });
     await makeDue(t, sid);
@@ -637,24 +634,22 @@ describe("exception rows of docs/exception-lifecycle.md#retries not covered abov
   it("due rows are reserved in id order, then each is claimed (inflight) under its own run lease when it starts", async () => {
     const { t, s, g, sid, gid } = await setup("rows.leases", { group: { message: { timeout: 1_000 } } });
     await s.produceBatch([{ payload: 1 }, { payload: 2 }, { payload: 3 }]);
-    await firstDelivery(g, () => {
+    await pollPastFence(g, () => {
       throw new Error("first");
     });
     await makeDue(t, sid);
     await t.sql(`UPDATE ${S}.exception_queue_${sid} SET can_run_after = now() + interval '1 hour' WHERE message_id = 3`);
-    let release!: () => void;
-    const gate = new Promise<void>((r) => (release = r));
-    let entered!: () => void;
-    const running = new Promise<void>((r) => (entered = r));
+    const gate = latch();
+    const running = latch();
     const seen: string[] = [];
     const p = g.poll(async (m) => {
       seen.push(m.id);
       if (m.id === "1") {
-        entered();
-        await gate;
+        running.open();
+        await gate.promise;
       }
     }, { concurrency: 1, batchLimit: 10 });
-    await running;
+    await running.promise;
     const leases = await t.sql<{ message_id: string; status: string; attempts: number; token: string | null; run_ms: number | null; left_ms: number | null }>(
       `SELECT message_id::text, status, attempts, lease_token::text AS token,
               (EXTRACT(EPOCH FROM (lease_expires_at - updated_at)) * 1000)::float8 AS run_ms,
@@ -672,7 +667,7 @@ describe("exception rows of docs/exception-lifecycle.md#retries not covered abov
     // 3 is not due: not reserved
     expect(leases[2].token).toBeNull();
     await checkInvariants(t, sid);
-    release();
+    gate.open();
     expect(await p).toMatchObject({ started: 2, succeeded: 2 });
     expect(seen).toEqual(["1", "2"]);
     expect((await eqRows(t, sid, gid)).map(row)).toEqual([{ message_id: "3", status: "ready", attempts: 1, delays: 0, lease_token: null }]);
@@ -683,9 +678,9 @@ describe("exception rows of docs/exception-lifecycle.md#retries not covered abov
   it("concurrent polls never run one exception row twice", async () => {
     const { t, s, g, sid, gid } = await setup("rows.concurrent");
     await s.produceBatch(Array.from({ length: 20 }, (_, i) => ({ payload: i })));
-    await firstDelivery(g, () => {
+    await pollPastFence(g, () => {
       throw new Error("first");
-    }, { batchLimit: 20 });
+    }, { opts: { batchLimit: 20 } });
     await makeDue(t, sid);
     const runs = new Map<string, number>();
     const h = async (m: Message) => {
@@ -703,23 +698,21 @@ describe("exception rows of docs/exception-lifecycle.md#retries not covered abov
   it("first-delivery outcomes are written only when the range commits", async () => {
     const { t, s, g, sid, gid } = await setup("rows.atcommit");
     await s.produceBatch([{ payload: 1 }, { payload: 2 }, { payload: 3 }]);
-    let release!: () => void;
-    const gate = new Promise<void>((r) => (release = r));
-    let entered!: () => void;
-    const running = new Promise<void>((r) => (entered = r));
-    const p = firstDelivery(g, async (m: Message) => {
+    const gate = latch();
+    const running = latch();
+    const p = pollPastFence(g, async (m: Message) => {
       if (m.id === "1") throw new Error("recorded later");
       if (m.id === "2") {
-        entered();
-        await gate;
+        running.open();
+        await gate.promise;
       }
     });
-    await running;
+    await running.promise;
     expect(await eqRows(t, sid, gid)).toEqual([]);
     expect(await dlRows(t, sid, gid)).toEqual([]);
     expect(await cursor(t, sid, gid)).toMatchObject({ claimed: "3", committed: "0" });
     await checkInvariants(t, sid);
-    release();
+    gate.open();
     expect(await p).toMatchObject({ failed: 1, succeeded: 2 });
     expect((await eqRows(t, sid, gid)).map((x) => [x.message_id, x.status])).toEqual([["1", "ready"]]);
     expect(dl(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"]]);
@@ -729,7 +722,7 @@ describe("exception rows of docs/exception-lifecycle.md#retries not covered abov
   it("first-delivery rows copy the key and store the resolved concurrency", async () => {
     const { t, s, g, sid, gid } = await setup("rows.resolved", { group: { concurrencyOverride: "exclusive" } });
     await s.produceBatch([{ payload: 1, key: "k1" }, { payload: 2 }]);
-    await firstDelivery(g, () => {
+    await pollPastFence(g, () => {
       throw new Error("x");
     });
     const rows = await eqRows(t, sid, gid);
@@ -744,7 +737,7 @@ describe("exception rows of docs/exception-lifecycle.md#retries not covered abov
       if (m.payload.n === 2) throw Permanent("no");
       if (m.payload.n === 4 && m.attempt === 0) throw new Error("later");
     };
-    await firstDelivery(g, h as Handler);
+    await pollPastFence(g, h as Handler);
     expect(await cursor(t, sid, gid)).toMatchObject({ claimed: "6", committed: "3" });
     const p = await g.progress();
     expect(p).toMatchObject({ committed: "3", lag: "3", exceptions: { ready: 1, dead: 1, deferred: 0, inflight: 0, superseded: 0 } });

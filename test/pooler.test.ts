@@ -5,6 +5,7 @@
 //   with 28P01, by PgBouncer with 08P01 — so each fetches the secret again and carries on.
 // - A server connection that crashes under PgBouncer (08P01 "server conn crashed?"): a poll
 //   statement is retried and the poll succeeds; a produce reports an unknown outcome (SQL0024).
+import { setTimeout as sleep } from "node:timers/promises";
 import { randomBytes } from "node:crypto";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -20,7 +21,6 @@ const role = "pool_" + randomBytes(6).toString("hex");
 const password1 = "p1-" + randomBytes(12).toString("hex");
 /** The role's password now (the rotation test changes it). */
 let rolePassword = password1;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 let admin: SqlStreams;
 const cleanups: (() => Promise<unknown>)[] = [];

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { SqlStreams } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
@@ -130,7 +131,7 @@ describe("producing (docs/producing.md, C22–C24, C28)", () => {
         const w = await t.sql<{ n: number }>("SELECT count(*)::int AS n FROM pg_locks WHERE pid = $1 AND NOT granted", [pid]);
         if (w[0].n > 0) break;
         if (Date.now() > deadline) throw new Error("the second produce never waited for the first");
-        await new Promise((r) => setTimeout(r, 50));
+        await sleep(50);
       }
       await a.query("COMMIT");
       expect(await second).toEqual({ id: first.id, duplicate: true });

@@ -1,5 +1,6 @@
 // A drain sizes its ranges (docs/poll-cycle.md#range-size-in-a-drain): the rule as a pure unit,
 // then a real drain whose range count proves it grew. Counts only, never timings.
+import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import {
   DRAIN_LEASE_BOUND_MS, RangeSizer, SIZER_CEILING, SIZER_START, emptySample, type RangeSample,
@@ -105,7 +106,7 @@ describe("drain sizes its ranges (real Postgres)", () => {
     // Each handler sleeps 30 ms of a 40 ms timeout (≥ 0.75 of it: slow on any machine; a
     // loaded machine only makes it slower, and a timeout is a failure that is retried later).
     const r = await g.drain(async () => {
-      await new Promise((res) => setTimeout(res, 30));
+      await sleep(30);
     }, { batchLimit: 8 });
     // 8 → 4 → 2 → 1 → 1 … : the ranges cover 8 + 4 + 2 + 1 = 15 ids: 4 ranges.
     expect(r.rangesClaimed).toBe(4);

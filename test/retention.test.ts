@@ -7,7 +7,7 @@ import { Permanent, type SqlStreams } from "@sqlstreams/core";
 // Internal (not exported by the package): the retention floor, read from the built library.
 import { floorOf, retentionStatus } from "../packages/core/dist/sql/maintain.js";
 import { useFreshDatabase } from "./support/db.js";
-import { S, type TestClient, committed, count, cursor, drainUntil, groupIdOf, partitions, precreate, range, streamIdOf, testClient } from "./support/streams.js";
+import { S, type TestClient, committed, count, cursor, groupIdOf, partitions, pollPastFence, precreate, progressIs, range, streamIdOf, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -40,10 +40,10 @@ describe("retention (docs/retention.md, C27)", () => {
     await g8.register();
     // Group 8 reads up to 12 (the head then); group 7 everything, with message 5 permanently dead.
     for (let i = 1; i <= 12; i++) await s.produce({ i });
-    await drainUntil(g8, committed("12"));
+    await pollPastFence(g8, () => {}, { drain: true, until: committed("12") });
     for (let i = 13; i <= 35; i++) await s.produce({ i });
     expect(await partitions(t, n)).toEqual([0, 1, 2, 3]);
-    await drainUntil(g7, committed("35"), (m) => (m.id === "5" ? Permanent(new Error("bad 5")) : undefined), { batchLimit: 100 });
+    await pollPastFence(g7, (m) => (m.id === "5" ? Permanent(new Error("bad 5")) : undefined), { drain: true, until: committed("35"), opts: { batchLimit: 100 } });
     const gid7 = await groupIdOf(t, "g7");
     const gid8 = await groupIdOf(t, "g8");
     expect((await cursor(t, n, gid7)).committed).toBe("35");
@@ -83,7 +83,7 @@ describe("retention (docs/retention.md, C27)", () => {
     expect(r2.retentionHeldBy?.group).toBe("g8");
 
     // Group 8 catches up: partitions 1 and 2 drop; the active partition 3 keeps 30–35.
-    await drainUntil(g8, committed("35"), () => {}, { batchLimit: 100 });
+    await pollPastFence(g8, () => {}, { drain: true, until: committed("35"), opts: { batchLimit: 100 } });
     expect((await cursor(t, n, gid8)).committed).toBe("35");
     const before3 = await ids(t, n);
     const r3 = await s.maintain();
@@ -100,7 +100,7 @@ describe("retention (docs/retention.md, C27)", () => {
     // The stream keeps working: ids continue, both groups see them.
     for (let i = 36; i <= 41; i++) await s.produce({ i });
     const seen: string[] = [];
-    await drainUntil(g8, committed("41"), (m) => void seen.push(m.id), { batchLimit: 100 });
+    await pollPastFence(g8, (m) => void seen.push(m.id), { drain: true, until: committed("41"), opts: { batchLimit: 100 } });
     expect(seen).toEqual(["36", "37", "38", "39", "40", "41"]);
     expect((await g8.progress()).lag).toBe("0");
   });
@@ -163,10 +163,10 @@ describe("retention (docs/retention.md, C27)", () => {
     await g.register({ message: { retry: { maxRetries: 0 } } });
     await s.produceBatch(range(1, 30).map((i) => ({ payload: i })));
     // 4 dies (no retries left), 7 is permanent: both dead.
-    await drainUntil(g, committed("30"), (m) => {
+    await pollPastFence(g, (m) => {
       if (m.id === "4") throw new Error("die");
       if (m.id === "7") throw Permanent(new Error("dead too"));
-    }, { batchLimit: 100 });
+    }, { drain: true, until: committed("30"), opts: { batchLimit: 100 } });
     const gid = await groupIdOf(t, "g");
     expect(await count(t, `exception_queue_${n}`, "status = 'dead'")).toBe(2);
     expect((await cursor(t, n, gid)).committed).toBe("30");
@@ -186,7 +186,7 @@ describe("retention (docs/retention.md, C27)", () => {
     await assertI11(t, t.client, n, before);
     // The redriven row runs and succeeds: partitions 0–2 drop (id 30, the last handed out, is in
     // the active partition 3).
-    await drainUntil(g, (p) => p.exceptions.ready + p.exceptions.inflight + p.exceptions.deferred === 0, () => {}, { batchLimit: 100 });
+    await pollPastFence(g, () => {}, { drain: true, until: progressIs((p) => p.exceptions.ready + p.exceptions.inflight + p.exceptions.deferred === 0), opts: { batchLimit: 100 } });
     expect(await count(t, `exception_queue_${n}`, "status IN ('ready', 'inflight', 'deferred')")).toBe(0);
     const r2 = await s.maintain();
     expect(r2.errors).toEqual([]);
@@ -209,7 +209,7 @@ describe("retention (docs/retention.md, C27)", () => {
     // A group at 13 lets partition 0 drop and 10–13 be swept.
     const g = s.consumer("g");
     await g.register();
-    await drainUntil(g, committed("13"));
+    await pollPastFence(g, () => {}, { drain: true, until: committed("13") });
     await s.produceBatch(range(14, 25).map((i) => ({ payload: i })));
     await age(t, n, 5000, "id <= 13");
     const r = await s.maintain();
@@ -244,8 +244,8 @@ describe("retention (docs/retention.md, C27)", () => {
     await a.register();
     await b.register();
     for (let i = 0; i < 4; i++) await s.produceBatch(range(1, 1000).map((x) => ({ payload: x })));
-    await drainUntil(a, committed("4000"), () => {}, { batchLimit: 1000 });
-    await drainUntil(b, committed("4000"), () => {}, { batchLimit: 1000 });
+    await pollPastFence(a, () => {}, { drain: true, until: committed("4000"), opts: { batchLimit: 1000 } });
+    await pollPastFence(b, () => {}, { drain: true, until: committed("4000"), opts: { batchLimit: 1000 } });
     expect(await count(t, `delivery_log_${n}`)).toBe(8000);
     await age(t, n, 5000);
     const r = await s.maintain();

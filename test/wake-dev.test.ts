@@ -2,6 +2,7 @@
 // declared schedule runs at real speed (--speed 1) and is a yearly cron, so only a wake can run
 // its handler during the test; a producer with waker "notify" (SQLSTREAMS_WAKE=notify) wakes it.
 // The latency from the produce's return to the committed cursor is measured and printed.
+import { setTimeout as sleep } from "node:timers/promises";
 import { randomBytes } from "node:crypto";
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -48,7 +49,7 @@ export const poll = createPollHandler({ stream: "fx.woken", group: "fx-wake", gr
         const deadline = Date.now() + 60_000;
         while (BigInt((await consumer.progress()).committed) < BigInt(id)) {
           if (Date.now() > deadline) throw new Error(`message ${id} not handled within 60 s: ${child.stderr()}`);
-          await new Promise((r) => setTimeout(r, 20));
+          await sleep(20);
         }
         latencies.push(Math.round(performance.now() - t0));
       }

@@ -3,6 +3,7 @@
 // waker through the AWS SDK against a local stand-in for the Lambda Invoke API.
 process.env.AWS_EC2_METADATA_DISABLED = "true";
 
+import { setTimeout as sleep } from "node:timers/promises";
 import { createServer, type IncomingMessage } from "node:http";
 import type { AddressInfo } from "node:net";
 import pg from "pg";
@@ -83,7 +84,7 @@ describe("wake on produce", () => {
       // Poll until the window has passed in Postgres: a produce then claims a new wake.
       const deadline = Date.now() + 30_000;
       while (wakes.length < 2 && Date.now() < deadline) {
-        await new Promise((r) => setTimeout(r, 50));
+        await sleep(50);
         const again = await p.client.stream("windowed").produce({ k: 1 }, { idempotencyKey: "k1" });
         expect(again).toEqual({ id: first.id, duplicate: true }); // a duplicate never wakes
         if (wakes.length < 2) await p.client.stream("windowed").produce({ fresh: true });
@@ -225,7 +226,7 @@ describe("the poll function and wake on produce", () => {
       await closing.use((c) => c.streamNames());
       await keeping.use((c) => c.streamNames());
       const deadline = Date.now() + 20_000;
-      while ((await open("no")) > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      while ((await open("no")) > 0 && Date.now() < deadline) await sleep(50);
       expect(await open("no")).toBe(0);
       expect(await open("yes")).toBe(1);
       // Still usable: the next invocation connects again with the cached credentials.

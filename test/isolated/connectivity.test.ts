@@ -3,11 +3,12 @@
 // deadline + recordMargin with SQL0050 (never a hang), loses nothing (leases expire, the next
 // poll reclaims) and the next poll recovers on a new connection. Runs isolated: it freezes
 // backends of the shared server and asserts a wall-clock bound (generous, but a bound).
+import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SqlStreams, type LogEvent, type Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../support/db.js";
 import { startProxy, type TcpProxy } from "../support/proxy.js";
-import { type TestClient, codeOf, testClient } from "../support/streams.js";
+import { type TestClient, codeOf, streamIdOf, table, testClient } from "../support/streams.js";
 
 const url = useFreshDatabase();
 /** Slack on top of deadline + recordMargin for timers and a loaded 2-core machine. */
@@ -46,7 +47,7 @@ async function recover(client: SqlStreams, name: string, n: number, seen: Set<st
     const p = await t.client.stream(name).consumer("g").progress();
     if (p.committed === String(n)) return;
     if (Date.now() > until) throw new Error(`group did not recover: ${JSON.stringify(p)}`);
-    await new Promise((r) => setTimeout(r, 300));
+    await sleep(300);
   }
 }
 
@@ -182,7 +183,8 @@ describe("a connection silently dropped by a proxy", () => {
       proxy.hangNew = false;
     }
     await s.produce({ a: 4 });
-    const rows = await t.sql<{ a: number }>(`SELECT (payload->>'a')::int AS a FROM sqlstreams.message_log_${(await t.sql<{ id: string }>(`SELECT id::text FROM sqlstreams.stream_config WHERE name = 'dropped-produce'`))[0].id} ORDER BY id`);
+    const log = table(await streamIdOf(t, "dropped-produce"), "message_log");
+    const rows = await t.sql<{ a: number }>(`SELECT (payload->>'a')::int AS a FROM ${log} ORDER BY id`);
     // 2 may or may not exist (its outcome was unknown); 3 was never sent.
     expect(rows.map((r) => r.a).filter((a) => a !== 2)).toEqual([1, 4]);
   });

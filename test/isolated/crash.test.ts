@@ -1,6 +1,7 @@
 // Crash recovery of the range path (docs/crash-recovery.md#a-crash, docs/poll-cycle.md#the-range-lease, docs/poll-cycle.md#recording-a-range, docs/crash-recovery.md#a-crash; C10, C26), proven with
 // real child processes: a poller is SIGKILLed mid-range, or frozen past its lease and then let
 // go, and the parent test (a second poller) reclaims the range and checks the tables.
+import { setTimeout as sleep } from "node:timers/promises";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -9,7 +10,8 @@ import type { CycleReport, Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../support/db.js";
 import { checkInvariants } from "../support/invariants.js";
 import { type NodeChild, type PollerConfig, spawnPoller } from "../support/processes.js";
-import { S, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, pollWork, setupProduced, streamIdOf, testClient } from "../support/streams.js";
+import { S, type TestClient, count, cursor, didWork, dlRows, eqRows, groupIdOf, pollPastFence, setupProduced, streamIdOf, testClient } from "../support/streams.js";
+import { type ClaimLease, claimLeases } from "../support/keyed.js";
 
 const url = useFreshDatabase();
 
@@ -28,33 +30,13 @@ const ended = (c: NodeChild) => c.messages.filter((m) => m.event === "end").map(
 const childEvents = (c: NodeChild) => c.messages.filter((m) => m.event === "log").map((m) => m.code);
 const childReport = async (c: NodeChild) => (await c.waitFor({ event: "report" })).report as CycleReport;
 
-interface Lease {
-  token: string;
-  low: string;
-  high: string;
-  reclaims: number;
-  released: boolean;
-  expires_at: Date;
-  lease_ms: number;
-  expired: boolean;
-}
-
-async function leases(t: TestClient, n: string, gid: string): Promise<Lease[]> {
-  return t.sql<Lease>(
-    `SELECT token::text, low::text, high::text, reclaims, released, expires_at,
-            (EXTRACT(EPOCH FROM (expires_at - created_at)) * 1000)::float8 AS lease_ms, expires_at < now() AS expired
-       FROM ${S}.claim_lease_${n} WHERE consumer_group_id = $1 ORDER BY low`,
-    [gid],
-  );
-}
-
 /** Resolves once the database clock has passed `at` + ms (the lease clock is the database's). */
 async function untilDbTime(t: TestClient, at: Date, ms: number): Promise<void> {
   const [{ wait }] = await t.sql<{ wait: number }>(
     `SELECT (EXTRACT(EPOCH FROM ($1::timestamptz + $2 * interval '1 millisecond' - clock_timestamp())) * 1000)::float8 AS wait`,
     [at, ms],
   );
-  if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+  if (wait > 0) await sleep(wait);
   await vi.waitUntil(async () => (await t.sql<{ ok: boolean }>(`SELECT clock_timestamp() >= $1::timestamptz + $2 * interval '1 millisecond' AS ok`, [at, ms]))[0].ok, { timeout: 5_000, interval: 10 });
 }
 
@@ -73,7 +55,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     expect((await child.kill()).signal).toBe("SIGKILL");
 
     // What the crash leaves: the whole range under the dead poller's lease, nothing recorded.
-    const [l0] = await leases(t, n, gid);
+    const [l0] = await claimLeases(t, n, gid);
     expect(l0).toMatchObject({ low: "0", high: "4", reclaims: 0, released: false, expired: false });
     expect(l0.lease_ms).toBe(200 * 4 + 2_000); // Tmax × ceil(n / c) + recordMargin, c = 1
     expect(await cursor(t, n, gid)).toMatchObject({ claimed: "4", committed: "0" });
@@ -84,18 +66,18 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     const calls: Message<{ i: number }>[] = [];
     const before = await g.poll((m) => void calls.push(m), { batchLimit: 4 });
     expect(before).toMatchObject({ idle: true, rangesReclaimed: 0, rangesClaimed: 0, started: 0 });
-    expect(await leases(t, n, gid)).toEqual([l0]);
+    expect(await claimLeases(t, n, gid)).toEqual([l0]);
 
     // A message produced now lies above the range: the reclaim must come first.
     await s.produce({ i: 5 });
     await t.sql(`UPDATE ${S}.claim_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
     t.events.length = 0;
-    let during: Lease[] = [];
+    let during: ClaimLease[] = [];
     let staleRecord: unknown = "not run";
     const r = await g.poll(async (m) => {
       calls.push(m);
       if (calls.length === 1) {
-        during = await leases(t, n, gid);
+        during = await claimLeases(t, n, gid);
         // The killed poller's token writes nothing any more: neither a lease extension nor a record.
         const ext = await t.pool.query(`UPDATE ${S}.claim_lease_${n} SET expires_at = now() + interval '1 hour' WHERE token = $1`, [l0.token]);
         expect(ext.rowCount).toBe(0);
@@ -114,7 +96,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     // Ids 1 and 2 ran twice in total (once in the killed process), 3 and 4 once each here; no rows.
     expect(await count(t, `exception_queue_${n}`)).toBe(0);
     expect(await dlRows(t, n, gid)).toEqual([]);
-    expect(await leases(t, n, gid)).toEqual([]);
+    expect(await claimLeases(t, n, gid)).toEqual([]);
     await checkInvariants(t, n);
 
     // Fresh work resumes after the reclaimed range.
@@ -128,7 +110,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     const { g, n, gid } = await setupProduced(t, "late.commit", { message: { timeout: 10_000 } }, 4);
     const child = poller({ stream: "late.commit", group: "g", method: "drain", opts: { batchLimit: 4 }, actions: { "2": "wait", "3": "fail" } });
     await child.waitFor({ event: "start", id: "2" });
-    const [l0] = await leases(t, n, gid);
+    const [l0] = await claimLeases(t, n, gid);
     expect(l0.lease_ms).toBe(10_000 * 4 + 2_000);
     await t.sql(`UPDATE ${S}.claim_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
 
@@ -147,7 +129,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     // Its failure of 3 was discarded: no exception row, no delivery-log row; the range stays done.
     expect(await count(t, `exception_queue_${n}`)).toBe(0);
     expect(await dlRows(t, n, gid)).toEqual([]);
-    expect(await leases(t, n, gid)).toEqual([]);
+    expect(await claimLeases(t, n, gid)).toEqual([]);
     expect(await cursor(t, n, gid)).toMatchObject({ claimed: "4", committed: "4" });
     await checkInvariants(t, n);
   });
@@ -175,7 +157,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     expect(rep).toMatchObject({ leaseLost: 1, started: 2, succeeded: 0 });
     expect(childEvents(child)).toContain("SQL0034");
     expect(await count(t, `exception_queue_${n}`)).toBe(0);
-    expect(await leases(t, n, gid)).toEqual([]);
+    expect(await claimLeases(t, n, gid)).toEqual([]);
     expect(await cursor(t, n, gid)).toMatchObject({ claimed: "4", committed: "4" });
     await checkInvariants(t, n);
   });
@@ -200,7 +182,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     const late = await g.poll((m) => void seen.push(m.id), { batchLimit: 4, concurrency: 4 });
     expect(late).toMatchObject({ rangesReclaimed: 1, succeeded: 4, committedAfter: "4" });
     expect([...seen].sort()).toEqual(["1", "2", "3", "4"]);
-    expect(await leases(t, n, gid)).toEqual([]);
+    expect(await claimLeases(t, n, gid)).toEqual([]);
     await checkInvariants(t, n);
   });
 
@@ -233,18 +215,18 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     // Poller 1 stops at its deadline after message 1 (which fails) and releases (1, 4]; poller 2
     // takes the released range and is SIGKILLed on 3; the next poll reclaims (1, 4] (reclaims 1).
     const { g, n, gid } = await setupProduced(t, "partial.crash", { message: { timeout: 1_000 } }, 4);
-    const first = await pollWork(g, async (m) => {
-      await new Promise((r) => setTimeout(r, 400));
+    const first = await pollPastFence(g, async (m) => {
+      await sleep(400);
       throw new Error("first " + m.id);
-    }, () => ({ batchLimit: 4, deadline: Date.now() + 3_300 }));
+    }, { until: didWork, opts: () => ({ batchLimit: 4, deadline: Date.now() + 3_300 }) });
     expect(first).toMatchObject({ rangesPartial: 1, failed: 1, notStarted: 3 });
-    expect(await leases(t, n, gid)).toMatchObject([{ low: "1", high: "4", released: true, reclaims: 0, expired: true }]);
+    expect(await claimLeases(t, n, gid)).toMatchObject([{ low: "1", high: "4", released: true, reclaims: 0, expired: true }]);
 
     const child = poller({ stream: "partial.crash", group: "g", opts: { batchLimit: 4 }, actions: { "3": "hang" } });
     await child.waitFor({ event: "start", id: "3" });
     expect((await child.kill()).signal).toBe("SIGKILL");
     expect(started(child)).toEqual(["2", "3"]);
-    const [l1] = await leases(t, n, gid);
+    const [l1] = await claimLeases(t, n, gid);
     expect(l1).toMatchObject({ low: "1", high: "4", released: false, reclaims: 0 });
 
     await t.sql(`UPDATE ${S}.claim_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
@@ -256,7 +238,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     expect(t.events.filter((e) => e.code === "SQL0035")).toHaveLength(1);
     // Message 1's recorded failure is untouched by the crash and the replay.
     expect((await eqRows(t, n, gid)).map((e) => [e.message_id, e.status, e.attempts])).toEqual([["1", "ready", 1]]);
-    expect(await leases(t, n, gid)).toEqual([]);
+    expect(await claimLeases(t, n, gid)).toEqual([]);
     await checkInvariants(t, n);
   });
 });

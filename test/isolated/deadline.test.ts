@@ -2,14 +2,14 @@
 // no handler starts that could not finish before the deadline; a partly done range commits its
 // resolved prefix and releases the rest at once (no reclaim counted); unstarted reservations are
 // released; every lease is capped at deadline + recordMargin.
+import { setTimeout as sleep } from "node:timers/promises";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../support/db.js";
 import { checkInvariants } from "../support/invariants.js";
-import { S, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, makeDue, pollWork, streamIdOf, testClient } from "../support/streams.js";
+import { S, type TestClient, count, cursor, didWork, dlRows, eqRows, groupIdOf, makeDue, pollPastFence, streamIdOf, testClient } from "../support/streams.js";
 
 const url = useFreshDatabase();
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 interface Lease {
   low: string;
@@ -49,7 +49,7 @@ describe("deadline and partial commit", () => {
       seen.push(m.id);
       await sleep(800);
     };
-    const r = await pollWork(g, slow, () => ({ batchLimit: 4, concurrency: 1, deadline: Date.now() + 4_500 }));
+    const r = await pollPastFence(g, slow, { until: didWork, opts: () => ({ batchLimit: 4, concurrency: 1, deadline: Date.now() + 4_500 }) });
     // 1 starts at ~0 (ends by 0 + 1 000 + 2 000), 2 at ~800 (3 800); 3 at ~1 600 would need 4 600.
     expect(seen).toEqual(["1", "2"]);
     expect(r).toMatchObject({ rangesClaimed: 1, rangesPartial: 1, succeeded: 2, notStarted: 2, leaseLost: 0, committedAfter: "2" });
@@ -69,10 +69,10 @@ describe("deadline and partial commit", () => {
 
   it("the prefix keeps its recorded outcomes; a released range at the reclaim limit is resumed, not quarantined", async () => {
     const { g, n, gid } = await setup(t, "prefix", { message: { timeout: 1_000 }, maxRangeReclaims: 3 }, 4);
-    const r = await pollWork(g, async (m) => {
+    const r = await pollPastFence(g, async (m) => {
       await sleep(400);
       if (m.id === "1") throw new Error("one fails");
-    }, () => ({ batchLimit: 4, deadline: Date.now() + 3_700 }));
+    }, { until: didWork, opts: () => ({ batchLimit: 4, deadline: Date.now() + 3_700 }) });
     expect(r).toMatchObject({ failed: 1, succeeded: 1, notStarted: 2, rangesPartial: 1 });
     expect((await eqRows(t, n, gid)).map((e) => [e.message_id, e.status, e.attempts])).toEqual([["1", "ready", 1]]);
     expect((await dlRows(t, n, gid)).map((d) => [d.message_id, d.attempt, d.status])).toEqual([["1", 0, "failure"]]);
@@ -91,10 +91,10 @@ describe("deadline and partial commit", () => {
     const { g, n } = await setup(t, "abort", {}, 4);
     const ac = new AbortController();
     const seen: string[] = [];
-    const r = await pollWork(g, (m) => {
+    const r = await pollPastFence(g, (m) => {
       seen.push(m.id);
       if (m.id === "2") ac.abort();
-    }, () => ({ batchLimit: 4, signal: ac.signal }));
+    }, { until: didWork, opts: () => ({ batchLimit: 4, signal: ac.signal }) });
     expect(seen).toEqual(["1", "2"]);
     expect(r).toMatchObject({ succeeded: 2, notStarted: 2, rangesPartial: 1, committedAfter: "2" });
     expect(await leases(t, n)).toMatchObject([{ low: "2", high: "4", released: true, lapsed: true, reclaims: 0 }]);
@@ -106,9 +106,9 @@ describe("deadline and partial commit", () => {
   it("the range lease is capped at deadline + recordMargin", async () => {
     const { g, n } = await setup(t, "cap", { message: { timeout: 1_500 } }, 4);
     let during: Lease[] = [];
-    await pollWork(g, async (m) => {
+    await pollPastFence(g, async (m) => {
       if (m.id === "1") during = await leases(t, n);
-    }, () => ({ batchLimit: 4, deadline: Date.now() + 4_000 }));
+    }, { until: didWork, opts: () => ({ batchLimit: 4, deadline: Date.now() + 4_000 }) });
     // Uncapped: 1 500 × 4 + 2 000 = 8 000. Capped: (deadline − now) + 2 000 ≈ 6 000.
     expect(during).toHaveLength(1);
     expect(Math.abs(during[0].lease_ms - 6_000)).toBeLessThanOrEqual(250);

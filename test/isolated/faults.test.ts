@@ -5,6 +5,7 @@
 // next invocation continues; the process never crashes. Works against the embedded server and
 // against DATABASE_URL alike: every fault is made from a separate connection to the server's
 // maintenance database and touches only this file's database.
+import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { type CycleReport, type Message, Permanent, SqlStreamsError } from "@sqlstreams/core";
@@ -13,7 +14,6 @@ import { spawnPoller } from "../support/processes.js";
 import { S, type TestClient, cursor, dlRows, eqRows, groupIdOf, makeDue, streamIdOf, testClient } from "../support/streams.js";
 
 const url = useFreshDatabase();
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 let t: TestClient;
 let admin: pg.Client; // on the maintenance database: survives every fault it makes

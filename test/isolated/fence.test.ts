@@ -1,5 +1,6 @@
 // docs/poll-cycle.md#the-fence worked example and C14: a producer transaction that commits after later ids are
 // visible is never skipped. Permanent regression test; two real connections.
+import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
 import { describe, expect, it } from "vitest";
 import { freshDatabase, useFreshDatabase } from "../support/db.js";
@@ -108,7 +109,7 @@ describe("snapshot fence (C14)", () => {
         await s.produce({ who: "other" });
         await g.poll(handler);
         expect((await cursor(t, n, gid)).claimed).toBe("2");
-        await new Promise((r) => setTimeout(r, 250));
+        await sleep(250);
       }
       expect(seen).toEqual(["1", "2"]);
       await a.query("COMMIT");
@@ -186,7 +187,7 @@ describe("snapshot fence (C14)", () => {
         const r = await g.poll(() => {});
         expect(r.succeeded).toBe(0); // the fence holds: id 2 waits for id 1
         warning = t.events.find((e) => e.code === "SQL0043");
-        if (!warning) await new Promise((res) => setTimeout(res, 200));
+        if (!warning) await sleep(200);
       }
       expect(warning).toBeDefined();
       expect(warning).toMatchObject({ level: "warn", stream: "fence.warn", group: "g", pid, applicationName: "slow-producer" });

@@ -4,6 +4,7 @@
 // (nothing unconsumed is dropped), that no maintain() fails, and that no dead or delivery-log row
 // outlives its message. Prints the table sizes at the peak, before and after the final maintain(),
 // next to a control stream without retention.
+import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { Permanent, type MaintainReport } from "@sqlstreams/core";
 import { floorOf } from "../../packages/core/dist/sql/maintain.js";
@@ -11,7 +12,6 @@ import { useFreshDatabase } from "../support/db.js";
 import { S, type TestClient, count, streamIdOf, testClient } from "../support/streams.js";
 
 const url = useFreshDatabase();
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 const PARTITION = 250;
 const BATCHES = 120;

@@ -1,28 +1,15 @@
 // Helpers for the ordering, exclusivity and compaction scenarios (docs/ordering.md, docs/ordering.md#compaction, docs/conformance.md C18–C21):
-// ids by (stream, group) name, a latch, a ledger of handler runs. The docs/conformance.md#invariants invariants these
+// waiting for a condition, lease readers, a ledger of handler runs. The docs/conformance.md#invariants invariants these
 // scenarios check after every step are checkInvariants() of ./invariants.js.
-import type { CycleReport } from "@sqlstreams/core";
+import { setTimeout as sleep } from "node:timers/promises";
 import { S, type TestClient } from "./streams.js";
-
-export { groupOf } from "./streams.js";
-
-export interface Latch {
-  promise: Promise<void>;
-  open(): void;
-}
-
-export function latch(): Latch {
-  let open!: () => void;
-  const promise = new Promise<void>((r) => (open = r));
-  return { promise, open };
-}
 
 /** Resolves once `cond()` is true; polls every 5 ms (no fixed sleeps in scenarios). */
 export async function until(cond: () => boolean | Promise<boolean>, what: string, ms = 10_000): Promise<void> {
   const end = Date.now() + ms;
   while (!(await cond())) {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
+    await sleep(5);
   }
 }
 
@@ -34,10 +21,23 @@ export async function keyLeases(t: TestClient, n: string, gid: string) {
   );
 }
 
-export async function claimLeases(t: TestClient, n: string, gid: string) {
-  return t.sql<{ token: string; low: string; high: string; reclaims: number; released: boolean; len_ms: number }>(
-    `SELECT token::text, low::text, high::text, reclaims, released,
-            (EXTRACT(EPOCH FROM (expires_at - created_at)) * 1000)::float8 AS len_ms
+/** A range lease row; lease_ms is its length (expires_at - created_at), expired by the database clock. */
+export interface ClaimLease {
+  token: string;
+  low: string;
+  high: string;
+  reclaims: number;
+  released: boolean;
+  expires_at: Date;
+  lease_ms: number;
+  expired: boolean;
+}
+
+/** A group's range leases, by low id. */
+export async function claimLeases(t: TestClient, n: string, gid: string): Promise<ClaimLease[]> {
+  return t.sql<ClaimLease>(
+    `SELECT token::text, low::text, high::text, reclaims, released, expires_at,
+            (EXTRACT(EPOCH FROM (expires_at - created_at)) * 1000)::float8 AS lease_ms, expires_at < now() AS expired
        FROM ${S}.claim_lease_${n} WHERE consumer_group_id = $1 ORDER BY low`,
     [gid],
   );
@@ -144,25 +144,4 @@ export class Ledger {
 export function ascending(ids: bigint[]): boolean {
   for (let i = 1; i < ids.length; i++) if (ids[i - 1] >= ids[i]) return false;
   return true;
-}
-
-interface Pollable<H, O> {
-  poll(handler: H, opts?: O): Promise<CycleReport>;
-}
-
-/**
- * poll() until it takes a range. The snapshot fence proves a head only once every transaction
- * older than the poll's observation has ended, and transaction ids are cluster-wide: on a server
- * shared with other busy test databases, the poll right after a produce may legitimately claim
- * nothing (it stores the pending pair, which the next poll proves). Polls that take no range write
- * only that pair, so the scenario's table assertions are unaffected.
- */
-export async function claimPoll<H, O>(g: Pollable<H, O>, handler: H, opts?: O): Promise<CycleReport> {
-  const end = Date.now() + 20_000;
-  for (;;) {
-    const r = await g.poll(handler, opts);
-    if (r.rangesClaimed + r.rangesReclaimed + r.rangesResumed + r.rangesQuarantined > 0) return r;
-    if (Date.now() > end) throw new Error(`no range claimed within 20 s: ${JSON.stringify(r)}`);
-    await new Promise((res) => setTimeout(res, 10));
-  }
 }

@@ -2,6 +2,7 @@
 // own config in a temp folder, a free port, SCRAM authentication checked by PgBouncer itself
 // (auth_query against pg_shadow, so ALTER ROLE … PASSWORD takes effect at once) and transaction
 // pooling. Tests that need it skip with a message where the binary is not installed.
+import { setTimeout as sleep } from "node:timers/promises";
 import { spawn, spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { chmod, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
@@ -77,7 +78,7 @@ export async function startPgBouncer(serverUrl: string, opts: { serverHost?: str
   const until = Date.now() + 20_000;
   while (!(await log()).includes("process up")) {
     if (Date.now() > until || child.exitCode !== null) throw new Error(`pgbouncer did not start:\n${await log()}`);
-    await new Promise((r) => setTimeout(r, 100));
+    await sleep(100);
   }
   return {
     host: "127.0.0.1",

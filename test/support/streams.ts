@@ -1,5 +1,6 @@
 // Shared helpers for scenario tests: a client whose events are captured, and table readers.
 import pg from "pg";
+import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, expect } from "vitest";
 import {
   SqlStreams, SqlStreamsError, type ConsumerConfig, type Consumer, type CycleReport, type Handler, type LogEvent, type PollOptions, type Progress, type StreamOptions,
@@ -78,13 +79,16 @@ export async function groupIdOf(t: TestClient, name: string, stream?: string): P
   return r[0].id;
 }
 
-/** The group's id, looked up by stream and group name (group names repeat across streams). */
-export const groupOf = (t: TestClient, stream: string, group: string): Promise<string> => groupIdOf(t, group, stream);
-
 export async function streamIdOf(t: TestClient, name: string): Promise<string> {
   const r = await t.sql<{ id: string }>(`SELECT id::text FROM ${S}.stream_config WHERE name = $1`, [name]);
   return r[0].id;
 }
+
+/** The tables a stream owns; each is named by the stream's id (docs/data-model.md#the-stream-family). */
+export type StreamTable = "message_log" | "exception_queue" | "delivery_log" | "claim_lease" | "message_key_lease" | "consumer_group_cursor";
+
+/** A stream's table, schema-qualified, by the stream's id: table("3", "exception_queue") is sqlstreams.exception_queue_3. */
+export const table = (n: number | string, name: StreamTable): string => `${S}.${name}_${n}`;
 
 export async function count(t: TestClient, table: string, where = "TRUE", values: unknown[] = []): Promise<number> {
   const r = await t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM ${S}.${table} WHERE ${where}`, values);
@@ -123,23 +127,6 @@ export async function expireLeases(t: TestClient, n: number | string): Promise<v
   await t.sql(`UPDATE ${S}.exception_queue_${n} SET lease_expires_at = now() - interval '1 millisecond' WHERE lease_token IS NOT NULL`);
   await t.sql(`UPDATE ${S}.message_key_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
 }
-
-/**
- * drain() until `done` holds. Under a parallel test run the snapshot fence may hold a claim back
- * while a transaction of another test database is open (xids are cluster-wide), and drain() then
- * returns before the work is done; the tests wait for the state they need instead.
- */
-export async function drainUntil<T>(g: Consumer<T>, done: (p: Progress) => boolean, handler: Handler<T> = () => {}, opts: PollOptions = {}): Promise<void> {
-  for (let i = 0; i < 600; i++) {
-    await g.drain(handler, opts);
-    if (done(await g.progress())) return;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error(`group ${g.name} did not reach the expected state`);
-}
-
-/** A drainUntil() predicate: the group's committed id is `c`. */
-export const committed = (c: string) => (p: Progress) => p.committed === c;
 
 /** The partition numbers of a stream's message_log_N, ascending. */
 export async function partitions(t: TestClient, n: string): Promise<number[]> {
@@ -182,22 +169,8 @@ export async function setupGroup(t: TestClient, stream: string, opts: SetupOptio
   const g = s.consumer(name);
   await g.register(opts.group);
   const sid = await streamIdOf(t, stream);
-  const gid = await groupOf(t, stream, name);
+  const gid = await groupIdOf(t, name, stream);
   return { t, s, g, sid, gid };
-}
-
-/**
- * Polls until a poll took a range. The snapshot fence (docs/poll-cycle.md#the-fence) proves a fresh head only once
- * every older transaction of the cluster has ended, so on a busy server the first poll may claim
- * nothing; it never delivers anything in that case.
- */
-export async function firstDelivery(g: Consumer, h: Handler, opts: Parameters<Consumer["poll"]>[1] = {}): Promise<CycleReport> {
-  for (let i = 0; i < 500; i++) {
-    const r = await g.poll(h, opts);
-    if (r.rangesClaimed + r.rangesReclaimed + r.rangesResumed + r.rangesQuarantined > 0) return r;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  throw new Error("no range was claimed in 500 polls");
 }
 
 /** A stream with one group "g" registered with `config`, and messages { i: 1..k } produced one at a time. */
@@ -210,32 +183,84 @@ export async function setupProduced(t: TestClient, name: string, config: Record<
   return { s, g, n: await streamIdOf(t, name), gid: await groupIdOf(t, "g", name) };
 }
 
+/** What pollPastFence() waits for, asked after every call with that call's report. */
+export type Until = (report: CycleReport, g: Pick<Consumer, "progress">) => boolean | Promise<boolean>;
+
+/** The call took a range (claimed, reclaimed, resumed or quarantined one). */
+export const tookRange: Until = (r) => r.rangesClaimed + r.rangesReclaimed + r.rangesResumed + r.rangesQuarantined > 0;
+
+/** The call was not idle (it took a range or ran exception work). */
+export const didWork: Until = (r) => !r.idle;
+
+/** The group's progress() satisfies `holds`. */
+export const progressIs = (holds: (p: Progress) => boolean): Until => async (_r, g) => holds(await g.progress());
+
+/** The group's committed id is `c`. */
+export const committed = (c: string): Until => progressIs((p) => p.committed === c);
+
+export interface PastFence {
+  /** What must hold after a call; tookRange unless given. */
+  until?: Until;
+  /** The options of every call; a function when they depend on when the call starts (a deadline). */
+  opts?: PollOptions | (() => PollOptions);
+  /** drain() instead of poll(). */
+  drain?: boolean;
+}
+
 /**
- * A poll that must claim fresh work. The snapshot fence holds a claim back while any older write
- * transaction of the server is open (other test files share it), so an idle poll, which changed
- * nothing, is repeated.
+ * The one "poll until past the fence" of the tests: calls g.poll(handler) (g.drain with `drain`)
+ * until `until` holds after a call, pausing 10 ms between calls, and returns the report of the
+ * call after which it held; throws after 30 s. tookRange by default: "the first delivery".
+ *
+ * Why tests need it: the snapshot fence (docs/poll-cycle.md#the-fence) proves a fresh head only once
+ * every older write transaction of the server has ended, and the server is shared with other test
+ * files, so the poll right after a produce may legitimately claim nothing (drain() then returns
+ * early too). Such a call delivers nothing; it stores at most the pending pair that the next call
+ * proves, so repeating it does not change what a scenario asserts about its tables. With a
+ * progress predicate (committed(), progressIs()) it also waits out retries that come due later.
  */
-export async function pollWork<T>(g: Consumer<T>, h: Handler<T>, opts: () => PollOptions): Promise<CycleReport> {
-  for (let i = 0; ; i++) {
-    const r = await g.poll(h, opts());
-    if (!r.idle || i >= 200) return r;
-    await new Promise((res) => setTimeout(res, 50));
+export async function pollPastFence<T>(g: Consumer<T>, handler: Handler<T>, how: PastFence = {}): Promise<CycleReport> {
+  const until = how.until ?? tookRange;
+  const opts = typeof how.opts === "function" ? how.opts : () => (how.opts ?? {}) as PollOptions;
+  const end = Date.now() + 30_000;
+  for (;;) {
+    const r = how.drain ? await g.drain(handler, opts()) : await g.poll(handler, opts());
+    if (await until(r, g)) return r;
+    if (Date.now() > end) throw new Error(`group ${g.name}: not past the fence within 30 s; last report ${JSON.stringify(r)}`);
+    await sleep(10);
   }
 }
 
 /**
- * The code of the SqlStreamsError that a call or promise throws; fails the test when it throws
- * nothing or something else, or when the message lacks its code or its fix.
+ * The SqlStreamsError that a call or promise throws; fails the test when it throws nothing or
+ * something else, or when the message lacks its code or its fix. Tests of the sources (not dist)
+ * pass the sources' class as `type`.
  */
-export async function codeOf(p: Promise<unknown> | (() => unknown)): Promise<string> {
+export async function codedError(p: Promise<unknown> | (() => unknown), type: new (...args: never[]) => SqlStreamsError = SqlStreamsError): Promise<SqlStreamsError> {
   try {
     await (typeof p === "function" ? p() : p);
   } catch (e) {
-    expect(e).toBeInstanceOf(SqlStreamsError);
+    expect(e).toBeInstanceOf(type);
     const err = e as SqlStreamsError;
+    expect(err.code, err.message).toMatch(/^SQL[0-9]{4}$/);
     expect(err.message).toContain(err.code);
     expect(err.message).toContain("fix:");
-    return err.code;
+    return err;
   }
   throw new Error("expected a SqlStreamsError");
+}
+
+/** The code of codedError(p). */
+export const codeOf = async (p: Promise<unknown> | (() => unknown)): Promise<string> => (await codedError(p)).code;
+
+/** A promise that a test opens: a handler awaits it to stay running while the test looks. */
+export interface Latch {
+  promise: Promise<void>;
+  open(): void;
+}
+
+export function latch(): Latch {
+  let open!: () => void;
+  const promise = new Promise<void>((r) => (open = r));
+  return { promise, open };
 }
