@@ -5,7 +5,7 @@ import type pg from "pg";
 import { timeoutBounds } from "../config.js";
 import { type RetryState, query, queryRetry, transactionRetry } from "../db.js";
 import * as S from "../sql/cycle.js";
-import { type KeyTake, decodeKeyTake, deferredReason } from "../sql/results.js";
+import { type KeyTake, type KeyRefusal, decodeKeyTake, decodeKeyTakes, deferredReason } from "../sql/results.js";
 import {
   type Ctx, type LoadRow, type RangeMessage, type RawMessage, aborted, big, byId, leaseCap, logDead, logNotStarted,
   lostLease, mayStart, message, resolve,
@@ -340,13 +340,12 @@ class RangeRun<T> {
     if (wanted.length > 0) {
       const at = now();
       const ms = new Map(wanted.map((w) => [w.k, w.ms]));
-      const r = await queryRetry<{ k: string; result: string | null }>(ctx.db, S.takeKeys(ctx.t), [
+      const r = await queryRetry<KeyRefusal>(ctx.db, S.takeKeys(ctx.t), [
         ctx.groupId, keyToken, this.range.low, this.range.high, JSON.stringify(wanted),
       ]);
-      for (const row of r.rows) {
-        const result = decodeKeyTake(row.result);
-        this.keys.set(row.k, { held: result.kind === "taken", expiry: at + (ms.get(row.k) ?? 0), result });
-        if (result.kind === "taken") this.keyLeases.push({ k: row.k, t: keyToken });
+      for (const [k, result] of decodeKeyTakes([...ms.keys()], r.rows)) {
+        this.keys.set(k, { held: result.kind === "taken", expiry: at + (ms.get(k) ?? 0), result });
+        if (result.kind === "taken") this.keyLeases.push({ k, t: keyToken });
       }
     }
     this.asked = true;

@@ -94,8 +94,9 @@ export function takeKey(t: Tables): string {
   return `SELECT ${t.fn("take_key")}($1, $2, $3, $4, $5, $6, $7, $8, $9) AS result`;
 }
 
+/** The keys not taken (kind 'busy' or 'pred'); decoded with decodeKeyTakes (sql/results.ts). */
 export function takeKeys(t: Tables): string {
-  return `SELECT k, result FROM ${t.fn("take_keys")}($1, $2, $3, $4, $5::jsonb)`;
+  return `SELECT k, kind, pred_id::text AS pred_id FROM ${t.fn("take_keys")}($1, $2, $3, $4, $5::jsonb)`;
 }
 
 /** Keeps an abandoned run's key lease alive: $1 group, $2 key, $3 token, $4 ms. */

@@ -2,7 +2,7 @@
 // decoded here once into a discriminated union, so the cycle code never parses result text.
 // The encodings are the functions' own (migrations/stream/*.sql, docs/poll-cycle.md).
 
-/** take_key_N / take_keys_N: NULL when the lease was taken, else why not. */
+/** take_key_N: NULL when the lease was taken, else why not (take_keys_N rows: decodeKeyTakeRow). */
 export type KeyTake =
   | { kind: "taken" }
   | { kind: "busy" }
@@ -15,6 +15,23 @@ export function decodeKeyTake(r: string | null): KeyTake {
   if (r.startsWith("pred:")) return { kind: "pred", id: r.slice("pred:".length) };
   if (r.startsWith("superseded:")) return { kind: "superseded", head: r.slice("superseded:".length) };
   throw new Error(`unexpected key lease result ${JSON.stringify(r)}`);
+}
+
+/** A row of take_keys_N: a key it did not take, kind 'busy' or 'pred' (pred_id set). */
+export type KeyRefusal = { k: string; kind: string; pred_id: string | null };
+
+/**
+ * take_keys_N returns only the keys it did not take: every other key asked for is taken. One
+ * result per key of `keys`.
+ */
+export function decodeKeyTakes(keys: readonly string[], refused: readonly KeyRefusal[]): Map<string, KeyTake> {
+  const out = new Map<string, KeyTake>(keys.map((k) => [k, { kind: "taken" } as KeyTake]));
+  for (const r of refused) {
+    if (r.kind === "busy") out.set(r.k, { kind: "busy" });
+    else if (r.kind === "pred" && r.pred_id !== null) out.set(r.k, { kind: "pred", id: r.pred_id });
+    else throw new Error(`unexpected key lease row ${JSON.stringify(r)}`);
+  }
+  return out;
 }
 
 /** The reason a range member whose key could not be taken is deferred with (delivery_log and last_error). */
