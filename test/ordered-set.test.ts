@@ -1,0 +1,101 @@
+// The set-based predecessor rule and key-lease upsert (docs/ordering.md#the-predecessor-rule,
+// docs/ordering.md#key-leases): take_keys_N checks every key of a range in one statement. One call
+// here mixes every case, so a rule that looked at the wrong key's row, lost a probe, or let one
+// key's answer leak into another's fails: a predecessor inside another range's live lease, one in
+// the exception queue, one not claimed yet, a dead row (resolved), a key leased by someone else
+// (busy), an expired lease (taken over), and an exclusive key (no predecessor check).
+import { describe, expect, it } from "vitest";
+import { useFreshDatabase } from "./support/db.js";
+import { S, groupOf, streamIdOf, testClient } from "./support/streams.js";
+
+const url = useFreshDatabase();
+
+const OWN = "00000000-0000-4000-8000-000000000001";
+const OTHER = "00000000-0000-4000-8000-000000000002";
+const STRANGER = "00000000-0000-4000-8000-000000000003";
+
+describe("take_keys_N: the predecessor rule and the lease upsert for many keys in one statement", () => {
+  it("answers each key by its own rows: lease, exception queue and unclaimed predecessors, busy, expired, exclusive", async () => {
+    const t = testClient(url());
+    const s = t.client.stream<{ i: number }>("ordered.set");
+    await s.register();
+    await s.consumer("g").register({ concurrencyOverride: "ordered" });
+    // Ids 1..30 in this order (one produce at a time, so ids follow the list).
+    const keys = [
+      "eq", "eqdead", "f3", "f4", "f5", "f6", "f7", "f8", "f9", "f10",
+      "lease", "f12", "f13", "f14", "f15", "excl", "unclaimed", "f18", "f19", "f20",
+      "eq", "eqdead", "unclaimed", "lease", "free", "busy", "expired", "excl", "f29", "f30",
+    ];
+    for (const [i, key] of keys.entries()) await s.produce({ i }, { key });
+    const n = await streamIdOf(t, "ordered.set");
+    const g = await groupOf(t, "ordered.set", "g");
+    const ids = await t.sql<{ id: string; message_key: string }>(`SELECT m.id::text AS id, m.message_key FROM ${S}.message_log_${n} m ORDER BY m.id`);
+    expect(ids.map((r) => r.message_key)).toEqual(keys);
+    const id = (pos: number) => ids[pos - 1].id;
+
+    // Claimed up to 15; another poll's live range (10, 15]; the caller's range (20, 30].
+    await t.sql(`UPDATE ${S}.consumer_group_cursor_${n} SET claimed = $2 WHERE consumer_group_id = $1`, [g, id(15)]);
+    await t.sql(
+      `INSERT INTO ${S}.claim_lease_${n} (consumer_group_id, token, low, high, expires_at)
+       VALUES ($1, $2, $3, $4, now() + interval '1 hour'), ($1, $5, $6, $7, now() + interval '1 hour')`,
+      [g, OTHER, id(10), id(15), OWN, id(20), id(30)],
+    );
+    await t.sql(
+      `INSERT INTO ${S}.exception_queue_${n} (consumer_group_id, message_id, status, message_key, concurrency, attempts)
+       VALUES ($1, $2, 'ready', 'eq', 'ordered', 1), ($1, $3, 'dead', 'eqdead', 'ordered', 3)`,
+      [g, id(1), id(2)],
+    );
+    await t.sql(
+      `INSERT INTO ${S}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at)
+       VALUES ($1, 'busy', $2, now() + interval '1 hour'), ($1, 'expired', $2, now() - interval '1 second')`,
+      [g, STRANGER],
+    );
+
+    const wanted = [21, 22, 23, 24, 25, 26, 27, 28].map((pos) => ({
+      k: keys[pos - 1], id: id(pos), ordered: keys[pos - 1] !== "excl", ms: 60_000,
+    }));
+    const refused = await t.sql<{ k: string; kind: string; pred_id: string | null }>(
+      `SELECT k, kind, pred_id::text FROM ${S}.take_keys_${n}($1, $2, $3, $4, $5::jsonb) ORDER BY k`,
+      [g, OWN, id(20), id(30), JSON.stringify(wanted)],
+    );
+    expect(refused).toEqual([
+      { k: "busy", kind: "busy", pred_id: null },
+      { k: "eq", kind: "pred", pred_id: id(1) },
+      { k: "lease", kind: "pred", pred_id: id(11) },
+      { k: "unclaimed", kind: "pred", pred_id: id(17) },
+    ]);
+    // Every key not refused is held under the caller's token, with the run's lease length; the
+    // busy key keeps its holder; keys with a predecessor got no row.
+    const leases = await t.sql<{ message_key: string; token: string; secs: number }>(
+      `SELECT message_key, token::text, round(extract(epoch FROM expires_at - now()))::int AS secs
+         FROM ${S}.message_key_lease_${n} WHERE consumer_group_id = $1 ORDER BY message_key`,
+      [g],
+    );
+    expect(leases.map((l) => [l.message_key, l.token])).toEqual([
+      ["busy", STRANGER], ["eqdead", OWN], ["excl", OWN], ["expired", OWN], ["free", OWN],
+    ]);
+    for (const l of leases.filter((x) => x.token === OWN)) expect(l.secs, l.message_key).toBeGreaterThanOrEqual(58);
+
+    // The one-key forms are the same rule: ordered_pred_N per key, and take_key_N's result text.
+    for (const w of wanted.filter((x) => x.ordered)) {
+      const [p] = await t.sql<{ pred: string | null }>(`SELECT ${S}.ordered_pred_${n}($1, $2, $3, $4, $5)::text AS pred`, [
+        g, w.k, w.id, id(20), id(30),
+      ]);
+      const expected = refused.find((r) => r.k === w.k && r.kind === "pred")?.pred_id ?? null;
+      expect(p.pred, w.k).toBe(expected);
+    }
+    const takeKey = async (pos: number, token: string) => {
+      const [r] = await t.sql<{ result: string | null }>(
+        `SELECT ${S}.take_key_${n}($1, $2, $3, 60000, $4, true, $5, $6, false) AS result`,
+        [g, keys[pos - 1], token, id(pos), id(20), id(30)],
+      );
+      return r.result;
+    };
+    expect(await takeKey(21, OWN)).toBe(`pred:${id(1)}`);
+    expect(await takeKey(24, OWN)).toBe(`pred:${id(11)}`);
+    expect(await takeKey(23, OWN)).toBe(`pred:${id(17)}`);
+    expect(await takeKey(26, OWN)).toBe("busy");
+    expect(await takeKey(25, OWN)).toBeNull(); // the same token renews its own lease
+    expect(await takeKey(25, STRANGER)).toBe("busy");
+  });
+});
