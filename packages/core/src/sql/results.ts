@@ -2,7 +2,7 @@
 // decoded here once into a discriminated union, so the cycle code never parses result text.
 // The encodings are the functions' own (migrations/stream/*.sql, docs/poll-cycle.md).
 
-/** take_key_N: NULL when the lease was taken, else why not (take_keys_N rows: decodeKeyTakeRow). */
+/** take_key_N: NULL when the lease was taken, else why not (take_keys_N: decodeKeyTakes below). */
 export type KeyTake =
   | { kind: "taken" }
   | { kind: "busy" }
