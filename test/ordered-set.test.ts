@@ -6,7 +6,7 @@
 // (busy), an expired lease (taken over), and an exclusive key (no predecessor check).
 import { describe, expect, it } from "vitest";
 import { useFreshDatabase } from "./support/db.js";
-import { S, groupOf, streamIdOf, testClient } from "./support/streams.js";
+import { S, groupIdOf, streamIdOf, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -28,7 +28,7 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
     ];
     for (const [i, key] of keys.entries()) await s.produce({ i }, { key });
     const n = await streamIdOf(t, "ordered.set");
-    const g = await groupOf(t, "ordered.set", "g");
+    const g = await groupIdOf(t, "g", "ordered.set");
     const ids = await t.sql<{ id: string; message_key: string }>(`SELECT m.id::text AS id, m.message_key FROM ${S}.message_log_${n} m ORDER BY m.id`);
     expect(ids.map((r) => r.message_key)).toEqual(keys);
     const id = (pos: number) => ids[pos - 1].id;
