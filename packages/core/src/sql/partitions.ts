@@ -1,5 +1,6 @@
 // message_log_N partitions (docs/producing.md#partitions): created by producers ahead of need and by maintain().
-import { type Db, connect, query } from "../db.js";
+import { setTimeout as sleep } from "node:timers/promises";
+import { type Db, RETRY_PAUSES, connect, query } from "../db.js";
 import { partitionName, table } from "./names.js";
 
 const ALREADY_EXISTS = new Set(["42P07", "42710", "23505"]);
@@ -7,9 +8,22 @@ const ALREADY_EXISTS = new Set(["42P07", "42710", "23505"]);
 /**
  * Ensures partition k of a stream exists: a short transaction of its own with a 2 s lock
  * timeout and an advisory lock keyed on (schema, stream, k). "Already exists" counts as success.
- * Returns true when this call created it.
+ * Returns true when this call created it. The creation locks the log and its indexes while
+ * another maintain() may be dropping a partition of the same log: when Postgres picks this
+ * transaction as a deadlock's victim it is simply tried again (it is idempotent).
  */
 export async function ensurePartition(db: Db, streamId: string, partitionSize: bigint, k: bigint): Promise<boolean> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await createPartition(db, streamId, partitionSize, k);
+    } catch (e) {
+      if ((e as { code?: string }).code !== "40P01" || attempt >= RETRY_PAUSES.length) throw e;
+      await sleep(RETRY_PAUSES[attempt]);
+    }
+  }
+}
+
+async function createPartition(db: Db, streamId: string, partitionSize: bigint, k: bigint): Promise<boolean> {
   const c = await connect(db);
   let broken = false;
   try {
