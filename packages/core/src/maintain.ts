@@ -2,8 +2,9 @@
 // expired key leases, empty compaction heads. Driven from outside (the maintain Lambda, `sqlstreams
 // dev`, stream.maintain()); every step is bounded, independent and safe to run from several
 // invocations at once. The statements live in sql/maintain.ts.
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Runtime } from "./runtime.js";
-import { type Db, queryRetry, transaction } from "./db.js";
+import { type Db, RETRY_PAUSES, queryRetry, transaction } from "./db.js";
 import { SqlStreamsError } from "./errors.js";
 import {
   BATCH,
@@ -209,11 +210,23 @@ class MaintainRun {
     return false;
   };
 
-  /** Runs a step unless the deadline is near; its error is reported and the next step runs. */
+  /**
+   * Runs a step unless the deadline is near; its error is reported and the next step runs. A step
+   * whose statement Postgres picked as a deadlock's victim (the reads of every partition against
+   * another maintain()'s partition DDL) runs again: every step is safe to repeat, as the next
+   * maintain() would repeat it.
+   */
   async step(name: string, fn: () => Promise<void>): Promise<void> {
     if (this.late()) return;
     try {
-      await fn();
+      for (let attempt = 0; ; attempt++) {
+        try {
+          return await fn();
+        } catch (e) {
+          if ((e as { code?: string })?.code !== "40P01" || attempt >= RETRY_PAUSES.length || this.late()) throw e;
+          await sleep(RETRY_PAUSES[attempt]);
+        }
+      }
     } catch (e) {
       const { code, message } = errorCode(e);
       this.report.errors.push({ step: name, code, message });
