@@ -8,40 +8,35 @@ import { describe, expect, it } from "vitest";
 import type { Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
 import { checkInvariants } from "./support/invariants.js";
-import { spawnNode } from "./support/processes.js";
+import { type NodeChild, type PollerConfig, spawnPoller } from "./support/processes.js";
 import { S, setupGroup, testClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
 
-// A second process polling the same group: after a "go" line it drains every 20 ms until "stop",
-// printing each run (with wall-clock start and end) and each drain.
-const CHILD = `
-import { SqlStreams } from "@sqlstreams/core";
-import { createInterface } from "node:readline";
-const cfg = JSON.parse(process.env.CHILD_CFG);
-const out = (o) => process.stdout.write(JSON.stringify(o) + "\\n");
-let go = false, stop = false, wake = () => {};
-createInterface({ input: process.stdin }).on("line", (l) => {
-  if (l.trim() === "go") { go = true; wake(); }
-  if (l.trim() === "stop") stop = true;
-});
-const client = new SqlStreams({ connectionString: process.env.DATABASE_URL, logger: () => {} });
-const g = client.stream(cfg.stream).consumer(cfg.group);
-out({ event: "ready" });
-await new Promise((r) => (go ? r() : (wake = r)));
-while (!stop) {
-  const at = Date.now();
-  const r = await g.drain(async (m) => {
-    const start = Date.now();
-    await new Promise((res) => setTimeout(res, 20));
-    out({ event: "run", id: m.id, key: m.key, attempt: m.attempt, start, end: Date.now() });
-  }, { recordMargin: 100, batchLimit: 10 });
-  out({ event: "drain", at, doneAt: Date.now(), started: r.started, deferred: r.deferred });
-  await new Promise((res) => setTimeout(res, 20));
+// A second process polling the same group (the typed poller child in loop mode): after a "go"
+// line it drains every 20 ms until "stop", each run sleeping 20 ms; its start and end events carry
+// the wall clock, and each drain is reported.
+const SECOND_POLLER: PollerConfig = {
+  stream: "abandon.excl",
+  group: "g",
+  method: "loop",
+  waitForGo: true,
+  defaultAction: "sleep",
+  sleepMs: 20,
+  opts: { recordMargin: 100, batchLimit: 10 },
+};
+
+/** The child's completed runs, from its start and end events. */
+function childRuns(child: NodeChild): Run[] {
+  const starts = new Map<string, number>();
+  const runs: Run[] = [];
+  for (const x of child.messages) {
+    const k = `${x.id as string}/${x.attempt as number}`;
+    if (x.event === "start") starts.set(k, x.at as number);
+    if (x.event === "end" && x.ok === true) runs.push({ id: x.id as string, who: "child", start: starts.get(k) as number, end: x.at as number });
+  }
+  return runs;
 }
-await client.close();
-out({ event: "done" });
-`;
 
 interface Run {
   id: string;
@@ -57,7 +52,7 @@ describe("an abandoned run keeps its key until it settles", () => {
       group: { concurrencyOverride: "exclusive", exceptionInitialBackoff: 50, message: { timeout: 300, retry: { maxRetries: 5, baseDelay: 20, maxDelay: 50 } } },
     });
     await s.produceBatch([1, 2, 3].map((i) => ({ payload: { i }, key: "K" })));
-    const child = spawnNode({ name: "second poller", source: CHILD, env: { DATABASE_URL: url(), CHILD_CFG: JSON.stringify({ stream: "abandon.excl", group: "g" }) } });
+    const child = spawnPoller(url(), SECOND_POLLER, "second poller");
     await child.waitFor({ event: "ready" });
 
     const runs: Run[] = [];
@@ -103,7 +98,7 @@ describe("an abandoned run keeps its key until it settles", () => {
     // This process keeps polling too; everything ends once every message has a successful run.
     const end = Date.now() + 60_000;
     const done = () => {
-      const ok = new Set([...runs.filter((x) => x.who !== "parent (abandoned)").map((x) => x.id), ...child.messages.filter((x) => x.event === "run").map((x) => x.id as string)]);
+      const ok = new Set([...runs.filter((x) => x.who !== "parent (abandoned)").map((x) => x.id), ...childRuns(child).map((x) => x.id)]);
       return ok.has("1") && ok.has("2") && ok.has("3");
     };
     while (!done() && Date.now() < end) {
@@ -116,7 +111,7 @@ describe("an abandoned run keeps its key until it settles", () => {
 
     const all: Run[] = [
       ...runs,
-      ...child.messages.filter((x) => x.event === "run").map((x) => ({ id: x.id as string, who: "child", start: x.start as number, end: x.end as number })),
+      ...childRuns(child),
     ].sort((a, b) => a.start - b.start);
     console.log(`abandoned run: ${JSON.stringify(all.map((x) => ({ id: x.id, who: x.who, start: x.start - abandonedStart, end: x.end - abandonedStart })))}`);
     // No two runs of the key overlap (the abandoned one included).

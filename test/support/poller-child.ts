@@ -1,13 +1,17 @@
 // The one poller child of the crash and fault tests, a real process as each Lambda invocation
 // would be. Bundled by spawnPoller() (./processes.ts) and run with node; it reads its
 // PollerConfig from CHILD_CFG and writes JSON lines to stdout:
-//   { event: "start" | "end", id, attempt, pid, ok? }   around every handler run
+//   { event: "start" | "end", id, key, attempt, pid, at, ok?, payload? }   around every handler run
+//                                                        (at: wall clock; payload: the cfg.echo paths)
+//   { event: "drain", at, doneAt, started, deferred } / { event: "done", handled }   (loop mode)
 //   { event: "log", code, level, message }              every library log event
 //   { event: "report", report, seen }                    after each poll or drain
 //   { event: "ready" } / { event: "failed", code, message } / { event: "uncaught", message }  (commands mode)
 // Handler actions per message id: crash (SIGKILL itself), hang (block the event loop), spin
-// (block until `file` exists), wait (until "go" on stdin), waitfail (wait, then throw), fail (throw).
+// (block until `file` exists), sleep (await sleepMs), wait (until "go" on stdin), waitfail (wait,
+// then throw), fail (throw).
 import { existsSync } from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
 import { createInterface } from "node:readline";
 import { SqlStreams, type Message, type PollOptions } from "@sqlstreams/core";
 import type { PollerConfig } from "./processes.js";
@@ -44,20 +48,47 @@ const client = new SqlStreams({
 const g = client.stream(cfg.stream).consumer(cfg.group ?? "g");
 const seen: string[] = [];
 
+/** The payload values cfg.echo names ("a.b.0", "s.length"), for the test to check what arrived. */
+function echoed(payload: unknown): Record<string, unknown> | undefined {
+  if (!cfg.echo) return undefined;
+  const pick = (path: string) =>
+    path.split(".").reduce<unknown>((v, k) => (v === null || v === undefined ? undefined : (v as Record<string, unknown>)[k]), payload);
+  return Object.fromEntries(cfg.echo.map((path) => [path, pick(path)]));
+}
+
 async function handler(m: Message): Promise<void> {
   seen.push(m.id);
-  out({ event: "start", id: m.id, attempt: m.attempt, pid: process.pid });
-  const a = cfg.actions?.[m.id] ?? "ok";
+  const start = { event: "start", id: m.id, key: m.key, attempt: m.attempt, pid: process.pid, at: Date.now() };
+  out(cfg.echo ? { ...start, payload: echoed(m.payload) } : start);
+  const a = cfg.actions?.[m.id] ?? cfg.defaultAction ?? "ok";
   if (a === "crash") process.kill(process.pid, "SIGKILL");
   if (a === "hang") for (;;) nap(50);
   if (a === "spin") while (!existsSync(cfg.file ?? "")) nap(10);
+  if (a === "sleep") await sleep(cfg.sleepMs ?? 20);
   if (a === "wait" || a === "waitfail") await waitGo();
   if (a === "waitfail") throw new Error(`late failure ${m.id}`);
   if (a === "fail") {
-    out({ event: "end", id: m.id, attempt: m.attempt, ok: false });
+    out({ event: "end", id: m.id, attempt: m.attempt, ok: false, at: Date.now() });
     throw new Error(`boom ${m.id}`);
   }
-  out({ event: "end", id: m.id, attempt: m.attempt, ok: true });
+  out({ event: "end", id: m.id, key: m.key, attempt: m.attempt, ok: true, at: Date.now() });
+}
+
+/**
+ * "loop": drains until a "stop" line (after a "go" line when cfg.waitForGo), or until cfg.stopAfter
+ * handler runs or cfg.maxDrains drains; pauses cfg.pauseMs (default 20) between drains.
+ */
+async function loop(): Promise<void> {
+  const stopped = () => commands.includes("stop");
+  out({ event: "ready" });
+  if (cfg.waitForGo) await waitGo();
+  for (let i = 0; !stopped() && i < (cfg.maxDrains ?? Infinity) && seen.length < (cfg.stopAfter ?? Infinity); i++) {
+    const at = Date.now();
+    const r = await g.drain(handler, opts);
+    out({ event: "drain", at, doneAt: Date.now(), started: r.started, deferred: r.deferred });
+    await sleep(cfg.pauseMs ?? 20);
+  }
+  out({ event: "done", handled: seen.length });
 }
 
 const opts = (cfg.opts ?? {}) as PollOptions;
@@ -78,6 +109,8 @@ if (cfg.method === "commands") {
       out({ event: "failed", code: err.code, message: err.message });
     }
   }
+} else if (cfg.method === "loop") {
+  await loop();
 } else {
   const report = await g[cfg.method ?? "poll"](handler, opts);
   out({ event: "report", report, seen });

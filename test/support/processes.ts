@@ -335,20 +335,38 @@ export interface PollerConfig {
   stream: string;
   /** Default "g". */
   group?: string;
-  /** Default "poll"; "commands" runs poll/drain for each such line on stdin until "exit". */
-  method?: "poll" | "drain" | "commands";
+  /**
+   * Default "poll"; "commands" runs poll/drain for each such line on stdin until "exit"; "loop"
+   * drains repeatedly (see waitForGo, stopAfter, maxDrains, pauseMs) until a "stop" line.
+   */
+  method?: "poll" | "drain" | "commands" | "loop";
   opts?: Record<string, unknown>;
-  /** What the handler does for a message id (default ok). */
-  actions?: Record<string, "ok" | "crash" | "hang" | "spin" | "wait" | "waitfail" | "fail">;
+  /** What the handler does for a message id (default `defaultAction`, else ok). */
+  actions?: Record<string, PollerAction>;
+  defaultAction?: PollerAction;
   /** The file a "spin" handler waits for. */
   file?: string;
+  /** How long a "sleep" handler sleeps (default 20 ms). */
+  sleepMs?: number;
+  /** Payload paths ("i", "s.length", "s.0") echoed in every start event, to check what arrived. */
+  echo?: string[];
+  /** Loop mode: wait for a "go" line before the first drain. */
+  waitForGo?: boolean;
+  /** Loop mode: stop once this many handler runs started. */
+  stopAfter?: number;
+  /** Loop mode: at most this many drains. */
+  maxDrains?: number;
+  /** Loop mode: the pause between drains (default 20 ms). */
+  pauseMs?: number;
   maxConnections?: number;
 }
+
+export type PollerAction = "ok" | "crash" | "hang" | "spin" | "sleep" | "wait" | "waitfail" | "fail";
 
 let pollerBundle: string | undefined;
 
 /** Spawns the typed poller child (bundled once per test worker) against the database at `url`. */
-export function spawnPoller(url: string, cfg: PollerConfig, name = `poller ${cfg.stream}`): NodeChild {
+export function spawnPoller(url: string, cfg: PollerConfig, name = `poller ${cfg.stream}`, nodeArgs: string[] = []): NodeChild {
   if (pollerBundle === undefined) {
     mkdirSync(scratchDir, { recursive: true });
     const outfile = join(scratchDir, `poller-${process.pid}.mjs`);
@@ -358,5 +376,5 @@ export function spawnPoller(url: string, cfg: PollerConfig, name = `poller ${cfg
     });
     pollerBundle = outfile;
   }
-  return spawnNode({ name, script: pollerBundle, env: { DATABASE_URL: url, CHILD_CFG: JSON.stringify(cfg) } });
+  return spawnNode({ name, script: pollerBundle, nodeArgs, env: { DATABASE_URL: url, CHILD_CFG: JSON.stringify(cfg) } });
 }
