@@ -83,6 +83,12 @@ export default defineConfig(
     },
   },
   {
+    // The SST component and the deployed functions are library code too (not type-aware here:
+    // the component compiles against SST's generated platform types, see tsconfig.sst.json).
+    files: ["packages/aws/sst/**/*.ts", "functions/**/*.ts", "sst.config.ts"],
+    rules: { "max-lines-per-function": ["error", { max: 80, skipBlankLines: true, skipComments: true }] },
+  },
+  {
     // Statement builders are SQL text with a few lines of TypeScript around it.
     files: ["packages/core/src/sql/**/*.ts", "packages/core/src/generated/**/*.ts"],
     rules: { "max-lines-per-function": "off" },

@@ -269,6 +269,81 @@ function devDatabaseUrl(db: sst.aws.Postgres | sst.aws.Aurora, secretArn: $util.
   );
 }
 
+/** What the constructor's credential step made. */
+interface Credentials {
+  /** True for an RDS database (its managed master secret); false for a secret this component made. */
+  rdsManaged: boolean;
+  secretArn: $util.Output<string>;
+  secret?: aws.secretsmanager.Secret;
+  secretValue?: aws.secretsmanager.SecretVersion;
+  connection: Record<string, $util.Input<string>>;
+}
+
+/** The environment every SQLStreams function gets. */
+function functionEnvironment(args: SqlStreamsArgs, connection: Record<string, $util.Input<string>>, secretArn: $util.Output<string>): Record<string, $util.Input<string>> {
+  const isUrl = args.database instanceof sst.Secret;
+  const tls = args.tls ?? (isUrl ? "system" : "rds");
+  return {
+    SQLSTREAMS_DB_SECRET_ARN: secretArn,
+    ...connection,
+    SQLSTREAMS_DB_CA: tls,
+    // Node 20+ Lambda runtimes trust the RDS CAs only through this file.
+    ...(tls === "rds" ? { NODE_EXTRA_CA_CERTS: "/var/runtime/ca-cert.pem" } : {}),
+    ...((args.keepConnection ?? !isUrl) ? {} : { SQLSTREAMS_DB_KEEP_CONNECTION: "false" }),
+    // The Stage dimension of the metrics, which the alarms select.
+    SQLSTREAMS_STAGE: $app.stage,
+  };
+}
+
+/** The arguments every SQLStreams function shares (runtime, VPC, the credentials link, environment). */
+function sharedFunctionArgs(name: string, args: SqlStreamsArgs, environment: Record<string, $util.Input<string>>, secretArn: $util.Output<string>) {
+  const credentialsLink = new sst.Linkable(`${name}Secret`, {
+    properties: { arn: secretArn },
+    include: [sst.aws.permission({ actions: ["secretsmanager:GetSecretValue"], resources: [secretArn] })],
+  });
+  const vpc = args.vpc
+    ? { privateSubnets: args.vpc.privateSubnets, securityGroups: args.security ? [args.security.functions.id] : args.vpc.securityGroups }
+    : undefined;
+  return {
+    // Node 24 (Active LTS, maintained to 2028); CI builds and runs the core scenarios on 22 and
+    // 24 too (README "Lambda runtime and Node versions").
+    runtime: "nodejs24.x",
+    architecture: "arm64",
+    ...(vpc ? { vpc } : {}),
+    link: [credentialsLink],
+    // A failed invocation is not retried by Lambda: the next tick resumes from Postgres.
+    retries: 0,
+    nodejs: { format: "esm", minify: true, esbuild: { external: ["pg-native"] } },
+    ...args.function,
+    environment: { ...environment, ...args.function?.environment },
+  } satisfies Partial<sst.aws.FunctionArgs>;
+}
+
+/**
+ * A transform that orders a created resource (the Lambda function, a schedule) after the
+ * migration. It goes on the resources, never into the component options: sst.aws.Function forwards
+ * those into its region lookup, which a preview leaves unknown while the invocation is being
+ * replaced, and then nothing of the function (code, schedule targets, outputs) resolves.
+ */
+function afterMigration(migration: aws.lambda.Invocation | undefined) {
+  return (_args: unknown, o: $util.CustomResourceOptions) => {
+    if (!migration) return undefined;
+    const prior = o.dependsOn;
+    o.dependsOn = prior === undefined ? [migration] : Array.isArray(prior) ? [...(prior as $util.Input<$util.Resource>[]), migration] : [prior as $util.Input<$util.Resource>, migration];
+    return undefined;
+  };
+}
+
+/** What the constructor's steps share. */
+interface Steps {
+  name: string;
+  args: SqlStreamsArgs;
+  shared: ReturnType<typeof sharedFunctionArgs>;
+  afterMigration: ReturnType<typeof afterMigration>;
+  /** `sst dev` with the local scheduler: no deployed schedules. */
+  devScheduler: boolean;
+}
+
 /**
  * SQLStreams on AWS for an SST app. Linkable: `link: [streams]` gives a producer function the
  * credentials secret (read access to it only) and, with `wake`, the right to invoke the pollers;
@@ -296,98 +371,15 @@ export class SqlStreams extends $util.ComponentResource {
 
   constructor(name: string, args: SqlStreamsArgs, opts?: $util.ComponentResourceOptions) {
     super("sqlstreams:aws:SqlStreams", name, {}, opts);
-    const parent = this; // eslint-disable-line @typescript-eslint/no-this-alias -- the closures below name the parent
     this.wake = args.wake ?? false;
     const db = args.database;
-    const isUrl = db instanceof sst.Secret;
-    if (!isUrl && !args.vpc) throw new Error(`SqlStreams ${name}: an RDS database needs the VPC it lives in (args.vpc)`);
-
-    // Credentials (docs/operations.md#credentials). An RDS database: the master secret RDS manages
-    // and rotates ({username, password}); host, port and database name go to the environment.
-    // A URL (or a local `dev` database): one Secrets Manager secret in the RDS format.
-    // Functions get only the ARN.
-    const rdsResource = isUrl ? undefined : db instanceof sst.aws.Aurora ? db.nodes.cluster : db.nodes.instance;
-    let secretValue: aws.secretsmanager.SecretVersion | undefined;
-    let connection: Record<string, $util.Input<string>> = {};
-    if (rdsResource) {
-      const rds = db as sst.aws.Postgres | sst.aws.Aurora;
-      this.secretArn = managedSecretArn(rdsResource, `SqlStreams ${name}: the database`);
-      connection = {
-        SQLSTREAMS_DB_HOST: rds.host,
-        SQLSTREAMS_DB_PORT: $util.output(rds.port).apply(String),
-        SQLSTREAMS_DB_NAME: rds.database,
-      };
-    } else {
-      this.secret = new aws.secretsmanager.Secret(
-        `${name}Credentials`,
-        { description: $interpolate`SQLStreams ${$app.name}/${$app.stage} database credentials (RDS secret JSON)`, recoveryWindowInDays: 0 },
-        { parent },
-      );
-      secretValue = new aws.secretsmanager.SecretVersion(
-        `${name}CredentialsValue`,
-        {
-          secretId: this.secret.id,
-          secretString: isUrl
-            ? $util.secret((db as sst.Secret).value.apply(rdsJsonFromUrl))
-            : $jsonStringify({ engine: "postgres", username: (db as sst.aws.Postgres).username, password: (db as sst.aws.Postgres).password, host: (db as sst.aws.Postgres).host, port: (db as sst.aws.Postgres).port, dbname: (db as sst.aws.Postgres).database }),
-        },
-        { parent },
-      );
-      this.secretArn = this.secret.arn;
-    }
-    const tls = args.tls ?? (isUrl ? "system" : "rds");
-    this.environment = {
-      SQLSTREAMS_DB_SECRET_ARN: this.secretArn,
-      ...connection,
-      SQLSTREAMS_DB_CA: tls,
-      // Node 20+ Lambda runtimes trust the RDS CAs only through this file.
-      ...(tls === "rds" ? { NODE_EXTRA_CA_CERTS: "/var/runtime/ca-cert.pem" } : {}),
-      ...((args.keepConnection ?? !isUrl) ? {} : { SQLSTREAMS_DB_KEEP_CONNECTION: "false" }),
-      // The Stage dimension of the metrics, which the alarms below select.
-      SQLSTREAMS_STAGE: $app.stage,
-    };
-    const credentialsLink = new sst.Linkable(`${name}Secret`, {
-      properties: { arn: this.secretArn },
-      include: [sst.aws.permission({ actions: ["secretsmanager:GetSecretValue"], resources: [this.secretArn] })],
-    });
-
-    const network: $util.Resource[] = [];
-    const vpc = args.vpc
-      ? {
-          privateSubnets: args.vpc.privateSubnets,
-          securityGroups: args.security ? [args.security.functions.id] : args.vpc.securityGroups,
-        }
-      : undefined;
-    if (args.vpc && (args.secretsEndpoint ?? true)) {
-      network.push(
-        new aws.ec2.VpcEndpoint(
-          `${name}SecretsManagerEndpoint`,
-          {
-            vpcId: args.vpc.id,
-            serviceName: $interpolate`com.amazonaws.${aws.getRegionOutput().region}.secretsmanager`,
-            vpcEndpointType: "Interface",
-            privateDnsEnabled: true,
-            subnetIds: args.vpc.privateSubnets,
-            securityGroupIds: args.vpc.securityGroups,
-          },
-          { parent },
-        ),
-      );
-    }
-
-    const shared = {
-      // Node 24 (Active LTS, maintained to 2028); CI builds and runs the core scenarios on 22 and
-      // 24 too (README "Lambda runtime and Node versions").
-      runtime: "nodejs24.x",
-      architecture: "arm64",
-      ...(vpc ? { vpc } : {}),
-      link: [credentialsLink],
-      // A failed invocation is not retried by Lambda: the next tick resumes from Postgres.
-      retries: 0,
-      nodejs: { format: "esm", minify: true, esbuild: { external: ["pg-native"] } },
-      ...args.function,
-      environment: { ...this.environment, ...args.function?.environment },
-    } satisfies Partial<sst.aws.FunctionArgs>;
+    if (!(db instanceof sst.Secret) && !args.vpc) throw new Error(`SqlStreams ${name}: an RDS database needs the VPC it lives in (args.vpc)`);
+    const credentials = this.credentials(name, db);
+    this.secretArn = credentials.secretArn;
+    this.secret = credentials.secret;
+    this.environment = functionEnvironment(args, credentials.connection, this.secretArn);
+    const network = this.secretsEndpoint(name, args);
+    const shared = sharedFunctionArgs(name, args, this.environment, this.secretArn);
 
     // Migrate on every deploy, before any poller, schedule or the maintainer is updated.
     this.migrate = new sst.aws.Function(
@@ -399,133 +391,203 @@ export class SqlStreams extends $util.ComponentResource {
         memory: "512 MB",
         description: "SQLStreams: migrate and register the declared streams and groups",
       },
-      { parent },
+      { parent: this },
     );
-    this.migration = $dev
-      ? undefined
-      : new aws.lambda.Invocation(
-          `${name}MigrateOnDeploy`,
-          {
-            functionName: this.migrate.name,
-            input: JSON.stringify({ source: "sst-deploy" }),
-            // A new value on every deploy: the invocation runs again each time.
-            triggers: { deployedAt: String(Date.now()) },
-          },
-          { parent, dependsOn: [...(secretValue ? [secretValue] : []), ...network, ...(isUrl ? [] : [db])] },
-        );
-    // Ordering after the migration goes on the created resources (the Lambda function and the
-    // schedules), never into the component options: sst.aws.Function forwards those into its
-    // region lookup, which a preview leaves unknown while the invocation is being replaced, and
-    // then nothing of the function (code, schedule targets, outputs) resolves.
-    const migration = this.migration;
-    const afterMigration = (_args: unknown, o: $util.CustomResourceOptions) => {
-      if (!migration) return undefined;
-      const prior = o.dependsOn;
-      o.dependsOn = prior === undefined ? [migration] : Array.isArray(prior) ? [...(prior as $util.Input<$util.Resource>[]), migration] : [prior as $util.Input<$util.Resource>, migration];
-      return undefined;
-    };
+    const before = [...(credentials.secretValue ? [credentials.secretValue] : []), ...network, ...(db instanceof sst.Secret ? [] : [db])];
+    this.migration = $dev ? undefined : this.migrateOnDeploy(name, before);
+    const steps: Steps = { name, args, shared, afterMigration: afterMigration(this.migration), devScheduler: $dev && args.devScheduler !== false };
+    for (const g of args.groups) this.addPoller(steps, g);
+    this.maintain = this.maintainer(steps, credentials.rdsManaged ? this.secretArn : undefined);
+    if (args.dashboardFunction) this.dashboardFunction = this.dashboardFn(steps, args.dashboardFunction === true ? {} : args.dashboardFunction);
+    args.dashboard?.(this);
+    this.registerOutputs({});
+  }
 
-    const devScheduler = $dev && args.devScheduler !== false;
-    for (const g of args.groups) {
-      const id = pascal(`${g.stream}-${g.group}`);
-      const event = { stream: g.stream, group: g.group };
-      const r = resolvedDeclaration(g);
-      const fn = new sst.aws.Function(
-        `${name}${id}Poller`,
-        {
-          ...shared,
-          handler: g.function,
-          timeout: seconds(r.timeout),
-          memory: `${r.memory} MB`,
-          description: `SQLStreams poller ${g.stream}/${g.group} (${r.mode})`,
-          transform: { function: afterMigration },
+  /**
+   * Credentials (docs/operations.md#credentials). An RDS database: the master secret RDS manages
+   * and rotates ({username, password}); host, port and database name go to the environment.
+   * A URL (or a local `dev` database): one Secrets Manager secret in the RDS format.
+   * Functions get only the ARN.
+   */
+  private credentials(name: string, db: SqlStreamsArgs["database"]): Credentials {
+    const isUrl = db instanceof sst.Secret;
+    const rdsResource = isUrl ? undefined : db instanceof sst.aws.Aurora ? db.nodes.cluster : db.nodes.instance;
+    if (rdsResource) {
+      const rds = db as sst.aws.Postgres | sst.aws.Aurora;
+      return {
+        rdsManaged: true,
+        secretArn: managedSecretArn(rdsResource, `SqlStreams ${name}: the database`),
+        connection: {
+          SQLSTREAMS_DB_HOST: rds.host,
+          SQLSTREAMS_DB_PORT: $util.output(rds.port).apply(String),
+          SQLSTREAMS_DB_NAME: rds.database,
         },
-        { parent },
-      );
-      const schedules: PollerContext["schedules"] = [];
-      if (!devScheduler) {
-        const cron = new sst.aws.CronV2(
-          `${name}${id}Cron`,
-          { function: fn, schedule: g.schedule as `rate(${string})`, event, retries: 0, transform: { schedule: afterMigration } },
-          { parent },
-        );
-        schedules.push(cron);
-        // parallelism > 1: more schedules on the same function and role, so each tick starts
-        // that many overlapping invocations (safe: claims lock the cursor, rows use SKIP LOCKED).
-        for (let i = 2; i <= r.parallelism; i++) {
-          schedules.push(
-            new aws.scheduler.Schedule(
-              `${name}${id}Cron${i}`,
-              {
-                scheduleExpression: g.schedule,
-                flexibleTimeWindow: { mode: "OFF" },
-                target: { arn: fn.arn, roleArn: cron.nodes.role.arn, input: JSON.stringify(event), retryPolicy: { maximumRetryAttempts: 0 } },
-              },
-              { parent, dependsOn: migration ? [migration] : [] },
-            ),
-          );
-        }
-      }
-      const poller = { id, group: g, function: fn, schedules };
-      this.pollers[`${g.stream}/${g.group}`] = poller;
-      if (args.defaultAlarms !== false) this.groupAlarms(name, poller);
-      args.alarms?.(poller);
+      };
     }
+    const secret = new aws.secretsmanager.Secret(
+      `${name}Credentials`,
+      { description: $interpolate`SQLStreams ${$app.name}/${$app.stage} database credentials (RDS secret JSON)`, recoveryWindowInDays: 0 },
+      { parent: this },
+    );
+    const pg = db as sst.aws.Postgres;
+    const secretValue = new aws.secretsmanager.SecretVersion(
+      `${name}CredentialsValue`,
+      {
+        secretId: secret.id,
+        secretString: isUrl
+          ? $util.secret((db as sst.Secret).value.apply(rdsJsonFromUrl))
+          : $jsonStringify({ engine: "postgres", username: pg.username, password: pg.password, host: pg.host, port: pg.port, dbname: pg.database }),
+      },
+      { parent: this },
+    );
+    return { rdsManaged: false, secretArn: secret.arn, secret, secretValue, connection: {} };
+  }
 
-    this.maintain = new sst.aws.Function(
+  /** An interface endpoint for Secrets Manager in the VPC (args.secretsEndpoint, default true). */
+  private secretsEndpoint(name: string, args: SqlStreamsArgs): $util.Resource[] {
+    if (!args.vpc || !(args.secretsEndpoint ?? true)) return [];
+    return [
+      new aws.ec2.VpcEndpoint(
+        `${name}SecretsManagerEndpoint`,
+        {
+          vpcId: args.vpc.id,
+          serviceName: $interpolate`com.amazonaws.${aws.getRegionOutput().region}.secretsmanager`,
+          vpcEndpointType: "Interface",
+          privateDnsEnabled: true,
+          subnetIds: args.vpc.privateSubnets,
+          securityGroupIds: args.vpc.securityGroups,
+        },
+        { parent: this },
+      ),
+    ];
+  }
+
+  /** The invocation of the migrate function, made again on every deploy, after `before`. */
+  private migrateOnDeploy(name: string, before: $util.Resource[]): aws.lambda.Invocation {
+    return new aws.lambda.Invocation(
+      `${name}MigrateOnDeploy`,
+      {
+        functionName: this.migrate.name,
+        input: JSON.stringify({ source: "sst-deploy" }),
+        // A new value on every deploy: the invocation runs again each time.
+        triggers: { deployedAt: String(Date.now()) },
+      },
+      { parent: this, dependsOn: before },
+    );
+  }
+
+  /** One group's poll function and its schedules (none under the `sst dev` scheduler), and its alarms. */
+  private addPoller(st: Steps, g: GroupDeclaration): void {
+    const { name, args } = st;
+    const id = pascal(`${g.stream}-${g.group}`);
+    const r = resolvedDeclaration(g);
+    const fn = new sst.aws.Function(
+      `${name}${id}Poller`,
+      {
+        ...st.shared,
+        handler: g.function,
+        timeout: seconds(r.timeout),
+        memory: `${r.memory} MB`,
+        description: `SQLStreams poller ${g.stream}/${g.group} (${r.mode})`,
+        transform: { function: st.afterMigration },
+      },
+      { parent: this },
+    );
+    const schedules = st.devScheduler ? [] : this.schedules(st, `${name}${id}`, fn, g, r.parallelism);
+    const poller = { id, group: g, function: fn, schedules };
+    this.pollers[`${g.stream}/${g.group}`] = poller;
+    if (args.defaultAlarms !== false) this.groupAlarms(name, poller);
+    args.alarms?.(poller);
+  }
+
+  /**
+   * A group's schedules: one CronV2, and with parallelism > 1 more schedules on the same function
+   * and role, so each tick starts that many overlapping invocations (safe: claims lock the cursor,
+   * rows use SKIP LOCKED).
+   */
+  private schedules(st: Steps, prefix: string, fn: sst.aws.Function, g: GroupDeclaration, parallelism: number): PollerContext["schedules"] {
+    const event = { stream: g.stream, group: g.group };
+    const cron = new sst.aws.CronV2(
+      `${prefix}Cron`,
+      { function: fn, schedule: g.schedule as `rate(${string})`, event, retries: 0, transform: { schedule: st.afterMigration } },
+      { parent: this },
+    );
+    const schedules: PollerContext["schedules"] = [cron];
+    for (let i = 2; i <= parallelism; i++) {
+      schedules.push(
+        new aws.scheduler.Schedule(
+          `${prefix}Cron${i}`,
+          {
+            scheduleExpression: g.schedule,
+            flexibleTimeWindow: { mode: "OFF" },
+            target: { arn: fn.arn, roleArn: cron.nodes.role.arn, input: JSON.stringify(event), retryPolicy: { maximumRetryAttempts: 0 } },
+          },
+          { parent: this, dependsOn: this.migration ? [this.migration] : [] },
+        ),
+      );
+    }
+    return schedules;
+  }
+
+  /**
+   * The maintenance function and its schedule; under `sst dev`, the local scheduler instead (it
+   * runs every group's handler at its schedule, and on wake, against the same database).
+   */
+  private maintainer(st: Steps, managedSecretArn: $util.Output<string> | undefined): sst.aws.Function {
+    const { name, args } = st;
+    const fn = new sst.aws.Function(
       `${name}Maintainer`,
       {
-        ...shared,
+        ...st.shared,
         handler: args.handlers?.maintain ?? "functions/maintain.handler",
         timeout: "2 minutes",
         memory: "256 MB",
         description: "SQLStreams maintenance: partitions, retention, sweeps for every stream",
-        transform: { function: afterMigration },
+        transform: { function: st.afterMigration },
       },
-      { parent },
+      { parent: this },
     );
-    if (!devScheduler) {
+    if (!st.devScheduler) {
       new sst.aws.CronV2(
         `${name}MaintainCron`,
-        { function: this.maintain, schedule: (args.maintainSchedule ?? "rate(5 minutes)") as `rate(${string})`, retries: 0, transform: { schedule: afterMigration } },
-        { parent },
+        { function: fn, schedule: (args.maintainSchedule ?? "rate(5 minutes)") as `rate(${string})`, retries: 0, transform: { schedule: st.afterMigration } },
+        { parent: this },
       );
-    } else {
-      // `sst dev`: the local scheduler runs every group's handler at its schedule (and on wake),
-      // against the same database, instead of deployed schedules.
-      const command = typeof args.devScheduler === "object" && args.devScheduler.command ? args.devScheduler.command : "npx sqlstreams dev";
-      new sst.x.DevCommand(
-        `${name}Dev`,
-        {
-          dev: { command, autostart: true, title: "SQLStreams" },
-          environment: isUrl
-            ? { DATABASE_URL: (db as sst.Secret).value }
-            : { DATABASE_URL: devDatabaseUrl(db as sst.aws.Postgres | sst.aws.Aurora, rdsResource ? this.secretArn : undefined) },
-        },
-        { parent },
-      );
+      return fn;
     }
-    if (args.dashboardFunction) {
-      const o = args.dashboardFunction === true ? {} : args.dashboardFunction;
-      // Linked to the credentials only (not to `streams`, whose link may add the wake right):
-      // the dashboard reads the secret and talks to Postgres, nothing else.
-      this.dashboardFunction = new sst.aws.Function(
-        `${name}Dashboard`,
-        {
-          ...shared,
-          handler: o.handler ?? "functions/dashboard.handler",
-          timeout: o.timeout ?? "30 seconds",
-          memory: o.memory ?? "256 MB",
-          description: `SQLStreams operator dashboard (${(o.readOnly ?? true) ? "read-only" : "read-write"})`,
-          url: { authorization: "iam" },
-          environment: { ...shared.environment, SQLSTREAMS_DASHBOARD_READ_ONLY: (o.readOnly ?? true) ? "1" : "0" },
-          transform: { function: afterMigration },
-        },
-        { parent },
-      );
-    }
-    args.dashboard?.(this);
-    this.registerOutputs({});
+    const db = args.database;
+    const command = typeof args.devScheduler === "object" && args.devScheduler.command ? args.devScheduler.command : "npx sqlstreams dev";
+    new sst.x.DevCommand(
+      `${name}Dev`,
+      {
+        dev: { command, autostart: true, title: "SQLStreams" },
+        environment: db instanceof sst.Secret ? { DATABASE_URL: db.value } : { DATABASE_URL: devDatabaseUrl(db, managedSecretArn) },
+      },
+      { parent: this },
+    );
+    return fn;
+  }
+
+  /**
+   * The dashboard function, linked to the credentials only (not to `streams`, whose link may add
+   * the wake right): it reads the secret and talks to Postgres, nothing else.
+   */
+  private dashboardFn(st: Steps, o: Exclude<SqlStreamsArgs["dashboardFunction"], boolean | undefined>): sst.aws.Function {
+    const readOnly = o.readOnly ?? true;
+    return new sst.aws.Function(
+      `${st.name}Dashboard`,
+      {
+        ...st.shared,
+        handler: o.handler ?? "functions/dashboard.handler",
+        timeout: o.timeout ?? "30 seconds",
+        memory: o.memory ?? "256 MB",
+        description: `SQLStreams operator dashboard (${readOnly ? "read-only" : "read-write"})`,
+        url: { authorization: "iam" },
+        environment: { ...st.shared.environment, SQLSTREAMS_DASHBOARD_READ_ONLY: readOnly ? "1" : "0" },
+        transform: { function: st.afterMigration },
+      },
+      { parent: this },
+    );
   }
 
   /** Alarms notify this topic when a group declares `alarms.email` (created on first use). */
