@@ -216,16 +216,16 @@ export class Consumer<T = unknown> {
       opts.batchLimit === undefined ? SIZER_START : o.batchLimit,
     );
     o.rangeLeaseBound = sizer.leaseBoundMs;
-    const state: PollState = { fenceBlocked: false };
+    const state: PollState = { fenceBlocked: false, sizer };
     let blockedSince: number | null = null;
     for (;;) {
       if (o.signal?.aborted) break;
       if (o.deadline !== undefined && o.deadline - now() < 2 * o.recordMargin) break;
       o.batchLimit = sizer.size;
-      const sample = emptySample();
-      state.sample = sample;
+      state.sample = emptySample();
       const r = await tracedPoll(this.stream, this.name, () => pollOnce(this.client, this.stream, this.name, h, o, state));
-      sizer.observe(sample);
+      // The sample of the poll's last range (the poll's range phase fed the sizer the ones before it).
+      sizer.observe(state.sample);
       total = mergeReports(total, r);
       if (r.paused) break;
       if (r.idle && state.fenceBlocked) {

@@ -6,8 +6,8 @@ import { SqlStreamsError, groupNotRegistered, isSqlStreamsError } from "../error
 import * as S from "../sql/cycle.js";
 import { type Ctx, type LoadRow, aborted, big } from "./context.js";
 import { expirePhase, exceptionPhase } from "./exceptions.js";
-import { claimPhase, reclaimPhase } from "./range.js";
-import type { RangeSample } from "./sizer.js";
+import { STEADY_CHAIN_MS, claimPhase, reclaimPhase } from "./range.js";
+import type { RangeSample, RangeSizer } from "./sizer.js";
 import { type CycleReport, type Handler, emptyReport } from "./types.js";
 import { now } from "../clock.js";
 
@@ -16,6 +16,12 @@ export interface PollState {
   fenceBlocked: boolean;
   /** When set, the range phase fills it for the drain's RangeSizer (left untouched without a range). */
   sample?: RangeSample;
+  /**
+   * A drain's sizer: with it, a range run whole that came back full is recorded in the statement
+   * that claims the next one, and the sizer sees each range before the next is claimed
+   * (docs/poll-cycle.md#the-steady-state). `sample` is then the last range's.
+   */
+  sizer?: RangeSizer;
 }
 
 /**
@@ -58,18 +64,19 @@ async function cycle<T>(
     const ctx: Ctx<T> = {
       client, db, t, stream, group, groupId: L.group_id, g: groupResolution(L.config ?? {}), mode: L.mode,
       handler, o, report, stop: false, advance: big(L.target) > big(L.committed), fenceBlocked: false, plain: new Map(),
-      sample: state?.sample,
+      sample: state?.sample, state, chainUntil: started + STEADY_CHAIN_MS, expirable: L.expirable, reservable: L.reservable,
     };
     let tookRange = false;
     let tookRows = false;
 
-    // Range phase (docs/poll-cycle.md#the-range-lease): an expired range first, else a fresh one.
+    // Range phase (docs/poll-cycle.md#the-range-lease): an expired range first, else a fresh one
+    // (in a drain, while they come back full, the ones after it: docs/poll-cycle.md#the-steady-state).
     if (L.reclaimable) tookRange = await reclaimPhase(ctx);
     if (!tookRange && L.obs !== "0") tookRange = await claimPhase(ctx, L);
 
     // Exception phase (docs/poll-cycle.md#the-exception-phase).
-    if (L.expirable) tookRows = (await expirePhase(ctx)) || tookRows;
-    if (L.reservable && !ctx.stop && !aborted(ctx)) tookRows = (await exceptionPhase(ctx)) || tookRows;
+    if (ctx.expirable) tookRows = (await expirePhase(ctx)) || tookRows;
+    if (ctx.reservable && !ctx.stop && !aborted(ctx)) tookRows = (await exceptionPhase(ctx)) || tookRows;
 
     // Cursor advance (docs/poll-cycle.md#cursor-advance) when anything this poll did, or saw, can move it.
     if (ctx.advance) {

@@ -15,6 +15,7 @@ import { runHandler } from "./run.js";
 import { keyAbandoned, watchRun } from "./abandoned.js";
 import { setTimeout as sleep } from "node:timers/promises";
 import { now } from "../clock.js";
+import { emptySample } from "./sizer.js";
 
 // ---------------------------------------------------------------------------------------------
 // Range phase
@@ -24,85 +25,168 @@ interface TakenRange {
   token: string;
   low: string;
   high: string;
+  /** The lease's length as the database computed it (lease_ms_N), from when its claim was sent. */
   leaseMs: number;
   msgs: RawMessage[];
+}
+
+/** A row of claim_N's answer (docs/poll-cycle.md#the-steady-state): a record row, a message, the header or a fence holder. */
+type ClaimRow = RawMessage & {
+  low: string | null;
+  high: string | null;
+  lease_ms: number | null;
+  recorded?: boolean | null;
+  committed?: string | null;
+  paused?: boolean | null;
+  reclaimable?: boolean | null;
+  expirable?: boolean | null;
+  reservable?: boolean | null;
+};
+
+/** A claim's answer (messages, then the header; or fence holders), its token and when it was sent. */
+interface Claim {
+  token: string;
+  sentAt: number;
+  rows: ClaimRow[];
+}
+
+/** The previous range's record, sent with the next claim (JSON arrays as record_range_N takes them). */
+interface RecordArgs {
+  token: string;
+  eq: string | null;
+  dl: string | null;
+  keys: string | null;
 }
 
 /** Pauses before asking the fence again while older write transactions are still open. */
 const FENCE_WAITS_MS = [5, 10, 20, 40, 80, 160, 320, 400];
 
+/**
+ * A fresh range, and in a drain the ranges after it: a range that came back full and was run
+ * whole is recorded in the same statement that claims the next (docs/poll-cycle.md#the-steady-state).
+ */
 export async function claimPhase<T>(ctx: Ctx<T>, L: LoadRow): Promise<boolean> {
+  let claim: Claim | null = await freshClaim(ctx, L);
+  if (claim === null) return false;
+  while (claim !== null) claim = await runClaimed(ctx, claim);
+  return true;
+}
+
+function claimParams<T>(ctx: Ctx<T>, token: string, head: string | null, obs: string | null, rec: RecordArgs | null): unknown[] {
   const tb = timeoutBounds(ctx.g);
+  return [
+    ctx.groupId, ctx.o.batchLimit, head, obs, token, tb.def, tb.min, tb.max, ctx.o.concurrency, ctx.o.recordMargin, rangeLeaseCap(ctx),
+    ctx.o.batchBytes, rec?.token ?? null, rec?.eq ?? null, rec?.dl ?? null, rec?.keys ?? null,
+  ];
+}
+
+/** The claim after a load, asked again a few times while the fence holds it. Null: nothing claimed. */
+async function freshClaim<T>(ctx: Ctx<T>, L: LoadRow): Promise<Claim | null> {
   const token = randomUUID();
   let sentAt: number;
-  let r: pg.QueryResult<RawMessage & { low: string; high: string }>;
+  let r: pg.QueryResult<ClaimRow>;
   for (let wait = 0; ; wait++) {
     sentAt = now();
-    r = await queryRetry<RawMessage & { low: string; high: string }>(ctx.db, S.claim(ctx.t), [
-      ctx.groupId, ctx.o.batchLimit, L.head, L.obs, token, tb.def, tb.min, tb.max, ctx.o.concurrency, ctx.o.recordMargin, rangeLeaseCap(ctx),
-      ctx.o.batchBytes,
-    ], { retried: false, recover: () => ownClaim(ctx, token) });
+    r = await queryRetry<ClaimRow>(ctx.db, S.claim(ctx.t), claimParams(ctx, token, L.head, L.obs, null), {
+      retried: false, recover: () => ownClaim(ctx, token),
+    });
     // No range with a non-idle observation means the fence could not prove the head yet: a
     // transaction of this stream's producers is still open (docs/poll-cycle.md#the-fence). They
     // are usually milliseconds from committing, so ask again a few times before giving up.
-    if (claimed(r) || wait >= FENCE_WAITS_MS.length || ctx.stop || aborted(ctx)) break;
+    if (claimed(r.rows) || wait >= FENCE_WAITS_MS.length || ctx.stop || aborted(ctx)) break;
     if (ctx.o.deadline !== undefined && ctx.o.deadline - now() < ctx.o.recordMargin + FENCE_WAITS_MS[wait]) break;
     await sleep(FENCE_WAITS_MS[wait]);
   }
-  if (!claimed(r)) {
+  if (!claimed(r.rows)) {
     ctx.fenceBlocked = true;
-    warnFenceHolders(ctx, r.rows.map((row) => ({ payload: JSON.parse(row.payload as string) as FenceRow["payload"] })));
-    return false;
+    warnFenceHolders(ctx, r.rows);
+    return null;
   }
+  return { token, sentAt, rows: r.rows };
+}
+
+/** Runs one claimed range and records it; answers the next range when the record claimed one. */
+async function runClaimed<T>(ctx: Ctx<T>, claim: Claim): Promise<Claim | null> {
   ctx.report.rangesClaimed++;
-  // The header row (low and high of the range) follows the messages; payloads come as JSON text,
-  // counted against batchBytes by the claim (docs/poll-cycle.md#the-byte-bound).
-  const first = r.rows[r.rows.length - 1];
-  if (ctx.sample) ctx.sample.full = big(first.high) - big(first.low) >= BigInt(ctx.o.batchLimit);
-  if (r.rows.length === 1) {
+  // The header row (low and high of the range, the lease's length) follows the messages; payloads
+  // come as JSON text, counted against batchBytes by the claim (docs/poll-cycle.md#the-byte-bound).
+  const rows = claim.rows;
+  const head = rows[rows.length - 1];
+  const low = head.low as string;
+  const high = head.high as string;
+  if (ctx.sample) ctx.sample.full = big(high) - big(low) >= BigInt(ctx.o.batchLimit);
+  if (rows.length === 1) {
     ctx.advance = true; // an empty range: no lease, the advance passes its ids
-    return true;
+    return null;
   }
-  const msgs = byId(r.rows.slice(0, -1));
+  const msgs = byId(rows.slice(0, -1));
   for (const m of msgs) m.payload = JSON.parse(m.payload as string);
-  // The same formula the function used, from this side's resolutions: never longer than the lease.
-  const leaseMs = rangeLeaseMs(ctx, msgs.map((m) => resolve(ctx, m).timeout));
   const t0 = ctx.sample ? now() : 0;
-  await runRange(ctx, { token, low: first.low, high: first.high, leaseMs, msgs }, sentAt);
+  const run = new RangeRun(ctx, { token: claim.token, low, high, leaseMs: head.lease_ms as number, msgs }, claim.sentAt);
+  await run.takeFirstKeys();
+  const failure = await run.dispatch();
   if (ctx.sample) ctx.sample.ms = now() - t0;
-  return true;
+  const next = await run.record(failure !== null, true);
+  if (failure) throw failure.e;
+  return next;
+}
+
+/** A drain's poll records a range with the next claim while it keeps finding full ranges, for a while. */
+export const STEADY_CHAIN_MS = 1_000;
+
+/**
+ * Whether the range just run (whole, without a failure) may be recorded together with the next
+ * claim: in a drain, after a full range, with no stop, abort or near deadline, and for at most
+ * STEADY_CHAIN_MS of the poll, after which the next poll's load looks at the group again
+ * (docs/poll-cycle.md#the-steady-state).
+ */
+function mayChain<T>(ctx: Ctx<T>): boolean {
+  if (ctx.state?.sizer === undefined || ctx.sample?.full !== true || ctx.stop || aborted(ctx)) return false;
+  if (now() >= ctx.chainUntil) return false;
+  return ctx.o.deadline === undefined || ctx.o.deadline - now() >= 2 * ctx.o.recordMargin;
+}
+
+/** The drain's sizer sees the range just run before the next is claimed (docs/poll-cycle.md#range-size-in-a-drain). */
+function nextRangeSize<T>(ctx: Ctx<T>): void {
+  const st = ctx.state;
+  if (st?.sizer === undefined || ctx.sample === undefined) return;
+  st.sizer.observe(ctx.sample);
+  ctx.o.batchLimit = st.sizer.size;
+  ctx.sample = st.sample = emptySample();
 }
 
 /**
  * Before a claim is repeated after a lost reply: if the first attempt committed, its lease is
- * there under this poll's token; answer as the claim would have (header row, then the range's
- * rows) instead of claiming a second range (docs/crash-recovery.md#unknown-commits).
+ * there under this poll's token; answer as the claim would have (the range's rows, then the
+ * header row with what is left of the lease) instead of claiming a second range
+ * (docs/crash-recovery.md#unknown-commits). A claim that also recorded the previous range
+ * committed that record with it.
  */
 async function ownClaim<T>(ctx: Ctx<T>, token: string): Promise<pg.QueryResult | null> {
-  const own = await queryRetry<{ low: string; high: string }>(ctx.db, S.leaseByToken(ctx.t), [ctx.groupId, token]);
+  const own = await queryRetry<{ low: string; high: string; left_ms: number }>(ctx.db, S.leaseByToken(ctx.t), [ctx.groupId, token]);
   if (own.rowCount === 0) return null;
-  const { low, high } = own.rows[0];
+  const { low, high, left_ms } = own.rows[0];
   const msgs = (await queryRetry<RawMessage>(ctx.db, S.readRange(ctx.t), [low, high])).rows;
-  const header = { low, high, id: null, message_key: null, compaction_rank: null, payload: null, options: null, created_at: null };
-  const rows = [...msgs.map((m) => ({ ...m, payload: JSON.stringify(m.payload), low: null, high: null })), header];
+  const header = { low, high, id: null, message_key: null, compaction_rank: null, payload: null, options: null, created_at: null, lease_ms: left_ms };
+  const rows = [...msgs.map((m) => ({ ...m, payload: JSON.stringify(m.payload), low: null, high: null, lease_ms: null })), header];
   return { command: "SELECT", rowCount: rows.length, oid: 0, fields: [], rows };
 }
 
 /** A claim's answer holds a range when its last row is the header (low set). */
-function claimed(r: pg.QueryResult<{ low: string | null }>): boolean {
-  return r.rows.length > 0 && r.rows[r.rows.length - 1].low !== null;
+function claimed(rows: { low: string | null }[]): boolean {
+  return rows.length > 0 && rows[rows.length - 1].low !== null;
 }
 
-interface FenceRow {
-  payload: { pid: number | null; age_ms: number | null; app: string | null; query: string | null };
-}
+type FenceHolder = { pid: number | null; age_ms: number | null; app: string | null; query: string | null };
 
 /** A producer transaction of this stream open longer than this is named when it holds a claim. */
 export const FENCE_WARN_MS = 2_000;
 
 /** SQL0043: names each backend of this stream's producers that has held the fence for long. */
-function warnFenceHolders<T>(ctx: Ctx<T>, rows: FenceRow[]): void {
-  for (const { payload: h } of rows) {
+function warnFenceHolders<T>(ctx: Ctx<T>, rows: ClaimRow[]): void {
+  for (const row of rows) {
+    if (row.options === null || row.id !== null || row.recorded != null) continue;
+    const h = JSON.parse(row.payload as string) as FenceHolder;
     if (h.age_ms !== null && h.age_ms < FENCE_WARN_MS) continue;
     const age = h.age_ms === null ? "unknown" : `${Math.round(h.age_ms / 100) / 10} s`;
     const who = h.pid === null ? "a prepared transaction" : `backend pid ${h.pid}`;
@@ -122,7 +206,7 @@ export async function reclaimPhase<T>(ctx: Ctx<T>): Promise<boolean> {
   // Decided once, so a repeat after a lost COMMIT reply can find this poll's own takeover.
   const token = randomUUID();
   let first: { token: string; low: string; high: string; released: boolean; quarantine: boolean } | null = null;
-  type Lease = { token: string; low: string; high: string; reclaims: number; released: boolean };
+  type Lease = { token: string; low: string; high: string; reclaims: number; released: boolean; left_ms?: number };
   const taken = await transactionRetry(db, async (c, attempt): Promise<{ range: TakenRange | "none" | "done"; lease?: Lease; reclaims?: number }> => {
     if (attempt > 0 && first !== null) {
       // docs/crash-recovery.md#unknown-commits: the first attempt may have committed unheard.
@@ -130,7 +214,8 @@ export async function reclaimPhase<T>(ctx: Ctx<T>): Promise<boolean> {
       if (own.rowCount !== 0) {
         const o = own.rows[0];
         const msgs = (await query<RawMessage>(db, c, S.readRangeIds(t), [o.low, o.high])).rows;
-        const leaseMs = rangeLeaseMs(ctx, msgs.map((m) => resolve(ctx, m).timeout));
+        // What is left of the lease by the database clock, counted from before the first attempt: never longer than it.
+        const leaseMs = o.left_ms as number;
         const lease = { token: first.token, low: o.low, high: o.high, reclaims: o.reclaims, released: first.released };
         return { range: { token, low: o.low, high: o.high, leaseMs, msgs }, lease, reclaims: o.reclaims };
       }
@@ -162,8 +247,11 @@ export async function reclaimPhase<T>(ctx: Ctx<T>): Promise<boolean> {
       ctx.advance = true;
       return { range: "done", lease, reclaims };
     }
-    const leaseMs = rangeLeaseMs(ctx, msgs.map((m) => resolve(ctx, m).timeout));
-    await query(db, c, S.takeOverRange(t), [ctx.groupId, lease.token, token, reclaims, leaseMs]);
+    const tmax = Math.max(...msgs.map((m) => resolve(ctx, m).timeout));
+    const over = await query<{ lease_ms: number }>(db, c, S.takeOverRange(t), [
+      ctx.groupId, lease.token, token, reclaims, tmax, msgs.length, ctx.o.concurrency, ctx.o.recordMargin, rangeLeaseCap(ctx),
+    ]);
+    const leaseMs = over.rows[0].lease_ms;
     return { range: { token, low: lease.low, high: lease.high, leaseMs, msgs }, lease, reclaims };
   });
   if (taken.range === "none") return false;
@@ -199,14 +287,6 @@ function rangeLeaseCap<T>(ctx: Ctx<T>): number | null {
   if (ctx.o.rangeLeaseBound === undefined) return cap;
   const bound = Math.max(ctx.o.rangeLeaseBound, ctx.g.defaults.timeout + ctx.o.recordMargin);
   return cap === null ? bound : Math.min(cap, bound);
-}
-
-/** docs/poll-cycle.md#the-range-lease: Tmax × ceil(n / c) + recordMargin, capped (rangeLeaseCap) like claim_N caps it. */
-function rangeLeaseMs<T>(ctx: Ctx<T>, timeouts: number[]): number {
-  const tmax = Math.max(...timeouts);
-  const lease = tmax * Math.ceil(timeouts.length / ctx.o.concurrency) + ctx.o.recordMargin;
-  const cap = rangeLeaseCap(ctx);
-  return Math.max(1, cap === null ? lease : Math.min(lease, cap));
 }
 
 const QUARANTINE_TEXT = "quarantined: range reclaimed too many times";
@@ -251,6 +331,14 @@ async function runRange<T>(ctx: Ctx<T>, range: TakenRange, sentAt: number): Prom
   const failure = await run.dispatch();
   await run.record(failure !== null);
   if (failure) throw failure.e;
+}
+
+/** The rows a record writes for a prefix of the range, and what the report counts of it. */
+interface RangeRows {
+  eq: unknown[];
+  dl: unknown[];
+  plans: [RangeMessage, Plan][];
+  plainSuccesses: number;
 }
 
 type KeyState = { held: boolean; expiry: number; result: KeyTake };
@@ -453,9 +541,11 @@ class RangeRun<T> {
   /**
    * docs/poll-cycle.md#recording-a-range: the contiguous prefix of messages with an outcome is
    * recorded; the rest is released at once. An abandoned run's key lease is renewed, then
-   * released when the run settles (abandoned.ts), so it is not released here.
+   * released when the run settles (abandoned.ts), so it is not released here. With `chain`, a
+   * range run whole is recorded by the statement that claims the next one, when mayChain allows;
+   * that next range is the answer (docs/poll-cycle.md#the-steady-state).
    */
-  async record(failed: boolean): Promise<void> {
+  async record(failed: boolean, chain = false): Promise<Claim | null> {
     const { ctx, range, msgs, outcomes } = this;
     const { db, t } = ctx;
     if (this.abandonedKeys.size > 0) this.keyLeases = this.keyLeases.filter((l) => !this.abandonedKeys.has(l.k));
@@ -463,7 +553,7 @@ class RangeRun<T> {
     if (this.lost) {
       lostLease(ctx, `range (${range.low}, ${range.high}]`);
       if (keys) await queryRetry(db, S.recordRange(t), [ctx.groupId, randomUUID(), null, null, "[]", "[]", keys]);
-      return;
+      return null;
     }
     const firstOpen = msgs.find((m) => !outcomes.has(m.id));
     const keepFrom = firstOpen ? (big(firstOpen.id) - 1n).toString() : null;
@@ -472,19 +562,70 @@ class RangeRun<T> {
       if (!failed) logNotStarted(ctx, msgs.filter((m) => !outcomes.has(m.id)).length);
     }
     const rows = this.rowsOf(firstOpen ? msgs.filter((m) => big(m.id) < big(firstOpen.id)) : msgs);
+    const eq = rows.eq.length ? JSON.stringify(rows.eq) : null;
+    const dl = rows.dl.length ? JSON.stringify(rows.dl) : null;
+    if (chain && !failed && !firstOpen && mayChain(ctx)) return this.recordAndClaim(rows, { token: range.token, eq, dl, keys });
     const newToken = firstOpen ? randomUUID() : null;
     const retry: RetryState = { retried: false };
-    const r = await queryRetry<{ committed: string | null }>(db, S.recordRange(t), [
-      ctx.groupId, range.token, keepFrom, newToken,
-      rows.eq.length ? JSON.stringify(rows.eq) : null, rows.dl.length ? JSON.stringify(rows.dl) : null, keys,
-    ], retry);
+    const r = await queryRetry<{ committed: string | null }>(db, S.recordRange(t), [ctx.groupId, range.token, keepFrom, newToken, eq, dl, keys], retry);
     const committed = r.rows[0].committed;
     if (committed === null) {
-      const mine = retry.retried ? await ownRecord(ctx, range, newToken, this.leaseExpiry) : "lost";
-      if (mine === "lost") lostLease(ctx, `range (${range.low}, ${range.high}]`);
-      if (mine !== "mine") return;
-      ctx.advance = true; // recorded by the attempt whose reply was lost: the advance reports the cursor
+      if (!(await this.ownLost(retry, newToken))) return null;
     } else ctx.report.committedAfter = committed;
+    this.count(rows);
+    return null;
+  }
+
+  /**
+   * The record of the whole range and the next claim in one statement, one transaction
+   * (docs/poll-cycle.md#the-steady-state). Its first row says whether the range was recorded and,
+   * if so, what the load would say: anything to reclaim, expire or reserve, or a pause, and no
+   * range was claimed; the exception phase of this poll (or the next poll's load) sees to it.
+   */
+  private async recordAndClaim(rows: RangeRows, rec: RecordArgs): Promise<Claim | null> {
+    const { ctx } = this;
+    nextRangeSize(ctx);
+    const token = randomUUID();
+    const sentAt = now();
+    const retry: RetryState = { retried: false, recover: () => ownClaim(ctx, token) };
+    const r = await queryRetry<ClaimRow>(ctx.db, S.claim(ctx.t), claimParams(ctx, token, null, null, rec), retry);
+    const first = r.rows[0];
+    if (typeof first.recorded !== "boolean") {
+      // The recovery found the lease the lost attempt took: it committed, and the record with it.
+      ctx.advance = true;
+      this.count(rows);
+      return { token, sentAt, rows: r.rows };
+    }
+    if (!first.recorded) {
+      if (await this.ownLost(retry, null)) this.count(rows);
+      return null;
+    }
+    ctx.report.committedAfter = first.committed as string;
+    this.count(rows);
+    if (first.expirable) ctx.expirable = true;
+    if (first.reservable) ctx.reservable = true;
+    const rest = r.rows.slice(1);
+    if (claimed(rest)) return { token, sentAt, rows: rest };
+    if (rest.length > 0) warnFenceHolders(ctx, rest);
+    return null;
+  }
+
+  /**
+   * The record found no lease under the range's token: lost, or recorded by an attempt whose
+   * reply was lost (ownRecord). True when the record is ours (the advance reports the cursor).
+   */
+  private async ownLost(retry: RetryState, newToken: string | null): Promise<boolean> {
+    const { ctx, range } = this;
+    const mine = retry.retried ? await ownRecord(ctx, range, newToken, this.leaseExpiry) : "lost";
+    if (mine === "lost") lostLease(ctx, `range (${range.low}, ${range.high}]`);
+    if (mine !== "mine") return false;
+    ctx.advance = true;
+    return true;
+  }
+
+  /** The report's counters of a recorded prefix. */
+  private count(rows: RangeRows): void {
+    const { ctx } = this;
     ctx.report.succeeded += rows.plainSuccesses;
     for (const [m, p] of rows.plans) {
       ctx.report[p.counter]++;
@@ -493,7 +634,7 @@ class RangeRun<T> {
   }
 
   /** The exception and delivery-log rows of the recorded prefix; plain successes write none. */
-  private rowsOf(recorded: RangeMessage[]) {
+  private rowsOf(recorded: RangeMessage[]): RangeRows {
     const { ctx } = this;
     const eq: unknown[] = [];
     const dl: unknown[] = [];

@@ -39,18 +39,9 @@ function build(q: string, n: string): Tables {
   };
 }
 
-/** The target of the committed cursor for group g (docs/poll-cycle.md#cursor-advance), as an expression. */
-function targetExpr(t: Tables, g: string, cur: string): string {
-  return `LEAST(${cur}.claimed,
-      (SELECT min(l.low) FROM ${t.cl} l WHERE l.consumer_group_id = ${g}),
-      (SELECT min(e.message_id) - 1 FROM ${t.eq} e
-        WHERE e.consumer_group_id = ${g} AND e.message_id > ${cur}.committed
-          AND e.status IN ('ready', 'inflight', 'deferred')))`;
-}
-
 /**
  * Statement 1 of a poll (docs/poll-cycle.md#load), autocommit and read-only: the group row and its
- * config, the cursor, the head, what work exists, the cursor target, and the observation id
+ * config, the cursor, the head, what work exists, the cursor target (cursor_target_N), and the observation id
  * (allocated only when the range phase is not idle and the group is not paused).
  * $1 stream id, $2 group name.
  */
@@ -65,7 +56,7 @@ export function load(q: string, t: Tables): string {
        EXISTS (SELECT 1 FROM ${t.eq} e WHERE e.consumer_group_id = g.id
                   AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
                   AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now())) AS reservable,
-       ${targetExpr(t, "g.id", "c")}::text AS target,
+       ${t.fn("cursor_target")}(g.id)::text AS target,
        (CASE WHEN g.paused OR c.consumer_group_id IS NULL
                   OR (h.head <= c.settled_head AND c.pending_head <= c.settled_head AND c.claimed = c.settled_head)
              THEN '0'::xid8 ELSE pg_current_xact_id() END)::text AS obs
@@ -80,10 +71,19 @@ export function advance(t: Tables): string {
   return `SELECT ${t.fn("advance")}($1)::text AS committed`;
 }
 
+/**
+ * The fresh claim (docs/poll-cycle.md#the-fence), optionally after recording the previous range in
+ * the same transaction (docs/poll-cycle.md#the-steady-state): $1 group, $2 batchLimit, $3 head,
+ * $4 observation, $5 token, $6..$8 timeout default/min/max, $9 concurrency, $10 recordMargin,
+ * $11 cap ms (or NULL), $12 batchBytes; $13 the previous range's token (NULL: claim only), $14 its
+ * exception rows, $15 its delivery-log rows, $16 its key leases (JSON arrays, as recordRange).
+ */
 export function claim(t: Tables): string {
   return `SELECT r_low::text AS low, r_high::text AS high, id::text AS id, message_key,
-                 compaction_rank::text AS compaction_rank, payload, options, created_ms AS created_at
-            FROM ${t.fn("claim")}($1, $2, $3, $4::xid8, $5, $6, $7, $8, $9, $10, $11, $12)`;
+                 compaction_rank::text AS compaction_rank, payload, options, created_ms AS created_at,
+                 lease_ms::float8 AS lease_ms, recorded, committed::text AS committed, paused,
+                 reclaimable, expirable, reservable
+            FROM ${t.fn("claim")}($1, $2, $3, $4::xid8, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15::jsonb, $16::jsonb)`;
 }
 
 export function recordRange(t: Tables): string {
@@ -131,9 +131,14 @@ export function readRange(t: Tables): string {
            ORDER BY m.id`;
 }
 
-/** A range lease of the group by its token (finding a poll's own work after a lost reply). */
+/**
+ * A range lease of the group by its token (finding a poll's own work after a lost reply), with the
+ * milliseconds left of it by the database clock.
+ */
 export function leaseByToken(t: Tables): string {
-  return `SELECT low::text, high::text, reclaims, released FROM ${t.cl} WHERE consumer_group_id = $1 AND token = $2`;
+  return `SELECT low::text, high::text, reclaims, released,
+                 GREATEST(0, date_part('epoch', expires_at - now()) * 1000)::float8 AS left_ms
+            FROM ${t.cl} WHERE consumer_group_id = $1 AND token = $2`;
 }
 
 /** The ids (and what the lease and quarantine need) of (low, high], without payloads. */
@@ -146,10 +151,17 @@ export function readRangeIds(t: Tables): string {
            ORDER BY m.id`;
 }
 
+/**
+ * Takes an expired range over under a new token: $1 group, $2 old token, $3 new token, $4 reclaims,
+ * and the lease (lease_ms_N, docs/poll-cycle.md#the-range-lease) from $5 Tmax, $6 n, $7 concurrency,
+ * $8 recordMargin, $9 cap ms (or NULL). Returns the lease's length.
+ */
 export function takeOverRange(t: Tables): string {
-  return `UPDATE ${t.cl} SET token = $3, reclaims = $4, released = false,
-                 expires_at = now() + $5 * interval '1 millisecond'
-           WHERE consumer_group_id = $1 AND token = $2`;
+  return `UPDATE ${t.cl} l SET token = $3, reclaims = $4, released = false,
+                 expires_at = now() + x.ms * interval '1 millisecond'
+            FROM (SELECT ${t.fn("lease_ms")}($5::bigint, $6::bigint, $7::integer, $8::bigint, $9::bigint) AS ms) x
+           WHERE l.consumer_group_id = $1 AND l.token = $2
+       RETURNING x.ms::float8 AS lease_ms`;
 }
 
 export function deleteRange(t: Tables): string {
@@ -225,9 +237,7 @@ export function reserve(t: Tables): string {
         FROM cand) x
      WHERE x.rn = 1 OR x.concurrency = 'parallel' OR x.message_key IS NULL
   ), len AS (
-    SELECT GREATEST(1, LEAST(
-             max(LEAST(GREATEST(COALESCE((m.options->>'timeout')::bigint, $3), $4), $5)) * ceil(count(*)::numeric / $6)::bigint + $7,
-             COALESCE($8, 9223372036854775807))) AS ms
+    SELECT ${t.fn("lease_ms")}(max(LEAST(GREATEST(COALESCE((m.options->>'timeout')::bigint, $3), $4), $5)), count(*), $6, $7, $8) AS ms
       FROM pick p JOIN ${t.ml} m ON m.id = p.message_id
   )
   UPDATE ${t.eq} e
