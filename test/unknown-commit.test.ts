@@ -55,6 +55,27 @@ describe("unknown commits: claim, reclaim and record are idempotent per lease to
     });
   });
 
+  it("a drain's record + next claim reply lost (the steady state): the retry finds its claimed range, reports the record, runs each message once", async () => {
+    await withProxy(async (proxy, t) => {
+      const { s, g, sid, gid } = await setupGroup(t, "uc.steady");
+      const ids = [...(await produceFive(s)), ...(await produceFive(s))];
+      const seen: string[] = [];
+      let claims = 0;
+      // The second claim statement is the one that records (0, 5] and claims (5, 10].
+      const lost = lose(proxy, (sql) => sql.includes(`claim_${sid}(`) && ++claims === 2);
+      const r = await g.drain((m) => void seen.push(m.id), { batchLimit: 5 });
+      expect(lost.fired()).toBe(true);
+      expect(seen).toEqual(ids);
+      expect(r.succeeded).toBe(10);
+      expect(r.rangesClaimed).toBe(2);
+      expect(r.rangesReclaimed).toBe(0);
+      expect(r.leaseLost).toBe(0);
+      expect(t.events.filter((e) => e.code === "SQL0034" || e.code === "SQL0044")).toEqual([]);
+      expect(await count(t, `claim_lease_${sid}`)).toBe(0);
+      expect((await cursor(t, sid, gid)).committed).toBe("10");
+    });
+  });
+
   it("a partial record's reply lost: the rest stays released under the new token and runs once more, nothing else", async () => {
     await withProxy(async (proxy, t) => {
       const { s, g, sid, gid } = await setupGroup(t, "uc.partial");

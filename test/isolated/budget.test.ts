@@ -1,6 +1,7 @@
-// Structural budgets of ARCHITECTURE.md, counted (never timed): a range costs one round trip to
-// claim and one to record and advance; a caught-up poll is one read-only statement; the happy
-// path writes no per-message row.
+// Structural budgets of ARCHITECTURE.md, counted (never timed): a poll's range costs one round trip
+// to claim and one to record and advance; in a drain's steady state a full range costs one round
+// trip that records it and claims the next (docs/poll-cycle.md#the-steady-state); a caught-up poll
+// is one read-only statement; the happy path writes no per-message row.
 import { describe, expect, it } from "vitest";
 import { useFreshDatabase } from "../support/db.js";
 import { count, cursor, groupIdOf, streamIdOf, testClient } from "../support/streams.js";
@@ -44,5 +45,35 @@ describe("round-trip budgets", () => {
     expect(t.statements[0].trim().startsWith("SELECT")).toBe(true);
     expect(await cursor(t, n, gid)).toEqual(before);
     expect(await t.sql(`SELECT updated_at FROM sqlstreams.consumer_group_cursor_${n}`)).toEqual(stamp);
+  });
+
+  it("drain steady state: full ranges cost one statement each (record + next claim), then one caught-up read", async () => {
+    const t = testClient(url());
+    await t.client.migrate();
+    const s = t.client.stream("steady");
+    await s.register();
+    const g = s.consumer("g");
+    await g.register();
+    const n = await streamIdOf(t, "steady");
+    await s.produce({ warm: true });
+    await g.drain(() => {}); // warms the client's stream cache
+    await s.produceBatch(Array.from({ length: 300 }, (_, i) => ({ payload: { i } })));
+
+    t.statements.length = 0;
+    const seen: number[] = [];
+    const r = await g.drain((m) => {
+      seen.push((m.payload as { i: number }).i);
+    }, { batchLimit: 100 });
+    expect(seen).toEqual(Array.from({ length: 300 }, (_, i) => i));
+    expect(r.succeeded).toBe(300);
+    expect(r.rangesClaimed).toBe(3);
+    // load, claim (0, 100], record + claim × 3 (the third finds nothing: caught up), caught-up load.
+    const kinds = t.statements.map((q) => (q.includes(`claim_${n}(`) ? "claim" : q.includes("consumer_group_config g") ? "load" : q));
+    expect(kinds).toEqual(["load", "claim", "claim", "claim", "claim", "load"]);
+    expect(t.statements.filter((q) => q.includes(`record_range_${n}(`))).toHaveLength(0);
+    expect(await count(t, `claim_lease_${n}`)).toBe(0);
+    expect(await count(t, `exception_queue_${n}`)).toBe(0);
+    const c = await t.sql(`SELECT committed::int AS committed FROM sqlstreams.consumer_group_cursor_${n}`);
+    expect(c).toEqual([{ committed: 301 }]);
   });
 });
