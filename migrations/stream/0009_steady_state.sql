@@ -17,7 +17,9 @@ $fn$;
 -- The committed cursor's target for a group (docs/poll-cycle.md#cursor-advance):
 -- LEAST(claimed, lowest low of its range leases, lowest unresolved exception row − 1), NULLs
 -- ignored, rows at or below committed (which only redrive() creates) not counted. STABLE, so it
--- reads with the snapshot of the statement that calls it (the load, advance_N's read).
+-- reads with the snapshot of the statement that calls it (the load, advance_N's read). plpgsql,
+-- which keeps its plan per session: a SQL function with subqueries is not inlined, and would be
+-- planned again at every call.
 CREATE OR REPLACE FUNCTION {{schema}}.cursor_target_{{N}}(p_group BIGINT)
 RETURNS BIGINT
 LANGUAGE plpgsql STABLE AS $fn$

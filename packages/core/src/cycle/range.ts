@@ -476,7 +476,10 @@ class RangeRun<T> {
         this.ctx.stop = true;
         return;
       }
-      const outcome = (await this.keyOutcome(m, unit)) ?? (await this.runMember(m));
+      // Unkeyed members and handlers that return synchronously cost no await (the hot path).
+      const held = keyed(m) ? await this.keyOutcome(m, unit) : null;
+      let outcome = held ?? this.runMember(m);
+      if (outcome instanceof Promise) outcome = await outcome;
       this.outcomes.set(m.id, outcome);
       if (outcome.kind === "success" || outcome.kind === "superseded") continue;
       const p = plan(outcome, 0, 0, m.resolved, this.ctx.g.exceptionInitialBackoff, this.ctx.mode);
@@ -523,14 +526,20 @@ class RangeRun<T> {
   }
 
   /** Runs the handler of one member (first delivery, attempt 0). */
-  private async runMember(m: RangeMessage): Promise<RunOutcome> {
+  private runMember(m: RangeMessage): RunOutcome | Promise<RunOutcome> {
     const { ctx } = this;
     ctx.report.started++;
-    const sample = ctx.sample;
-    const t0 = sample ? now() : 0;
+    const t0 = ctx.sample ? now() : 0;
     const w = watchRun(ctx, keyed(m) ? m.message_key : null, this.keyToken, m.id, m.resolved.timeout);
-    const outcome = await runHandler(ctx.handler, message(ctx, m, 0, 0), m.resolved.timeout, w.onAbandon);
+    const outcome = runHandler(ctx.handler, message(ctx, m, 0, 0), m.resolved.timeout, w.onAbandon);
+    if (outcome instanceof Promise) return outcome.then((o) => this.ran(m, w, t0, o));
+    return this.ran(m, w, t0, outcome);
+  }
+
+  /** After a member's run: its key if the run was abandoned, the drain's sample. */
+  private ran(m: RangeMessage, w: { abandoned: boolean }, t0: number, outcome: RunOutcome): RunOutcome {
     if (w.abandoned) this.abandonedKeys.add(m.message_key as string);
+    const sample = this.ctx.sample;
     if (sample) {
       sample.ran++;
       sample.slowest = Math.max(sample.slowest, (now() - t0) / m.resolved.timeout);
