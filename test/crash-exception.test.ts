@@ -128,7 +128,7 @@ describe("exception-row leases across a crash", () => {
     const { n, gid } = await failedRows(t, "start.retry", 1, { message: { timeout: 200 } });
     const token = "6f1d7a56-0d57-4b52-9d58-9a3c7f0e2a11";
     await t.sql(`UPDATE ${S}.exception_queue_${n} SET lease_token = $1, lease_expires_at = now() + interval '10 seconds'`, [token]);
-    const start = () => t.sql<{ r: string }>(`SELECT ${S}.start_exception_${n}($1, 1, $2, NULL, 2200, true) AS r`, [gid, token]);
+    const start = () => t.sql<{ r: string }>(`SELECT kind AS r FROM ${S}.start_exceptions_${n}($1, $2, '[{"id": 1, "key_token": null, "run_ms": 2200}]')`, [gid, token]);
     expect(await start()).toEqual([{ r: "started" }]);
     const [first] = await eqRows(t, n, gid);
     // The statement is sent again (the reply to the first was lost): same answer, nothing changes.
@@ -137,7 +137,7 @@ describe("exception-row leases across a crash", () => {
     expect(again).toEqual(first);
     expect(again).toMatchObject({ status: "inflight", attempts: 1, lease_token: token });
     // Any other token still finds nothing to start.
-    expect(await t.sql(`SELECT ${S}.start_exception_${n}($1, 1, gen_random_uuid(), NULL, 2200, true) AS r`, [gid])).toEqual([{ r: "lost" }]);
+    expect(await t.sql(`SELECT kind AS r FROM ${S}.start_exceptions_${n}($1, gen_random_uuid(), '[{"id": 1, "key_token": null, "run_ms": 2200}]')`, [gid])).toEqual([{ r: "lost" }]);
   });
 
   it("C13: the kill backstop makes an expired run dead when its budget is spent; with a delay in the budget it is charged instead", async () => {

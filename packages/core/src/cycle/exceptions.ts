@@ -1,14 +1,16 @@
 // The exception phase of a poll (docs/poll-cycle.md#the-exception-phase): charge or kill expired runs, reserve due rows, start
-// each under its own lease, run it, record its outcome, release what did not start.
+// each under its own lease, run it, record its outcome, release what did not start. Starts and
+// outcomes travel in batches (docs/poll-cycle.md#batched-starts-and-records).
 import { randomUUID } from "node:crypto";
 import { type MessageOptions, resolveMessage, timeoutBounds } from "../config.js";
 import { query, queryRetry, transactionRetry } from "../db.js";
 import * as S from "../sql/cycle.js";
-import { decodeExceptionRecord, decodeExceptionStart } from "../sql/results.js";
+import { type ExceptionRecord, type ExceptionStart, deferredReason } from "../sql/results.js";
 import { type Ctx, type RawMessage, big, leaseCap, logDead, logNotStarted, lostLease, mayStart, message, resolve } from "./context.js";
-import { plan, planExpired } from "./plan.js";
+import { type Plan, type RunOutcome, plan, planExpired } from "./plan.js";
 import { runHandler } from "./run.js";
 import { keyAbandoned, watchRun } from "./abandoned.js";
+import { ExceptionSteps, type OutcomeWrite } from "./exception-steps.js";
 
 // ---------------------------------------------------------------------------------------------
 // Exception phase
@@ -54,7 +56,7 @@ interface ReservedRow extends RawMessage {
   delays: number;
 }
 
-/** docs/poll-cycle.md#the-exception-phase: reserve due rows, start each under its own lease, run, record, release the rest. */
+/** docs/poll-cycle.md#the-exception-phase: reserve due rows, start them under their own leases, run, record, release the rest. */
 export async function exceptionPhase<T>(ctx: Ctx<T>): Promise<boolean> {
   const { db, t, o } = ctx;
   const tb = timeoutBounds(ctx.g);
@@ -66,74 +68,112 @@ export async function exceptionPhase<T>(ctx: Ctx<T>): Promise<boolean> {
     .map((r) => ({ ...r, id: r.message_id }))
     .sort((a, b) => (big(a.id) < big(b.id) ? -1 : 1));
   if (rows.length === 0) return false;
-  let unstarted = 0;
-  let skipped = 0;
-  let next = 0;
-  const runRow = async (row: ReservedRow & { id: string }) => {
-    const resolved = resolve(ctx, row);
-    if (!mayStart(ctx, resolved.timeout)) {
-      unstarted++;
-      return;
+  await new ExceptionRun(ctx, token, rows).run();
+  return true;
+}
+
+type Row = ReservedRow & { id: string };
+
+/** One reservation batch of the exception phase: its rows, the batched round trips, what became of them. */
+class ExceptionRun<T> {
+  private next = 0;
+  private unstarted = 0;
+  private skipped = 0;
+  private failure: { e: unknown } | null = null;
+  private readonly steps: ExceptionSteps<T>;
+  /** Outcomes sent but not answered yet; each settles (never rejects) once its answer was handled. */
+  private readonly recording: Promise<void>[] = [];
+
+  constructor(
+    private readonly ctx: Ctx<T>,
+    private readonly token: string,
+    private readonly rows: Row[],
+  ) {
+    this.steps = new ExceptionSteps(ctx, token);
+  }
+
+  async run(): Promise<void> {
+    const { ctx, rows } = this;
+    await Promise.all(Array.from({ length: Math.min(ctx.o.concurrency, rows.length) }, () => this.worker()));
+    await Promise.all(this.recording);
+    if (this.failure) {
+      // Best effort: rows left reserved become selectable when the reservation expires, uncharged.
+      await queryRetry(ctx.db, S.releaseReservations(ctx.t), [ctx.groupId, this.token]).catch(() => {});
+      throw this.failure.e;
     }
+    if (this.unstarted > 0) logNotStarted(ctx, this.unstarted);
+    if (this.unstarted + this.skipped > 0) await queryRetry(ctx.db, S.releaseReservations(ctx.t), [ctx.groupId, this.token]);
+  }
+
+  // A database error in one row stops new starts; running rows finish and record, the unstarted
+  // reservations are released, then the error is thrown (docs/crash-recovery.md#database-errors-inside-a-poll).
+  private fail(e: unknown): void {
+    this.failure ??= { e };
+    this.ctx.stop = true;
+  }
+
+  private async worker(): Promise<void> {
+    while (this.next < this.rows.length) {
+      try {
+        await this.runRow(this.rows[this.next++]);
+      } catch (e) {
+        this.fail(e);
+      }
+    }
+  }
+
+  private async runRow(row: Row): Promise<void> {
+    const { ctx } = this;
+    const resolved = resolve(ctx, row);
+    if (!mayStart(ctx, resolved.timeout)) return void this.unstarted++;
     const keyed = row.concurrency !== "parallel" && row.message_key !== null;
     // An abandoned run of the key, still running here, keeps it (docs/ordering.md#key-leases).
-    if (keyed && keyAbandoned(ctx, row.message_key as string)) return void skipped++;
+    if (keyed && keyAbandoned(ctx, row.message_key as string)) return void this.skipped++;
     const keyToken = keyed ? randomUUID() : null;
     const cap = leaseCap(ctx);
-    const runMs = cap === null ? resolved.timeout + o.recordMargin : Math.min(resolved.timeout + o.recordMargin, cap);
-    const s = decodeExceptionStart(
-      (await queryRetry<{ result: string }>(db, S.startException(t), [ctx.groupId, row.id, token, keyToken, runMs, ctx.mode !== "off"])).rows[0].result,
-    );
-    if (s.kind === "lost") {
-      lostLease(ctx, `exception row ${row.id}`);
-      return;
-    }
+    const runMs = cap === null ? resolved.timeout + ctx.o.recordMargin : Math.min(resolved.timeout + ctx.o.recordMargin, cap);
+    const s = await this.steps.start({ id: row.id, key_token: keyToken, run_ms: runMs });
+    if (s.kind === "lost") return lostLease(ctx, `exception row ${row.id}`);
     ctx.advance = true;
-    if (s.kind === "superseded" || s.kind === "deferred") {
-      ctx.report[s.kind]++;
-      return;
+    if (s.kind !== "started") {
+      // Resolved at start, nothing written yet: recorded under the reservation token like an outcome.
+      return this.record(row, plan(resolvedAtStart(s), row.attempts, row.delays, resolved, ctx.g.exceptionInitialBackoff, ctx.mode), null);
     }
     ctx.report.started++;
     const w = watchRun(ctx, keyed ? row.message_key : null, keyToken, row.id, resolved.timeout);
     const outcome = await runHandler(ctx.handler, message(ctx, row, row.attempts, row.delays), resolved.timeout, w.onAbandon);
     const p = plan(outcome, row.attempts, row.delays, resolved, ctx.g.exceptionInitialBackoff, ctx.mode);
-    const rec = decodeExceptionRecord((await queryRetry<{ result: number }>(db, S.recordException(t), [
-      // An abandoned run's key lease is not released here but when the run settles.
-      ctx.groupId, row.id, token, row.message_key, w.abandoned ? null : keyToken, p.row.status === "delete" ? "deleted" : p.row.status,
-      p.row.attempts, p.row.delays, p.row.runAfterMs, p.row.lastError,
-      p.log?.status ?? null, p.log?.attempt ?? null, p.log?.error ?? null,
-    ])).rows[0].result);
-    if (rec.kind === "lost") {
-      lostLease(ctx, `exception row ${row.id}`);
-      return;
-    }
+    // An abandoned run's key lease is not released here but when the run settles.
+    this.record(row, p, w.abandoned ? null : keyToken);
+  }
+
+  /** Queues the outcome; the worker goes on to its next row meanwhile. */
+  private record(row: Row, p: Plan, keyToken: string | null): void {
+    this.recording.push(this.steps.record(outcomeWrite(row, p, keyToken)).then(
+      (rec) => this.recorded(row, p, rec),
+      (e: unknown) => this.fail(e),
+    ));
+  }
+
+  private recorded(row: Row, p: Plan, rec: ExceptionRecord): void {
+    const { ctx } = this;
+    if (rec.kind === "lost") return lostLease(ctx, `exception row ${row.id}`);
     if (rec.keyTakenOver) {
-      db.events.emit({ level: "warn", code: "SQL0034", message: `key lease of message ${row.id} expired during its run and was taken over`, stream: ctx.stream, group: ctx.group, messageId: row.id });
+      ctx.db.events.emit({ level: "warn", code: "SQL0034", message: `key lease of message ${row.id} expired during its run and was taken over`, stream: ctx.stream, group: ctx.group, messageId: row.id });
     }
     ctx.report[p.counter]++;
     if (p.row.status === "dead") logDead(ctx, row.id, p.row.lastError);
-  };
-  // A database error in one row stops new starts; running rows finish and record, the unstarted
-  // reservations are released, then the error is thrown (docs/crash-recovery.md#database-errors-inside-a-poll).
-  let failure = null as { e: unknown } | null;
-  const worker = async () => {
-    while (next < rows.length) {
-      try {
-        await runRow(rows[next++]);
-      } catch (e) {
-        failure ??= { e };
-        ctx.stop = true;
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(o.concurrency, rows.length) }, worker));
-  if (failure) {
-    // Best effort: rows left reserved become selectable when the reservation expires, uncharged.
-    await queryRetry(db, S.releaseReservations(t), [ctx.groupId, token]).catch(() => {});
-    throw failure.e;
   }
-  if (unstarted > 0) logNotStarted(ctx, unstarted);
-  if (unstarted + skipped > 0) await queryRetry(db, S.releaseReservations(t), [ctx.groupId, token]);
-  return true;
 }
 
+function resolvedAtStart(s: Exclude<ExceptionStart, { kind: "started" } | { kind: "lost" }>): RunOutcome {
+  return s.kind === "superseded" ? s : { kind: "deferred", reason: deferredReason(s.blocked) };
+}
+
+function outcomeWrite(row: Row, p: Plan, keyToken: string | null): OutcomeWrite {
+  return {
+    id: row.id, key: row.message_key, key_token: keyToken, status: p.row.status === "delete" ? "deleted" : p.row.status,
+    attempts: p.row.attempts, delays: p.row.delays, run_after_ms: p.row.runAfterMs, last_error: p.row.lastError,
+    dl_status: p.log?.status ?? null, dl_attempt: p.log?.attempt ?? null, dl_error: p.log?.error ?? null,
+  };
+}

@@ -248,12 +248,14 @@ export function reserve(t: Tables): string {
             m.payload, m.options, m.compaction_rank::text AS compaction_rank, m.created_at`;
 }
 
-export function startException(t: Tables): string {
-  return `SELECT ${t.fn("start_exception")}($1, $2, $3, $4, $5, $6) AS result`;
-}
-
-export function recordException(t: Tables): string {
-  return `SELECT ${t.fn("record_exception")}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) AS result`;
+/**
+ * One round trip of the exception phase (docs/poll-cycle.md#the-exception-phase): records the
+ * outcomes $3 and starts the reserved rows $4 (JSON arrays, see 0008_exception_batches.sql), all
+ * under the reservation token $2, in one transaction. $1 group. Decoded by decodeExceptionStep.
+ */
+export function exceptionStep(t: Tables): string {
+  return `SELECT step, message_id::text AS message_id, kind, reason, ref::text AS ref
+            FROM ${t.fn("exception_step")}($1, $2, $3::jsonb, $4::jsonb)`;
 }
 
 export function releaseReservations(t: Tables): string {

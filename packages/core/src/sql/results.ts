@@ -34,31 +34,68 @@ export function decodeKeyTakes(keys: readonly string[], refused: readonly KeyRef
   return out;
 }
 
-/** The reason a range member whose key could not be taken is deferred with (delivery_log and last_error). */
-export function deferredReason(k: Exclude<KeyTake, { kind: "taken" } | { kind: "superseded" }>): string {
+/** Why a key could not be taken (take_key_N / take_keys_N, or a batch start). */
+export type KeyBlocked = Extract<KeyTake, { kind: "busy" } | { kind: "pred" }>;
+
+/**
+ * The reason a message whose key could not be taken is deferred with (delivery_log and
+ * last_error), on the range path and the exception path alike: the one place this text is made
+ * (docs/exception-lifecycle.md#delivery-log).
+ */
+export function deferredReason(k: KeyBlocked): string {
   return k.kind === "busy" ? "deferred: key busy" : `deferred: ordered predecessor ${k.id} unresolved`;
 }
 
-/** start_exception_N: started, lost (reservation gone), or resolved at start. */
+/** start_exceptions_N, per row: started, lost (reservation gone), or resolved at start (nothing written yet). */
 export type ExceptionStart =
   | { kind: "started" }
   | { kind: "lost" }
   | { kind: "superseded"; head: string }
-  | { kind: "deferred"; reason: string };
+  | { kind: "deferred"; blocked: KeyBlocked };
 
-export function decodeExceptionStart(r: string): ExceptionStart {
-  if (r === "started") return { kind: "started" };
-  if (r === "lost") return { kind: "lost" };
-  if (r.startsWith("superseded:")) return { kind: "superseded", head: r.slice("superseded:".length) };
-  if (r.startsWith("deferred:")) return { kind: "deferred", reason: r.slice("deferred:".length) };
+/** record_exceptions_N, per row: lost (nothing written), or recorded (the run's key lease maybe taken over meanwhile). */
+export type ExceptionRecord = { kind: "lost" } | { kind: "recorded"; keyTakenOver: boolean };
+
+/** One result row of exception_step_N (migrations/stream/0008_exception_batches.sql). */
+export interface ExceptionStepRow {
+  step: string;
+  message_id: string;
+  kind: string;
+  reason: string | null;
+  ref: string | null;
+}
+
+export interface ExceptionStep {
+  starts: Map<string, ExceptionStart>;
+  records: Map<string, ExceptionRecord>;
+}
+
+function decodeStart(r: ExceptionStepRow): ExceptionStart {
+  switch (r.kind) {
+    case "started":
+    case "lost":
+      return { kind: r.kind };
+    case "superseded":
+      return { kind: "superseded", head: r.ref ?? "none" };
+    case "deferred":
+      if (r.reason === "busy") return { kind: "deferred", blocked: { kind: "busy" } };
+      if (r.reason === "pred" && r.ref !== null) return { kind: "deferred", blocked: { kind: "pred", id: r.ref } };
+  }
   throw new Error(`unexpected exception start result ${JSON.stringify(r)}`);
 }
 
-/** record_exception_N: 0 lost, 1 recorded, 2 recorded but the run's key lease had been taken over. */
-export type ExceptionRecord = { kind: "lost" } | { kind: "recorded"; keyTakenOver: boolean };
+function decodeRecord(r: ExceptionStepRow): ExceptionRecord {
+  if (r.kind === "lost") return { kind: "lost" };
+  if (r.kind === "recorded" || r.kind === "key_taken_over") return { kind: "recorded", keyTakenOver: r.kind === "key_taken_over" };
+  throw new Error(`unexpected exception record result ${JSON.stringify(r)}`);
+}
 
-export function decodeExceptionRecord(r: number): ExceptionRecord {
-  if (r === 0) return { kind: "lost" };
-  if (r === 1 || r === 2) return { kind: "recorded", keyTakenOver: r === 2 };
-  throw new Error(`unexpected exception record result ${r}`);
+export function decodeExceptionStep(rows: ExceptionStepRow[]): ExceptionStep {
+  const out: ExceptionStep = { starts: new Map(), records: new Map() };
+  for (const r of rows) {
+    if (r.step === "start") out.starts.set(r.message_id, decodeStart(r));
+    else if (r.step === "record") out.records.set(r.message_id, decodeRecord(r));
+    else throw new Error(`unexpected exception step ${JSON.stringify(r.step)}`);
+  }
+  return out;
 }
