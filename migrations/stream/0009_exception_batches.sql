@@ -7,7 +7,7 @@
 -- Results are typed columns from a fixed set, decoded once in packages/core/src/sql/results.ts.
 -- A start that resolves a row without running it (superseded, deferred) writes nothing: the
 -- caller records it like any other outcome (its text is written by the caller, in one place,
--- docs/exception-lifecycle.md#delivery-log), still under the reservation token.
+-- docs/exception-lifecycle.md#retries), still under the reservation token.
 
 -- The per-row functions they replace are called by nothing any more.
 DROP FUNCTION IF EXISTS {{schema}}.start_exception_{{N}}(BIGINT, BIGINT, UUID, UUID, BIGINT, BOOLEAN);

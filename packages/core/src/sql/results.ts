@@ -40,7 +40,7 @@ export type KeyBlocked = Extract<KeyTake, { kind: "busy" } | { kind: "pred" }>;
 /**
  * The reason a message whose key could not be taken is deferred with (delivery_log and
  * last_error), on the range path and the exception path alike: the one place this text is made
- * (docs/exception-lifecycle.md#delivery-log).
+ * (docs/exception-lifecycle.md#retries).
  */
 export function deferredReason(k: KeyBlocked): string {
   return k.kind === "busy" ? "deferred: key busy" : `deferred: ordered predecessor ${k.id} unresolved`;
