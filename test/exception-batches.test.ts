@@ -27,6 +27,7 @@ async function failedRows(c: TestClient, name: string, k: number, config: Record
 }
 
 const steps = (c: TestClient, from: number, n: number | string) => c.statements.slice(from).filter((s) => s.includes(`exception_step_${n}(`));
+const reservations = (c: TestClient, from: number, n: number | string) => c.statements.slice(from).filter((s) => s.includes(`reserve_exceptions_${n}(`));
 
 describe("exception rows start and record in batches", () => {
   it("one round trip starts the batch and one records it; a row whose lease was lost meanwhile writes nothing, the others are recorded", async () => {
@@ -48,8 +49,10 @@ describe("exception rows start and record in batches", () => {
     expect(seen.sort()).toEqual(["1", "2", "3", "4"]);
     expect(r).toMatchObject({ started: 4, succeeded: 2, failed: 1, leaseLost: 1 });
     expect(t.events.filter((e) => e.code === "SQL0034")).toHaveLength(1);
-    // Two round trips for four rows: the starts, then the outcomes (before: eight transactions).
-    expect(steps(t, mark, n)).toHaveLength(2);
+    // Two round trips for four rows: the reservation with the starts, then the outcomes (before:
+    // the reservation and eight transactions).
+    expect(reservations(t, mark, n)).toHaveLength(1);
+    expect(steps(t, mark, n)).toHaveLength(1);
     const rows = await eqRows(t, n, gid);
     expect(rows.map((e) => [e.message_id, e.status, e.attempts, e.last_error?.split("\n")[0]])).toEqual([
       ["2", "inflight", 1, "Error: first failure"], // untouched: still the other poller's
@@ -59,33 +62,41 @@ describe("exception rows start and record in batches", () => {
     expect((await dlRows(t, n, gid, "3")).map((d) => [d.attempt, d.status])).toEqual([[0, "failure"], [1, "failure"]]);
   });
 
-  it("the batch start's reply lost after its commit: the repeat finds its rows started, each handler runs once", async () => {
-    const proxy = await startProxy(url());
-    try {
-      const c = testClient(proxy.url);
-      c.pool.on("error", () => {}); // a cut idle connection must not crash the worker
-      await c.client.migrate();
-      const { g, n, gid } = await failedRows(c, "batch.reply", 3);
-      let fired = false;
-      void proxy.loseReply((sql) => sql.includes(`exception_step_${n}(`)).then(() => {
-        fired = true;
-      });
-      const mark = c.statements.length;
-      const seen: string[] = [];
-      const r = await g.poll((m) => void seen.push(m.id), { batchLimit: 10, concurrency: 3 });
-      expect(fired).toBe(true);
-      expect(seen.sort()).toEqual(["1", "2", "3"]);
-      expect(r).toMatchObject({ started: 3, succeeded: 3, leaseLost: 0 });
-      // The start was sent twice (the repeat answered "started" for rows already inflight under its token).
-      expect(steps(c, mark, n).length).toBeGreaterThanOrEqual(3);
-      expect(await eqRows(c, n, gid)).toEqual([]);
-      expect((await g.poll((m) => void seen.push(m.id))).started).toBe(0);
-      expect(seen).toHaveLength(3);
-      await checkInvariants(c, n);
-    } finally {
-      await proxy.close();
-    }
-  });
+  for (const [what, concurrency, match] of [
+    ["the reservation's (which starts the rows)", 3, "reserve_exceptions_"],
+    ["a batch start's", 1, "exception_step_"],
+  ] as const) {
+    it(`${what} reply lost after its commit: the repeat finds its rows started, each handler runs once`, async () => {
+      const proxy = await startProxy(url());
+      try {
+        const c = testClient(proxy.url);
+        c.pool.on("error", () => {}); // a cut idle connection must not crash the worker
+        await c.client.migrate();
+        const { g, n, gid } = await failedRows(c, `batch.reply.${concurrency}`, 3);
+        let fired = false;
+        void proxy.loseReply((sql) => sql.includes(`${match}${n}(`)).then(() => {
+          fired = true;
+        });
+        const mark = c.statements.length;
+        const seen: string[] = [];
+        const r = await g.poll((m) => void seen.push(m.id), { batchLimit: 10, concurrency });
+        expect(fired).toBe(true);
+        expect(seen.sort()).toEqual(["1", "2", "3"]);
+        expect(r).toMatchObject({ started: 3, succeeded: 3, leaseLost: 0 });
+        // The repeated record of a row whose run lease cannot have expired is known to be ours.
+        expect(c.events.filter((e) => e.code === "SQL0034" || e.code === "SQL0044")).toEqual([]);
+        // The statement was sent twice: the repeat answered "started" for rows already inflight under its token.
+        expect(c.statements.slice(mark).filter((s) => s.includes(`${match}${n}(`)).length).toBeGreaterThanOrEqual(2);
+        expect(await eqRows(c, n, gid)).toEqual([]);
+        expect(await c.sql(`SELECT * FROM ${S}.message_key_lease_${n}`)).toEqual([]);
+        expect((await g.poll((m) => void seen.push(m.id))).started).toBe(0);
+        expect(seen).toHaveLength(3);
+        await checkInvariants(c, n);
+      } finally {
+        await proxy.close();
+      }
+    });
+  }
 
   it("a batch start whose key is busy defers nothing by itself: the row stays reserved, the reason is the caller's to record", async () => {
     const { n, gid } = await failedRows(t, "batch.busy", 2);

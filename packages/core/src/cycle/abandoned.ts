@@ -24,6 +24,16 @@ export function keyAbandoned<T>(ctx: Ctx<T>, key: string): boolean {
   return (unsettled.get(ctx.db)?.get(id(ctx.stream, ctx.group, key)) ?? 0) > 0;
 }
 
+/** The keys of this poll's group with an unsettled abandoned run started by this client. */
+export function abandonedKeys<T>(ctx: Ctx<T>): string[] {
+  const byKey = unsettled.get(ctx.db);
+  if (byKey === undefined || byKey.size === 0) return [];
+  const prefix = id(ctx.stream, ctx.group, "");
+  const out: string[] = [];
+  for (const [k, n] of byKey) if (n > 0 && k.startsWith(prefix)) out.push(k.slice(prefix.length));
+  return out;
+}
+
 export interface AbandonedRun {
   key: string;
   /** The key lease's token, or null when it is not this run's to renew and release. */

@@ -2,7 +2,8 @@
 // starts and outcomes queue here and go to exception_step_N together, at most one call in flight
 // per phase. What arrives while a call is out waits for its answer and goes in the next call, so
 // no outcome waits for a slow handler, only for at most one other round trip.
-import { queryRetry } from "../db.js";
+import { type RetryState, queryRetry } from "../db.js";
+import { now } from "../clock.js";
 import * as S from "../sql/cycle.js";
 import { type ExceptionRecord, type ExceptionStart, type ExceptionStepRow, decodeExceptionStep } from "../sql/results.js";
 import type { Ctx } from "./context.js";
@@ -33,10 +34,18 @@ interface Pending<I, O> {
   item: I;
   resolve: (o: O) => void;
   reject: (e: unknown) => void;
+  /** Outcomes: when the row's lease can expire at the earliest, on this process's monotonic clock. */
+  leaseUntil: number;
+}
+
+/** What a start decided, and when the row's run lease can expire at the earliest (measured from before the call was sent). */
+export interface StartAnswer {
+  start: ExceptionStart;
+  leaseUntil: number;
 }
 
 export class ExceptionSteps<T> {
-  private readonly starts: Pending<StartRequest, ExceptionStart>[] = [];
+  private readonly starts: Pending<StartRequest, StartAnswer>[] = [];
   private readonly outcomes: Pending<OutcomeWrite, ExceptionRecord>[] = [];
   private busy = false;
   private scheduled = false;
@@ -46,18 +55,21 @@ export class ExceptionSteps<T> {
     private readonly token: string,
   ) {}
 
-  /** Starts a reserved row under the reservation token; resolves with what the start decided. */
-  start(r: StartRequest): Promise<ExceptionStart> {
-    return this.enqueue(this.starts, r);
+  /** Starts a reserved row under the reservation token. */
+  start(r: StartRequest): Promise<StartAnswer> {
+    return this.enqueue(this.starts, r, -Infinity);
   }
 
-  /** Records an outcome under the row's lease token (the reservation token). */
-  record(w: OutcomeWrite): Promise<ExceptionRecord> {
-    return this.enqueue(this.outcomes, w);
+  /**
+   * Records an outcome under the row's lease token (the reservation token). `leaseUntil`: when
+   * that lease can expire at the earliest (-Infinity: unknown).
+   */
+  record(w: OutcomeWrite, leaseUntil: number): Promise<ExceptionRecord> {
+    return this.enqueue(this.outcomes, w, leaseUntil);
   }
 
-  private enqueue<I, O>(q: Pending<I, O>[], item: I): Promise<O> {
-    const p = new Promise<O>((resolve, reject) => q.push({ item, resolve, reject }));
+  private enqueue<I, O>(q: Pending<I, O>[], item: I, leaseUntil: number): Promise<O> {
+    const p = new Promise<O>((resolve, reject) => q.push({ item, resolve, reject, leaseUntil }));
     this.schedule();
     return p;
   }
@@ -77,14 +89,17 @@ export class ExceptionSteps<T> {
     const starts = this.starts.splice(0);
     if (outs.length + starts.length === 0) return;
     this.busy = true;
+    const sentBefore = now();
     try {
       const { db, t, groupId } = this.ctx;
+      const state: RetryState = { retried: false };
       const res = await queryRetry<ExceptionStepRow>(db, S.exceptionStep(t), [
         groupId, this.token, JSON.stringify(outs.map((o) => o.item)), JSON.stringify(starts.map((s) => s.item)),
-      ]);
+      ], state);
       const d = decodeExceptionStep(res.rows);
-      settle(outs, d.records);
-      settle(starts, d.starts);
+      if (state.retried) ownRecords(outs, d.records);
+      settle(outs, d.records, (r) => r);
+      settle(starts, d.starts, (start, p) => ({ start, leaseUntil: sentBefore + p.item.run_ms }));
     } catch (e) {
       for (const p of [...outs, ...starts]) p.reject(e);
     } finally {
@@ -94,10 +109,23 @@ export class ExceptionSteps<T> {
   }
 }
 
-function settle<I extends { id: string }, O>(ps: Pending<I, O>[], answers: Map<string, O>): void {
+/**
+ * A repeat after a lost reply finds the rows its first attempt recorded no longer under the token.
+ * While a row's lease had not expired nobody else could have taken it, so "lost" is our own
+ * record; after that nobody can tell (docs/crash-recovery.md#unknown-commits).
+ */
+function ownRecords(outs: Pending<OutcomeWrite, ExceptionRecord>[], answers: Map<string, ExceptionRecord>): void {
+  const answeredAt = now();
+  for (const o of outs) {
+    if (answers.get(o.item.id)?.kind !== "lost") continue;
+    answers.set(o.item.id, answeredAt < o.leaseUntil ? { kind: "recorded", keyTakenOver: false } : { kind: "unknown" });
+  }
+}
+
+function settle<I extends { id: string }, A, O>(ps: Pending<I, O>[], answers: Map<string, A>, wrap: (a: A, p: Pending<I, O>) => O): void {
   for (const p of ps) {
     const a = answers.get(p.item.id);
     if (a === undefined) p.reject(new Error(`exception_step_N returned no result for message ${p.item.id}`));
-    else p.resolve(a);
+    else p.resolve(wrap(a, p));
   }
 }

@@ -3,13 +3,14 @@
 // outcomes travel in batches (docs/poll-cycle.md#batched-starts-and-records).
 import { randomUUID } from "node:crypto";
 import { type MessageOptions, resolveMessage, timeoutBounds } from "../config.js";
-import { query, queryRetry, transactionRetry } from "../db.js";
+import { type RetryState, query, queryRetry, transactionRetry } from "../db.js";
 import * as S from "../sql/cycle.js";
-import { type ExceptionRecord, type ExceptionStart, deferredReason } from "../sql/results.js";
-import { type Ctx, type RawMessage, big, leaseCap, logDead, logNotStarted, lostLease, mayStart, message, resolve } from "./context.js";
+import { type ExceptionRecord, type ExceptionStart, decodeStart, deferredReason } from "../sql/results.js";
+import { type Ctx, type RawMessage, aborted, big, leaseCap, logDead, logNotStarted, lostLease, mayStart, message, resolve } from "./context.js";
 import { type Plan, type RunOutcome, plan, planExpired } from "./plan.js";
 import { runHandler } from "./run.js";
-import { keyAbandoned, watchRun } from "./abandoned.js";
+import { abandonedKeys, keyAbandoned, watchRun } from "./abandoned.js";
+import { now } from "../clock.js";
 import { ExceptionSteps, type OutcomeWrite } from "./exception-steps.js";
 
 // ---------------------------------------------------------------------------------------------
@@ -50,25 +51,61 @@ export async function expirePhase<T>(ctx: Ctx<T>): Promise<boolean> {
 
 interface ReservedRow extends RawMessage {
   message_id: string;
-  status: string;
   concurrency: string;
   attempts: number;
   delays: number;
+  /** Set when reserve_exceptions_N started the row already (null: the phase starts it). */
+  kind: string | null;
+  reason: string | null;
+  ref: string | null;
+  key_token: string | null;
+  run_ms: number | null;
 }
 
-/** docs/poll-cycle.md#the-exception-phase: reserve due rows, start them under their own leases, run, record, release the rest. */
+/** A row reserve_exceptions_N started: what the start decided and the key lease token its run holds. */
+interface Prestart {
+  start: ExceptionStart;
+  keyToken: string | null;
+  /** When its run lease can expire at the earliest, on the monotonic clock. */
+  leaseUntil: number;
+}
+
+/**
+ * docs/poll-cycle.md#the-exception-phase: reserve due rows and start the first `concurrency` of
+ * them in one round trip, run, start the rest and record, in batches; release what did not start.
+ */
 export async function exceptionPhase<T>(ctx: Ctx<T>): Promise<boolean> {
   const { db, t, o } = ctx;
   const tb = timeoutBounds(ctx.g);
   const token = randomUUID();
-  const res = await queryRetry<ReservedRow>(db, S.reserve(t), [
+  // The abort and deadline checks of docs/poll-cycle.md#dispatch, made in SQL for the rows started with the reservation.
+  const startNow = ctx.stop || aborted(ctx) ? 0 : o.concurrency;
+  const budget = o.deadline === undefined ? null : Math.floor(o.deadline - now());
+  const params = [
     ctx.groupId, o.batchLimit, tb.def, tb.min, tb.max, o.concurrency, o.recordMargin, leaseCap(ctx), token,
-  ]);
+    startNow, budget, abandonedKeys(ctx), false,
+  ];
+  // A repeat (the reply may have been lost after the commit) looks for its own reservation first
+  // (docs/crash-recovery.md#unknown-commits): the same statement, sent with $13 true.
+  const repeat: RetryState = {
+    retried: false,
+    recover: () => {
+      params[12] = true;
+      return Promise.resolve(null);
+    },
+  };
+  const sentBefore = now();
+  const res = await queryRetry<ReservedRow>(db, S.reserveExceptions(t), params, repeat);
   const rows = res.rows
     .map((r) => ({ ...r, id: r.message_id }))
     .sort((a, b) => (big(a.id) < big(b.id) ? -1 : 1));
   if (rows.length === 0) return false;
-  await new ExceptionRun(ctx, token, rows).run();
+  const pre = new Map<string, Prestart>();
+  for (const r of rows) {
+    if (r.kind === null) continue;
+    pre.set(r.id, { start: decodeStart({ kind: r.kind, reason: r.reason, ref: r.ref }), keyToken: r.key_token, leaseUntil: sentBefore + (r.run_ms ?? 0) });
+  }
+  await new ExceptionRun(ctx, token, rows, pre).run();
   return true;
 }
 
@@ -88,6 +125,7 @@ class ExceptionRun<T> {
     private readonly ctx: Ctx<T>,
     private readonly token: string,
     private readonly rows: Row[],
+    private readonly pre: Map<string, Prestart>,
   ) {
     this.steps = new ExceptionSteps(ctx, token);
   }
@@ -125,31 +163,36 @@ class ExceptionRun<T> {
   private async runRow(row: Row): Promise<void> {
     const { ctx } = this;
     const resolved = resolve(ctx, row);
-    if (!mayStart(ctx, resolved.timeout)) return void this.unstarted++;
     const keyed = row.concurrency !== "parallel" && row.message_key !== null;
-    // An abandoned run of the key, still running here, keeps it (docs/ordering.md#key-leases).
-    if (keyed && keyAbandoned(ctx, row.message_key as string)) return void this.skipped++;
-    const keyToken = keyed ? randomUUID() : null;
-    const cap = leaseCap(ctx);
-    const runMs = cap === null ? resolved.timeout + ctx.o.recordMargin : Math.min(resolved.timeout + ctx.o.recordMargin, cap);
-    const s = await this.steps.start({ id: row.id, key_token: keyToken, run_ms: runMs });
+    let pre = this.pre.get(row.id);
+    if (pre === undefined) {
+      if (!mayStart(ctx, resolved.timeout)) return void this.unstarted++;
+      // An abandoned run of the key, still running here, keeps it (docs/ordering.md#key-leases).
+      if (keyed && keyAbandoned(ctx, row.message_key as string)) return void this.skipped++;
+      const keyToken = keyed ? randomUUID() : null;
+      const cap = leaseCap(ctx);
+      const runMs = cap === null ? resolved.timeout + ctx.o.recordMargin : Math.min(resolved.timeout + ctx.o.recordMargin, cap);
+      pre = { ...(await this.steps.start({ id: row.id, key_token: keyToken, run_ms: runMs })), keyToken };
+    }
+    const { start: s, keyToken, leaseUntil } = pre;
     if (s.kind === "lost") return lostLease(ctx, `exception row ${row.id}`);
     ctx.advance = true;
     if (s.kind !== "started") {
       // Resolved at start, nothing written yet: recorded under the reservation token like an outcome.
-      return this.record(row, plan(resolvedAtStart(s), row.attempts, row.delays, resolved, ctx.g.exceptionInitialBackoff, ctx.mode), null);
+      // (The reservation's expiry is not tracked here: a lost reply on this record is "unknown".)
+      return this.record(row, plan(resolvedAtStart(s), row.attempts, row.delays, resolved, ctx.g.exceptionInitialBackoff, ctx.mode), null, -Infinity);
     }
     ctx.report.started++;
     const w = watchRun(ctx, keyed ? row.message_key : null, keyToken, row.id, resolved.timeout);
     const outcome = await runHandler(ctx.handler, message(ctx, row, row.attempts, row.delays), resolved.timeout, w.onAbandon);
     const p = plan(outcome, row.attempts, row.delays, resolved, ctx.g.exceptionInitialBackoff, ctx.mode);
     // An abandoned run's key lease is not released here but when the run settles.
-    this.record(row, p, w.abandoned ? null : keyToken);
+    this.record(row, p, w.abandoned ? null : keyToken, leaseUntil);
   }
 
   /** Queues the outcome; the worker goes on to its next row meanwhile. */
-  private record(row: Row, p: Plan, keyToken: string | null): void {
-    this.recording.push(this.steps.record(outcomeWrite(row, p, keyToken)).then(
+  private record(row: Row, p: Plan, keyToken: string | null, leaseUntil: number): void {
+    this.recording.push(this.steps.record(outcomeWrite(row, p, keyToken), leaseUntil).then(
       (rec) => this.recorded(row, p, rec),
       (e: unknown) => this.fail(e),
     ));
@@ -158,6 +201,15 @@ class ExceptionRun<T> {
   private recorded(row: Row, p: Plan, rec: ExceptionRecord): void {
     const { ctx } = this;
     if (rec.kind === "lost") return lostLease(ctx, `exception row ${row.id}`);
+    if (rec.kind === "unknown") {
+      ctx.db.events.emit({
+        level: "warn", code: "SQL0044",
+        message: `the reply to recording the outcome of exception row ${row.id} was lost and its lease may have expired since: ` +
+          "whether the outcome was recorded is unknown (if not, the row runs again)",
+        stream: ctx.stream, group: ctx.group, messageId: row.id,
+      });
+      return;
+    }
     if (rec.keyTakenOver) {
       ctx.db.events.emit({ level: "warn", code: "SQL0034", message: `key lease of message ${row.id} expired during its run and was taken over`, stream: ctx.stream, group: ctx.group, messageId: row.id });
     }

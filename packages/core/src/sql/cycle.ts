@@ -205,47 +205,17 @@ export function applyExpired(t: Tables): string {
 }
 
 /**
- * Reservation (docs/poll-cycle.md#the-exception-phase). $1 group, $2 batchLimit, $3..$5 timeout default/min/max,
- * $6 concurrency, $7 recordMargin, $8 cap ms (or NULL), $9 reservation token.
+ * Reservation and the first starts, in one round trip (docs/poll-cycle.md#the-exception-phase): reserve_exceptions_N.
+ * $1 group, $2 batchLimit, $3..$5 timeout default/min/max, $6 concurrency, $7 recordMargin, $8 cap ms
+ * (or NULL), $9 reservation token, $10 rows to start now, $11 ms before the deadline (or NULL),
+ * $12 keys not to start (an abandoned run of theirs still runs here), $13 true when repeating a call
+ * whose reply was lost (it then finds its own reservation instead of reserving).
  */
-export function reserve(t: Tables): string {
-  return `WITH cand AS (
-    SELECT e.message_id, e.message_key, e.concurrency
-      FROM ${t.eq} e
-     WHERE e.consumer_group_id = $1
-       AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
-       AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now())
-       AND EXISTS (SELECT 1 FROM ${t.ml} m WHERE m.id = e.message_id)
-       AND (e.concurrency = 'parallel' OR e.message_key IS NULL OR (
-             NOT EXISTS (SELECT 1 FROM ${t.kl} k WHERE k.consumer_group_id = $1 AND k.message_key = e.message_key
-                            AND k.expires_at >= now())
-             -- Only the lowest waiting row per key (docs/poll-cycle.md#the-exception-phase), decided before LIMIT: otherwise one key's
-             -- backlog fills the batch and the per-key pick below leaves a single row to run.
-             AND NOT EXISTS (SELECT 1 FROM ${t.eq} w WHERE w.consumer_group_id = $1 AND w.message_key = e.message_key
-                                AND w.message_id < e.message_id AND w.concurrency <> 'parallel'
-                                AND ((w.status = 'ready' AND w.can_run_after <= now()) OR w.status = 'deferred'))
-             -- The predecessor rule, per key (docs/ordering.md#the-predecessor-rule).
-             AND (e.concurrency <> 'ordered' OR ${t.fn("ordered_pred")}($1, e.message_key, e.message_id, 0, 0) IS NULL)))
-     ORDER BY e.message_id
-     LIMIT $2
-     FOR UPDATE OF e SKIP LOCKED
-  ), pick AS (
-    SELECT x.message_id FROM (
-      SELECT cand.*, row_number() OVER (
-               PARTITION BY CASE WHEN cand.concurrency <> 'parallel' THEN cand.message_key END
-               ORDER BY cand.message_id) AS rn
-        FROM cand) x
-     WHERE x.rn = 1 OR x.concurrency = 'parallel' OR x.message_key IS NULL
-  ), len AS (
-    SELECT ${t.fn("lease_ms")}(max(LEAST(GREATEST(COALESCE((m.options->>'timeout')::bigint, $3), $4), $5)), count(*), $6, $7, $8) AS ms
-      FROM pick p JOIN ${t.ml} m ON m.id = p.message_id
-  )
-  UPDATE ${t.eq} e
-     SET lease_token = $9, lease_expires_at = now() + (SELECT ms FROM len) * interval '1 millisecond'
-    FROM pick p, ${t.ml} m
-   WHERE e.consumer_group_id = $1 AND e.message_id = p.message_id AND m.id = e.message_id
-  RETURNING e.message_id::text AS message_id, e.status, e.message_key, e.concurrency, e.attempts, e.delays,
-            m.payload, m.options, m.compaction_rank::text AS compaction_rank, m.created_at`;
+export function reserveExceptions(t: Tables): string {
+  return `SELECT message_id::text AS message_id, message_key, concurrency, attempts, delays, payload, options,
+                 compaction_rank::text AS compaction_rank, created_at, kind, reason, ref::text AS ref,
+                 key_token::text AS key_token, run_ms::float8 AS run_ms
+            FROM ${t.fn("reserve_exceptions")}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::text[], $13)`;
 }
 
 /**

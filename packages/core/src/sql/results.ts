@@ -53,8 +53,12 @@ export type ExceptionStart =
   | { kind: "superseded"; head: string }
   | { kind: "deferred"; blocked: KeyBlocked };
 
-/** record_exceptions_N, per row: lost (nothing written), or recorded (the run's key lease maybe taken over meanwhile). */
-export type ExceptionRecord = { kind: "lost" } | { kind: "recorded"; keyTakenOver: boolean };
+/**
+ * record_exceptions_N, per row: lost (nothing written), or recorded (the run's key lease maybe
+ * taken over meanwhile); "unknown" only after a repeat whose first reply was lost (set by the caller,
+ * docs/crash-recovery.md#unknown-commits).
+ */
+export type ExceptionRecord = { kind: "lost" } | { kind: "recorded"; keyTakenOver: boolean } | { kind: "unknown" };
 
 /** One result row of exception_step_N (migrations/stream/0008_exception_batches.sql). */
 export interface ExceptionStepRow {
@@ -70,7 +74,8 @@ export interface ExceptionStep {
   records: Map<string, ExceptionRecord>;
 }
 
-function decodeStart(r: ExceptionStepRow): ExceptionStart {
+/** A start's typed columns (exception_step_N, reserve_exceptions_N): kind, reason kind, id. */
+export function decodeStart(r: { kind: string; reason: string | null; ref: string | null }): ExceptionStart {
   switch (r.kind) {
     case "started":
     case "lost":
