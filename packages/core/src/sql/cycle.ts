@@ -220,7 +220,7 @@ export function reserveExceptions(t: Tables): string {
 
 /**
  * One round trip of the exception phase (docs/poll-cycle.md#the-exception-phase): records the
- * outcomes $3 and starts the reserved rows $4 (JSON arrays, see 0009_exception_batches.sql), all
+ * outcomes $3 and starts the reserved rows $4 (JSON arrays, see 0010_exception_batches.sql), all
  * under the reservation token $2, in one transaction. $1 group. Decoded by decodeExceptionStep.
  */
 export function exceptionStep(t: Tables): string {

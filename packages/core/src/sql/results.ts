@@ -60,7 +60,7 @@ export type ExceptionStart =
  */
 export type ExceptionRecord = { kind: "lost" } | { kind: "recorded"; keyTakenOver: boolean } | { kind: "unknown" };
 
-/** One result row of exception_step_N (migrations/stream/0009_exception_batches.sql). */
+/** One result row of exception_step_N (migrations/stream/0010_exception_batches.sql). */
 export interface ExceptionStepRow {
   step: string;
   message_id: string;
