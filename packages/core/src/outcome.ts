@@ -50,6 +50,9 @@ function isOutcome(v: unknown): v is DelayOutcome | PermanentOutcome {
 }
 
 /** Classifies what a handler returned (`threw` false) or threw (`threw` true). */
+/** Every plain success is this one frozen object: a hot-path run allocates no outcome. */
+const SUCCESS: Classified = Object.freeze({ kind: "success" });
+
 export function classify(value: unknown, threw: boolean): Classified {
   if (isOutcome(value)) {
     if (value[OUTCOME] === "delay") {
@@ -58,7 +61,7 @@ export function classify(value: unknown, threw: boolean): Classified {
     }
     return { kind: "permanent", error: cut((value as PermanentOutcome).message) };
   }
-  if (!threw) return { kind: "success" };
+  if (!threw) return SUCCESS;
   return { kind: "failure", error: errorText(value) };
 }
 

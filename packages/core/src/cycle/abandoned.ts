@@ -122,10 +122,12 @@ export interface Watch {
   onAbandon: ((settled: Promise<void>) => void) | undefined;
 }
 
+const UNWATCHED: Watch = Object.freeze({ abandoned: false, onAbandon: undefined });
+
 /** A watch for a run about to start; keyless (or parallel) runs have no key to keep. */
 export function watchRun<T>(ctx: Ctx<T>, key: string | null, token: string | null, messageId: string, timeoutMs: number): Watch {
+  if (key === null) return UNWATCHED; // never written: without onAbandon nothing sets `abandoned`
   const w: Watch = { abandoned: false, onAbandon: undefined };
-  if (key === null) return w;
   const startedAt = now();
   w.onAbandon = (settled) => {
     w.abandoned = true;

@@ -145,8 +145,7 @@ export function logDead<T>(ctx: Ctx<T>, id: string, error: string | null): void 
 }
 
 export function message<T>(ctx: Ctx<T>, m: RawMessage, attempt: number, delays: number): RunMessage<T> {
-  const createdAt = typeof m.created_at === "number" ? new Date(m.created_at) : m.created_at;
   const tp = (m.options as { traceparent?: unknown } | null)?.traceparent;
-  return new RunMessage<T>(m.id, m.payload as T, m.message_key, attempt, delays, ctx.stream, ctx.group, createdAt, typeof tp === "string" ? tp : null);
+  return new RunMessage<T>(m.id, m.payload as T, m.message_key, attempt, delays, ctx.stream, ctx.group, m.created_at, typeof tp === "string" ? tp : null);
 }
 

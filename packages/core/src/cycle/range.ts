@@ -451,7 +451,9 @@ class RangeRun<T> {
     const worker = async () => {
       while (!ctx.stop && next < units.length) {
         try {
-          await this.runUnit(units[next++]);
+          // A lone unkeyed member whose handler returned synchronously settles without a promise.
+          const running = this.runUnit(units[next++]);
+          if (running !== undefined) await running;
         } catch (e) {
           failure ??= { e };
           ctx.stop = true;
@@ -462,8 +464,20 @@ class RangeRun<T> {
     return failure;
   }
 
+  /** A lone unkeyed message (the hot path), else a chain; undefined when it settled synchronously. */
+  private runUnit(unit: RangeMessage[]): Promise<void> | undefined {
+    const m = unit[0];
+    if (unit.length !== 1 || keyed(m)) return this.runChain(unit);
+    if (!mayStart(this.ctx, m.resolved.timeout)) return undefined;
+    if (this.outlives(m.resolved.timeout, this.leaseExpiry)) return this.runChain(unit);
+    const outcome = this.runMember(m);
+    if (outcome instanceof Promise) return outcome.then((o) => void this.outcomes.set(m.id, o));
+    this.outcomes.set(m.id, outcome);
+    return undefined;
+  }
+
   /** One chain (or a lone message): its members in order; an ordered member after one that did not complete waits. */
-  private async runUnit(unit: RangeMessage[]): Promise<void> {
+  private async runChain(unit: RangeMessage[]): Promise<void> {
     let blockedBy: string | null = null;
     for (const m of unit) {
       if (blockedBy !== null && m.resolved.concurrency === "ordered") {

@@ -9,6 +9,8 @@ import type { Handler, Message } from "./types.js";
 export class RunMessage<T> implements Message<T> {
   private ac: AbortController | undefined;
   private abortedWith: Error | undefined;
+  /** Epoch ms until createdAt is first read, then that Date (one Date per message only when asked for). */
+  private created: Date | number;
 
   constructor(
     readonly id: string,
@@ -18,10 +20,19 @@ export class RunMessage<T> implements Message<T> {
     readonly delays: number,
     readonly stream: string,
     readonly group: string,
-    readonly createdAt: Date,
+    createdAt: Date | number,
     /** @internal The producer's W3C trace context, when it was traced (docs/operations.md#traces). */
     readonly traceparent: string | null = null,
-  ) {}
+  ) {
+    this.created = createdAt;
+  }
+
+  /** When the message was produced (the database clock); the same Date on every read. */
+  get createdAt(): Date {
+    const c = this.created;
+    if (typeof c !== "number") return c;
+    return (this.created = new Date(c));
+  }
 
   get signal(): AbortSignal {
     if (!this.ac) {
