@@ -76,7 +76,7 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
     ]);
     for (const l of leases.filter((x) => x.token === OWN)) expect(l.secs, l.message_key).toBeGreaterThanOrEqual(58);
 
-    // The one-key forms are the same rule: ordered_pred_N per key, and take_key_N's result text.
+    // The one-key forms are the same rule: ordered_pred_N per key, and take_key_N's typed result.
     for (const w of wanted.filter((x) => x.ordered)) {
       const [p] = await t.sql<{ pred: string | null }>(`SELECT ${S}.ordered_pred_${n}($1, $2, $3, $4, $5)::text AS pred`, [
         g, w.k, w.id, id(20), id(30),
@@ -85,17 +85,17 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
       expect(p.pred, w.k).toBe(expected);
     }
     const takeKey = async (pos: number, token: string) => {
-      const [r] = await t.sql<{ result: string | null }>(
-        `SELECT ${S}.take_key_${n}($1, $2, $3, 60000, $4, true, $5, $6, false) AS result`,
+      const [r] = await t.sql<{ kind: string; ref: string | null }>(
+        `SELECT kind, ref::text AS ref FROM ${S}.take_key_${n}($1, $2, $3, 60000, $4, true, $5, $6, false)`,
         [g, keys[pos - 1], token, id(pos), id(20), id(30)],
       );
-      return r.result;
+      return r.kind === "pred" ? `pred ${r.ref}` : r.kind;
     };
-    expect(await takeKey(21, OWN)).toBe(`pred:${id(1)}`);
-    expect(await takeKey(24, OWN)).toBe(`pred:${id(11)}`);
-    expect(await takeKey(23, OWN)).toBe(`pred:${id(17)}`);
+    expect(await takeKey(21, OWN)).toBe(`pred ${id(1)}`);
+    expect(await takeKey(24, OWN)).toBe(`pred ${id(11)}`);
+    expect(await takeKey(23, OWN)).toBe(`pred ${id(17)}`);
     expect(await takeKey(26, OWN)).toBe("busy");
-    expect(await takeKey(25, OWN)).toBeNull(); // the same token renews its own lease
+    expect(await takeKey(25, OWN)).toBe("taken"); // the same token renews its own lease
     expect(await takeKey(25, STRANGER)).toBe("busy");
   });
 });

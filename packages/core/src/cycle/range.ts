@@ -527,10 +527,10 @@ class RangeRun<T> {
     const k = m.message_key as string;
     const ms = this.runMs(m.resolved.timeout);
     const at = now();
-    const r = await queryRetry<{ result: string | null }>(ctx.db, S.takeKey(ctx.t), [
+    const r = await queryRetry<{ kind: string; ref: string | null }>(ctx.db, S.takeKey(ctx.t), [
       ctx.groupId, k, this.keyToken, ms, m.id, m.resolved.concurrency === "ordered", range.low, range.high, m.compaction_rank !== null,
     ]);
-    const res = decodeKeyTake(r.rows[0].result);
+    const res = decodeKeyTake(r.rows[0]);
     if (res.kind === "taken") {
       if (!ks.held) this.keyLeases.push({ k, t: this.keyToken as string });
       ks.held = true;

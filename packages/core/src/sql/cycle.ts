@@ -91,7 +91,7 @@ export function recordRange(t: Tables): string {
 }
 
 export function takeKey(t: Tables): string {
-  return `SELECT ${t.fn("take_key")}($1, $2, $3, $4, $5, $6, $7, $8, $9) AS result`;
+  return `SELECT kind, ref::text AS ref FROM ${t.fn("take_key")}($1, $2, $3, $4, $5, $6, $7, $8, $9)`;
 }
 
 /** The keys not taken (kind 'busy' or 'pred'); decoded with decodeKeyTakes (sql/results.ts). */

@@ -2,18 +2,24 @@
 // decoded here once into a discriminated union, so the cycle code never parses result text.
 // The encodings are the functions' own (migrations/stream/*.sql, docs/poll-cycle.md).
 
-/** take_key_N: NULL when the lease was taken, else why not (take_keys_N: decodeKeyTakes below). */
+/** take_key_N and take_keys_N: whether a key lease was taken, and why not. */
 export type KeyTake =
   | { kind: "taken" }
   | { kind: "busy" }
   | { kind: "pred"; id: string }
   | { kind: "superseded"; head: string };
 
-export function decodeKeyTake(r: string | null): KeyTake {
-  if (r === null) return { kind: "taken" };
-  if (r === "busy") return { kind: "busy" };
-  if (r.startsWith("pred:")) return { kind: "pred", id: r.slice("pred:".length) };
-  if (r.startsWith("superseded:")) return { kind: "superseded", head: r.slice("superseded:".length) };
+/** take_key_N's row: kind 'taken' | 'busy' | 'pred' (ref the predecessor) | 'superseded' (ref the head, NULL: none). */
+export function decodeKeyTake(r: { kind: string; ref: string | null }): KeyTake {
+  switch (r.kind) {
+    case "taken":
+    case "busy":
+      return { kind: r.kind };
+    case "pred":
+      return { kind: "pred", id: r.ref as string };
+    case "superseded":
+      return { kind: "superseded", head: r.ref ?? "none" };
+  }
   throw new Error(`unexpected key lease result ${JSON.stringify(r)}`);
 }
 
