@@ -21,6 +21,8 @@ describe("happy path (C1, C2, C17)", () => {
       expect(m.stream).toBe("orders.placed");
       expect(m.group).toBe("fraud-scoring");
       expect(m.createdAt).toBeInstanceOf(Date);
+      // A spread or logged message keeps its fields (handlers forward `{ ...msg }`).
+      expect({ ...m }).toMatchObject({ id: m.id, payload: m.payload, key: null, createdAt: m.createdAt });
     });
     expect(seen).toEqual(["1", "2", "3", "4", "5", "6", "7", "8"]);
     expect(r.succeeded).toBe(8);

@@ -9,8 +9,11 @@ import type { Handler, Message } from "./types.js";
 export class RunMessage<T> implements Message<T> {
   private ac: AbortController | undefined;
   private abortedWith: Error | undefined;
-  /** Epoch ms until createdAt is first read, then that Date (one Date per message only when asked for). */
-  private created: Date | number;
+  /**
+   * When the message was produced (the database clock). A plain property, not a lazy getter:
+   * handlers spread and log messages, and `{ ...msg }` must keep it.
+   */
+  readonly createdAt: Date;
 
   constructor(
     readonly id: string,
@@ -24,14 +27,7 @@ export class RunMessage<T> implements Message<T> {
     /** @internal The producer's W3C trace context, when it was traced (docs/operations.md#traces). */
     readonly traceparent: string | null = null,
   ) {
-    this.created = createdAt;
-  }
-
-  /** When the message was produced (the database clock); the same Date on every read. */
-  get createdAt(): Date {
-    const c = this.created;
-    if (typeof c !== "number") return c;
-    return (this.created = new Date(c));
+    this.createdAt = typeof createdAt === "number" ? new Date(createdAt) : createdAt;
   }
 
   get signal(): AbortSignal {
