@@ -4,7 +4,7 @@
 // invocations at once. The statements live in sql/maintain.ts.
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Runtime } from "./runtime.js";
-import { type Db, RETRY_PAUSES, queryRetry, transaction } from "./db.js";
+import { type Db, RETRY_PAUSES, query, transaction } from "./db.js";
 import { SqlStreamsError } from "./errors.js";
 import {
   BATCH,
@@ -157,11 +157,10 @@ async function maintainOne(client: Runtime, s: MaintainedStream, deadline: numbe
   await run.batches("keyLeases", () => deleteExpiredKeyLeases(db, s.id), (n) => (r.keyLeasesDeleted += n));
   await run.batches("emptyHeads", () => deleteEmptyHeads(db, s.id), (n) => (r.emptyHeadsDeleted += n));
   // 7. A progress sample of every group, with the history's pruning in the same statement
-  // (docs/data-model.md#progress-history). Its read of every partition can be the victim of a
-  // deadlock with a concurrent maintain()'s partition DDL: retried like any transient failure (a
-  // repeat after a lost reply writes at most one extra sample).
+  // (docs/data-model.md#progress-history). A deadlock with another maintain()'s partition DDL is
+  // repeated by step(), like every step's.
   await run.step("history", async () => {
-    r.progressSampled = (await queryRetry(db, H.sampleProgress(db.q, s.id), [s.id])).rowCount ?? 0;
+    r.progressSampled = (await query(db, db.pool, H.sampleProgress(db.q, s.id), [s.id])).rowCount ?? 0;
   });
   return r;
 }
