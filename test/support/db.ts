@@ -119,3 +119,19 @@ export async function query<R extends pg.QueryResultRow = Record<string, unknown
 ): Promise<R[]> {
   return withClient(url, async (c) => (await c.query<R>(sql, params)).rows);
 }
+
+/**
+ * Whether the server refuses `wrongPasswordUrl` (a URL whose password is wrong): false on servers
+ * that let the role in whatever its password (trust auth, as on CI's PG 15).
+ */
+export async function serverChecksPasswords(wrongPasswordUrl: string): Promise<boolean> {
+  const c = new pg.Client({ connectionString: wrongPasswordUrl });
+  c.on("error", () => {});
+  try {
+    await c.connect();
+    await c.end();
+    return false;
+  } catch {
+    return true;
+  }
+}
