@@ -22,6 +22,8 @@ export interface PollState {
    * (docs/poll-cycle.md#the-steady-state). `sample` is then the last range's.
    */
   sizer?: RangeSizer;
+  /** The drain's last range: how long it ran (monotonic ms) and its slowest handler's share of its timeout (docs/poll-cycle.md#claiming-ahead). */
+  lastRun?: { ms: number; slowest: number };
 }
 
 /**

@@ -15,7 +15,7 @@ import { runHandler } from "./run.js";
 import { keyAbandoned, watchRun } from "./abandoned.js";
 import { setTimeout as sleep } from "node:timers/promises";
 import { now } from "../clock.js";
-import { emptySample } from "./sizer.js";
+import { GROW_TIMEOUT_SHARE, emptySample } from "./sizer.js";
 
 // ---------------------------------------------------------------------------------------------
 // Range phase
@@ -64,12 +64,30 @@ const FENCE_WAITS_MS = [5, 10, 20, 40, 80, 160, 320, 400];
 /**
  * A fresh range, and in a drain the ranges after it: a range that came back full and was run
  * whole is recorded in the same statement that claims the next (docs/poll-cycle.md#the-steady-state).
+ * While ranges of unkeyed messages keep coming back full and quick, the next range is claimed
+ * while this one runs (docs/poll-cycle.md#claiming-ahead); `pend` is then a range run whole
+ * whose record travels with the next claim.
  */
 export async function claimPhase<T>(ctx: Ctx<T>, L: LoadRow): Promise<boolean> {
   let claim: Claim | null = await freshClaim(ctx, L);
   if (claim === null) return false;
-  while (claim !== null) claim = await runClaimed(ctx, claim);
+  let pend: Pending<T> | null = null;
+  while (claim !== null) ({ next: claim, pend } = await runClaimed(ctx, claim, pend));
   return true;
+}
+
+/** A range run whole whose record is sent with the next claim. */
+interface Pending<T> {
+  run: RangeRun<T>;
+  rows: RangeRows;
+  rec: RecordArgs;
+}
+
+/** What a range's run leaves for the next: the next claimed range, and the record still to send. */
+interface Step<T> {
+  next: Claim | null;
+  /** Only with `next`: its record is sent by the claim that runs ahead of `next`, or alone before it. */
+  pend: Pending<T> | null;
 }
 
 function claimParams<T>(ctx: Ctx<T>, token: string, head: string | null, obs: string | null, rec: RecordArgs | null): unknown[] {
@@ -105,9 +123,41 @@ async function freshClaim<T>(ctx: Ctx<T>, L: LoadRow): Promise<Claim | null> {
   return { token, sentAt, rows: r.rows };
 }
 
-/** Runs one claimed range and records it; answers the next range when the record claimed one. */
-async function runClaimed<T>(ctx: Ctx<T>, claim: Claim): Promise<Claim | null> {
+/**
+ * Runs one claimed range and records it; answers the next range when the record claimed one, or
+ * when it was claimed ahead while this one ran (with this range's record still to send).
+ */
+async function runClaimed<T>(ctx: Ctx<T>, claim: Claim, pend: Pending<T> | null): Promise<Step<T>> {
   ctx.report.rangesClaimed++;
+  const run = rangeOf(ctx, claim);
+  if (run === null) {
+    if (pend !== null) await pend.run.record(false);
+    ctx.advance = true; // an empty range: no lease, the advance passes its ids
+    return { next: null, pend: null };
+  }
+  const t0 = now();
+  // The claim ahead carries the pending record; without it, the pending range records first.
+  const ahead = mayClaimAhead(ctx, run) ? settled(pend ? pend.run.recordAndClaim(pend.rows, pend.rec, false) : claimAhead(ctx)) : null;
+  if (ahead === null && pend !== null) await pend.run.record(false);
+  // One turn of the event loop puts the claim ahead on the wire before handlers that return
+  // synchronously hold the thread for the whole range.
+  else if (ahead !== null) await new Promise(setImmediate);
+  await run.takeFirstKeys();
+  const failure = await run.dispatch();
+  if (ctx.sample) {
+    ctx.sample.ms = now() - t0;
+    if (ctx.state) ctx.state.lastRun = { ms: ctx.sample.ms, slowest: ctx.sample.slowest };
+  }
+  if (ahead === null) {
+    const next = await run.record(failure !== null, true);
+    if (failure) throw failure.e;
+    return { next, pend: null };
+  }
+  return afterAhead(ctx, run, failure, await ahead);
+}
+
+/** The range a claim answered (its rows, then the header), or null for an empty one. */
+function rangeOf<T>(ctx: Ctx<T>, claim: Claim): RangeRun<T> | null {
   // The header row (low and high of the range, the lease's length) follows the messages; payloads
   // come as JSON text, counted against batchBytes by the claim (docs/poll-cycle.md#the-byte-bound).
   const rows = claim.rows;
@@ -115,20 +165,71 @@ async function runClaimed<T>(ctx: Ctx<T>, claim: Claim): Promise<Claim | null> {
   const low = head.low as string;
   const high = head.high as string;
   if (ctx.sample) ctx.sample.full = big(high) - big(low) >= BigInt(ctx.o.batchLimit);
-  if (rows.length === 1) {
-    ctx.advance = true; // an empty range: no lease, the advance passes its ids
-    return null;
-  }
+  if (rows.length === 1) return null;
   const msgs = byId(rows.slice(0, -1));
   for (const m of msgs) m.payload = JSON.parse(m.payload as string);
-  const t0 = ctx.sample ? now() : 0;
-  const run = new RangeRun(ctx, { token: claim.token, low, high, leaseMs: head.lease_ms as number, msgs }, claim.sentAt);
-  await run.takeFirstKeys();
-  const failure = await run.dispatch();
-  if (ctx.sample) ctx.sample.ms = now() - t0;
-  const next = await run.record(failure !== null, true);
-  if (failure) throw failure.e;
-  return next;
+  return new RangeRun(ctx, { token: claim.token, low, high, leaseMs: head.lease_ms as number, msgs }, claim.sentAt);
+}
+
+type Settled<V> = { ok: true; value: V } | { ok: false; error: unknown };
+
+/** A promise that never rejects, so one left pending while handlers run is never an unhandled rejection. */
+function settled<V>(p: Promise<V>): Promise<Settled<V>> {
+  return p.then((value) => ({ ok: true as const, value }), (error: unknown) => ({ ok: false as const, error }));
+}
+
+/**
+ * Whether the next range may be claimed while this one runs (docs/poll-cycle.md#claiming-ahead):
+ * when the range could be recorded with the next claim (mayChain), has no keyed message (a keyed
+ * range's key leases and predecessors must be settled before the next range takes its keys), and
+ * the drain's last range was quick: its slowest handler used at most a quarter of its timeout (as
+ * for growing the range) and it ran within a quarter of this range's lease, so the range claimed
+ * ahead, sized before this one ran, does not wait long for its turn. A range that does wait longer extends its lease before a start
+ * that would not fit, as any range does.
+ */
+function mayClaimAhead<T>(ctx: Ctx<T>, run: RangeRun<T>): boolean {
+  if (!mayChain(ctx) || run.keyed) return false;
+  const last = ctx.state?.lastRun;
+  return last !== undefined && last.slowest <= GROW_TIMEOUT_SHARE && 4 * last.ms <= run.leaseMs;
+}
+
+/** The claim sent ahead without a record: it claims up to the stream's last proven head. */
+async function claimAhead<T>(ctx: Ctx<T>): Promise<Claim | null> {
+  const token = randomUUID();
+  const sentAt = now();
+  const r = await queryRetry<ClaimRow>(ctx.db, S.claim(ctx.t), claimParams(ctx, token, null, null, null), {
+    retried: false, recover: () => ownClaim(ctx, token),
+  });
+  return claimed(r.rows) ? { token, sentAt, rows: r.rows } : null;
+}
+
+/**
+ * After a range whose successor was claimed ahead: the range's record goes with the claim after
+ * that when the chain goes on, else it is sent alone now. A range claimed ahead behind a failed
+ * one is released unstarted (its lease would otherwise have to expire).
+ */
+async function afterAhead<T>(ctx: Ctx<T>, run: RangeRun<T>, failure: { e: unknown } | null, ahead: Settled<Claim | null>): Promise<Step<T>> {
+  const next = ahead.ok ? ahead.value : null;
+  const whole = failure === null && next !== null && mayChain(ctx) ? run.whole() : null;
+  nextRangeSize(ctx); // this range's sample; the range claimed ahead was sized before it ran
+  if (whole !== null) return { next, pend: whole };
+  await run.record(failure !== null);
+  if (failure) {
+    if (next !== null) await releaseUnstarted(ctx, next);
+    throw failure.e;
+  }
+  if (!ahead.ok) throw ahead.error;
+  return { next, pend: null };
+}
+
+/** Releases a range claimed ahead that will not run: recorded with no outcome, so any poll resumes it at once. */
+async function releaseUnstarted<T>(ctx: Ctx<T>, claim: Claim): Promise<void> {
+  try {
+    const run = rangeOf(ctx, claim);
+    if (run !== null) await run.record(true);
+  } catch {
+    // Already failing: the lease expires and the range is reclaimed then.
+  }
 }
 
 /** A drain's poll records a range with the next claim while it keeps finding full ranges, for a while. */
@@ -380,6 +481,16 @@ class RangeRun<T> {
     this.slack = Math.min(250, ctx.o.recordMargin / 4);
   }
 
+  /** Whether any member is keyed (exclusive or ordered with a key): its chains take key leases. */
+  get keyed(): boolean {
+    return this.keyToken !== null;
+  }
+
+  /** The range lease's length as the claim computed it. */
+  get leaseMs(): number {
+    return this.range.leaseMs;
+  }
+
   /** A lease covers one run: timeout + recordMargin, capped at deadline + recordMargin. */
   private runMs(timeout: number): number {
     const cap = leaseCap(this.ctx);
@@ -568,6 +679,20 @@ class RangeRun<T> {
    * range run whole is recorded by the statement that claims the next one, when mayChain allows;
    * that next range is the answer (docs/poll-cycle.md#the-steady-state).
    */
+  /**
+   * The record of a range run whole (every member has an outcome, the lease was never lost, no run
+   * was abandoned), to be sent with the next claim; null when it must be recorded on its own.
+   */
+  whole(): Pending<T> | null {
+    const { range, msgs, outcomes } = this;
+    if (this.lost || this.abandonedKeys.size > 0 || msgs.some((m) => !outcomes.has(m.id))) return null;
+    const rows = this.rowsOf(msgs);
+    const keys = this.keyLeases.length ? JSON.stringify(this.keyLeases) : null;
+    const eq = rows.eq.length ? JSON.stringify(rows.eq) : null;
+    const dl = rows.dl.length ? JSON.stringify(rows.dl) : null;
+    return { run: this, rows, rec: { token: range.token, eq, dl, keys } };
+  }
+
   async record(failed: boolean, chain = false): Promise<Claim | null> {
     const { ctx, range, msgs, outcomes } = this;
     const { db, t } = ctx;
@@ -605,9 +730,9 @@ class RangeRun<T> {
    * if so, what the load would say: anything to reclaim, expire or reserve, or a pause, and no
    * range was claimed; the exception phase of this poll (or the next poll's load) sees to it.
    */
-  private async recordAndClaim(rows: RangeRows, rec: RecordArgs): Promise<Claim | null> {
+  async recordAndClaim(rows: RangeRows, rec: RecordArgs, resize = true): Promise<Claim | null> {
     const { ctx } = this;
-    nextRangeSize(ctx);
+    if (resize) nextRangeSize(ctx);
     const token = randomUUID();
     const sentAt = now();
     const retry: RetryState = { retried: false, recover: () => ownClaim(ctx, token) };
