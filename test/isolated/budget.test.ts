@@ -84,4 +84,36 @@ describe("round-trip budgets", () => {
     const c = await t.sql(`SELECT committed::int AS committed FROM sqlstreams.consumer_group_cursor_${n}`);
     expect(c).toEqual([{ committed: 301 }]);
   });
+
+  it("due retries do not end a chain of unkeyed ranges: they run after it; after a keyed range they still do", async () => {
+    // docs/poll-cycle.md#due-rows-and-the-chain. Every 50th message fails once; its retry is due
+    // 1 ms later. Four full ranges of 100.
+    const t = testClient(url());
+    await t.client.migrate();
+    const runs = async (name: string, key: (i: number) => string | undefined, config: Record<string, unknown>) => {
+      const s = t.client.stream(name);
+      await s.register();
+      const g = s.consumer("g");
+      await g.register({ exceptionInitialBackoff: 0, message: { retry: { baseDelay: 1 } }, ...config });
+      await s.produce({ i: -1 });
+      await g.drain(() => {}); // warms the client's stream cache
+      await s.produceBatch(Array.from({ length: 400 }, (_, i) => ({ payload: { i }, key: key(i) })));
+      const order: string[] = [];
+      const r = await g.drain((m) => {
+        const i = (m.payload as { i: number }).i;
+        order.push(`${i}@${m.attempt}`);
+        if (i % 50 === 0 && m.attempt === 0) throw new Error("once");
+      }, { batchLimit: 100 });
+      expect(r).toMatchObject({ succeeded: 400, failed: 8 });
+      return order;
+    };
+    const plain = await runs("due.plain", () => undefined, {});
+    // Every first attempt ran before any retry: the chain went on past the due rows.
+    const lastFirst = plain.indexOf("399@0");
+    expect(plain.slice(0, lastFirst + 1).filter((o) => o.endsWith("@1"))).toEqual([]);
+    expect(plain.slice(lastFirst + 1).sort()).toEqual([0, 100, 150, 200, 250, 300, 350, 50].map((i) => `${i}@1`));
+    // Keyed (exclusive) ranges: the first ranges' retries run before the last range starts.
+    const keyed = await runs("due.keyed", (i) => `k${i % 7}`, { concurrencyOverride: "exclusive" });
+    expect(keyed.indexOf("0@1")).toBeLessThan(keyed.indexOf("399@0"));
+  });
 });

@@ -56,6 +56,11 @@ interface RecordArgs {
   eq: string | null;
   dl: string | null;
   keys: string | null;
+  /**
+   * Claim the next range even if due exception rows wait (docs/poll-cycle.md#due-rows-and-the-chain):
+   * only after a range without keyed messages.
+   */
+  pastDue: boolean;
 }
 
 /** Pauses before asking the fence again while older write transactions are still open. */
@@ -94,7 +99,7 @@ function claimParams<T>(ctx: Ctx<T>, token: string, head: string | null, obs: st
   const tb = timeoutBounds(ctx.g);
   return [
     ctx.groupId, ctx.o.batchLimit, head, obs, token, tb.def, tb.min, tb.max, ctx.o.concurrency, ctx.o.recordMargin, rangeLeaseCap(ctx),
-    ctx.o.batchBytes, rec?.token ?? null, rec?.eq ?? null, rec?.dl ?? null, rec?.keys ?? null,
+    ctx.o.batchBytes, rec?.token ?? null, rec?.eq ?? null, rec?.dl ?? null, rec?.keys ?? null, rec?.pastDue ?? false,
   ];
 }
 
@@ -690,7 +695,7 @@ class RangeRun<T> {
     const keys = this.keyLeases.length ? JSON.stringify(this.keyLeases) : null;
     const eq = rows.eq.length ? JSON.stringify(rows.eq) : null;
     const dl = rows.dl.length ? JSON.stringify(rows.dl) : null;
-    return { run: this, rows, rec: { token: range.token, eq, dl, keys } };
+    return { run: this, rows, rec: { token: range.token, eq, dl, keys, pastDue: !this.keyed } };
   }
 
   async record(failed: boolean, chain = false): Promise<Claim | null> {
@@ -712,7 +717,7 @@ class RangeRun<T> {
     const rows = this.rowsOf(firstOpen ? msgs.filter((m) => big(m.id) < big(firstOpen.id)) : msgs);
     const eq = rows.eq.length ? JSON.stringify(rows.eq) : null;
     const dl = rows.dl.length ? JSON.stringify(rows.dl) : null;
-    if (chain && !failed && !firstOpen && mayChain(ctx)) return this.recordAndClaim(rows, { token: range.token, eq, dl, keys });
+    if (chain && !failed && !firstOpen && mayChain(ctx)) return this.recordAndClaim(rows, { token: range.token, eq, dl, keys, pastDue: !this.keyed });
     const newToken = firstOpen ? randomUUID() : null;
     const retry: RetryState = { retried: false };
     const r = await queryRetry<{ committed: string | null }>(db, S.recordRange(t), [ctx.groupId, range.token, keepFrom, newToken, eq, dl, keys], retry);

@@ -76,14 +76,15 @@ export function advance(t: Tables): string {
  * the same transaction (docs/poll-cycle.md#the-steady-state): $1 group, $2 batchLimit, $3 head,
  * $4 observation, $5 token, $6..$8 timeout default/min/max, $9 concurrency, $10 recordMargin,
  * $11 cap ms (or NULL), $12 batchBytes; $13 the previous range's token (NULL: claim only), $14 its
- * exception rows, $15 its delivery-log rows, $16 its key leases (JSON arrays, as recordRange).
+ * exception rows, $15 its delivery-log rows, $16 its key leases (JSON arrays, as recordRange); $17
+ * true: claim even when the record finds due exception rows (docs/poll-cycle.md#due-rows-and-the-chain).
  */
 export function claim(t: Tables): string {
   return `SELECT r_low::text AS low, r_high::text AS high, id::text AS id, message_key,
                  compaction_rank::text AS compaction_rank, payload, options, created_ms AS created_at,
                  lease_ms::float8 AS lease_ms, recorded, committed::text AS committed, paused,
                  reclaimable, expirable, reservable
-            FROM ${t.fn("claim")}($1, $2, $3, $4::xid8, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15::jsonb, $16::jsonb)`;
+            FROM ${t.fn("claim")}($1, $2, $3, $4::xid8, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15::jsonb, $16::jsonb, $17)`;
 }
 
 export function recordRange(t: Tables): string {
