@@ -269,10 +269,12 @@ function nextRangeSize<T>(ctx: Ctx<T>): void {
  * committed that record with it.
  */
 async function ownClaim<T>(ctx: Ctx<T>, token: string): Promise<pg.QueryResult | null> {
-  const own = await queryRetry<{ low: string; high: string; left_ms: number }>(ctx.db, S.leaseByToken(ctx.t), [ctx.groupId, token]);
+  // One attempt each: this runs inside the claim's own retries, which try it again after their
+  // next pause (retrying here too would multiply the time a poll waits out an outage).
+  const own = await query<{ low: string; high: string; left_ms: number }>(ctx.db, ctx.db.pool, S.leaseByToken(ctx.t), [ctx.groupId, token]);
   if (own.rowCount === 0) return null;
   const { low, high, left_ms } = own.rows[0];
-  const msgs = (await queryRetry<RawMessage>(ctx.db, S.readRange(ctx.t), [low, high])).rows;
+  const msgs = (await query<RawMessage>(ctx.db, ctx.db.pool, S.readRange(ctx.t), [low, high])).rows;
   const header = { low, high, id: null, message_key: null, compaction_rank: null, payload: null, options: null, created_at: null, lease_ms: left_ms };
   const rows = [...msgs.map((m) => ({ ...m, payload: JSON.stringify(m.payload), low: null, high: null, lease_ms: null })), header];
   return { command: "SELECT", rowCount: rows.length, oid: 0, fields: [], rows };
