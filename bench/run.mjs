@@ -37,11 +37,12 @@ const FULL_N = {
   ordered: 20_000, // one key lease round trip per message: ~1–2k msg/s
   failing: 50_000,
   latency: 0, // paced: 500 msg/s for 10 s
-  // The cost curve (arms/curve.mjs). Consume arms: the first min(backlog, 100k) messages of a
-  // 10k/100k/1M backlog (a quick run: backlogs / 100, window 1k); --n does not change them.
+  // The cost curve (arms/curve.mjs). Consume arms: 5 windows of the first 10k messages of a
+  // 10k/100k/1M backlog, each by a fresh group (a quick run: backlogs / 100, 2 windows of 100);
+  // --n does not change them.
   "consume-10k": 10_000,
-  "consume-100k": 100_000,
-  "consume-1m": 100_000,
+  "consume-100k": 10_000,
+  "consume-1m": 10_000,
   "produce-1m": 100_000, // produced on top of 1M rows already present (quick: 10k present)
   idle: 0, // 200 caught-up groups on 100 streams, 20 ticks (quick: 20 groups, 3 ticks)
   "produce-tx": 5_000, // per adapter: one message per transaction, sequential, on one connection
