@@ -70,7 +70,7 @@ describe("npm run bench (--quick)", () => {
       .filter((l): l is ArmLine & { server: string } => l.type === "arm");
     expect(arms.map((a) => [a.arm, a.server]), stderr).toEqual([["consume-10k", "url"], ["idle", "url"]]);
     for (const a of arms) expect(a.failures, `${a.arm}: ${JSON.stringify(a.failures)}`).toEqual([]);
-    expect(arms[0].check).toMatchObject({ expected: 100, missing: 0, duplicates: 0, ok: true });
+    expect(arms[0].check).toMatchObject({ expected: 100, windows: 2, missing: 0, duplicates: 0, ok: true });
     expect(arms[1].check).toMatchObject({ expected: 60, missing: 0, ok: true });
     expect(arms[1].metrics.stmtPerPoll.median).toBe(1);
     expect(code, stderr).toBe(0);
