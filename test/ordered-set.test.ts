@@ -98,4 +98,56 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
     expect(await takeKey(25, OWN)).toBe("taken"); // the same token renews its own lease
     expect(await takeKey(25, STRANGER)).toBe("busy");
   });
+
+  it("the fast path (no wanted key has a row) answers as the upsert does, and a row late in key order falls back to it", async () => {
+    // take_keys_N first tries a plain INSERT of every key without a predecessor (stream migration
+    // 0014); any existing row makes it fail, undo its partial work, and run the upsert instead.
+    const t = testClient(url());
+    const s = t.client.stream<{ i: number }>("ordered.fast");
+    await s.register();
+    await s.consumer("g").register({ concurrencyOverride: "ordered" });
+    const keys = ["a", "b", "a", "b", "c", "d", "zz"];
+    for (const [i, key] of keys.entries()) await s.produce({ i }, { key });
+    const n = await streamIdOf(t, "ordered.fast");
+    const g = await groupIdOf(t, "g", "ordered.fast");
+    const ids = (await t.sql<{ id: string }>(`SELECT id::text AS id FROM ${S}.message_log_${n} ORDER BY id`)).map((r) => r.id);
+    // Claimed up to 7; the caller's range (2, 7]; message 1 ("a") is an unresolved exception row.
+    await t.sql(`UPDATE ${S}.consumer_group_cursor_${n} SET claimed = $2 WHERE consumer_group_id = $1`, [g, ids[6]]);
+    await t.sql(
+      `INSERT INTO ${S}.exception_queue_${n} (consumer_group_id, message_id, status, message_key, concurrency, attempts)
+       VALUES ($1, $2, 'ready', 'a', 'ordered', 1)`,
+      [g, ids[0]],
+    );
+    const wanted = [3, 4, 5, 6, 7].map((pos) => ({ k: keys[pos - 1], id: ids[pos - 1], ordered: true, ms: 60_000 }));
+    const take = (token: string) =>
+      t.sql<{ k: string; kind: string; pred_id: string | null }>(
+        `SELECT k, kind, pred_id::text FROM ${S}.take_keys_${n}($1, $2, $3, $4, $5::jsonb) ORDER BY k`,
+        [g, token, ids[1], ids[6], JSON.stringify(wanted)],
+      );
+    const leases = async () =>
+      (await t.sql<{ k: string; token: string }>(
+        `SELECT message_key AS k, token::text FROM ${S}.message_key_lease_${n} WHERE consumer_group_id = $1 AND expires_at > now() ORDER BY message_key`,
+        [g],
+      )).map((l) => `${l.k}:${l.token === OWN ? "own" : l.token === STRANGER ? "stranger" : l.token}`);
+
+    // No rows: the fast path. Only "a" has an unresolved predecessor (its exception row).
+    expect(await take(OWN)).toEqual([{ k: "a", kind: "pred", pred_id: ids[0] }]);
+    expect(await leases()).toEqual(["b:own", "c:own", "d:own", "zz:own"]);
+
+    // Every row exists under the caller's token: the fallback renews them, same answer.
+    expect(await take(OWN)).toEqual([{ k: "a", kind: "pred", pred_id: ids[0] }]);
+    expect(await leases()).toEqual(["b:own", "c:own", "d:own", "zz:own"]);
+
+    // Only the last key in key order is held by someone else: the plain INSERT has written "b",
+    // "c", "d" before it fails; nothing of that survives but what the upsert takes.
+    await t.sql(`DELETE FROM ${S}.message_key_lease_${n}`);
+    await t.sql(
+      `INSERT INTO ${S}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at) VALUES ($1, 'zz', $2, now() + interval '1 hour')`,
+      [g, STRANGER],
+    );
+    expect(await take(OTHER)).toEqual([{ k: "a", kind: "pred", pred_id: ids[0] }, { k: "zz", kind: "busy", pred_id: null }]);
+    expect(await leases()).toEqual(["b:" + OTHER, "c:" + OTHER, "d:" + OTHER, "zz:stranger"]);
+    const [{ rows }] = await t.sql<{ rows: number }>(`SELECT count(*)::int AS rows FROM ${S}.message_key_lease_${n}`);
+    expect(rows).toBe(4);
+  });
 });
