@@ -213,27 +213,28 @@ describe("range crash recovery with SIGKILLed pollers", () => {
 
   it("a crash while the next range was claimed ahead: both leases stay until they expire, then the range that never started is reclaimed like the one that was running", async () => {
     // docs/poll-cycle.md#claiming-ahead: ranges of 50, 50 handlers at once, quick handlers, so from
-    // the second range on the next one is claimed while one runs. Message 180 hangs the child in
-    // (150, 200] while (200, 250] is claimed ahead; the child is SIGKILLed.
-    const { s, g, n, gid } = await setupProduced(t, "ahead.crash", { message: { timeout: 1_000 } }, 0);
+    // the second range on the next one is claimed while one runs. Message 80 hangs the child in
+    // (50, 100] while (100, 150] is claimed ahead (early in the drain, well inside the chain's first
+    // second even on a loaded machine); the child is SIGKILLed.
+    const { s, g, n, gid } = await setupProduced(t, "ahead.crash", { message: { timeout: 2_000 } }, 0);
     await s.produceBatch(Array.from({ length: 300 }, (_, i) => ({ payload: { i: i + 1 } })));
-    const child = poller({ stream: "ahead.crash", group: "g", method: "drain", opts: { batchLimit: 50, concurrency: 50 }, actions: { "180": "hang" } });
-    await child.waitFor({ event: "start", id: "180" });
+    const child = poller({ stream: "ahead.crash", group: "g", method: "drain", opts: { batchLimit: 50, concurrency: 50 }, actions: { "80": "hang" } });
+    await child.waitFor({ event: "start", id: "80" });
     await vi.waitUntil(async () => (await claimLeases(t, n, gid)).length === 2, { timeout: 10_000, interval: 20 });
     expect((await child.kill()).signal).toBe("SIGKILL");
     const leases = await claimLeases(t, n, gid);
-    expect(leases.map((l) => [l.low, l.high, l.reclaims])).toEqual([["150", "200", 0], ["200", "250", 0]]);
-    expect(await cursor(t, n, gid)).toMatchObject({ claimed: "250", committed: "150" });
+    expect(leases.map((l) => [l.low, l.high, l.reclaims])).toEqual([["50", "100", 0], ["100", "150", 0]]);
+    expect(await cursor(t, n, gid)).toMatchObject({ claimed: "150", committed: "50" });
     const inChild = started(child).map(Number);
-    expect(inChild.filter((id) => id > 200)).toEqual([]); // the range claimed ahead never started
+    expect(inChild.filter((id) => id > 100)).toEqual([]); // the range claimed ahead never started
 
     // Nothing is reclaimable before the later lease expires on the database clock; then both are.
     await untilDbTime(t, leases[1].expires_at, 1);
     const seen: number[] = [];
     const r = await g.drain((m) => void seen.push(Number(m.id)), { batchLimit: 50 });
     expect(r.rangesReclaimed).toBe(2);
-    expect([...new Set(seen)].sort((a, b) => a - b)).toEqual(Array.from({ length: 150 }, (_, i) => 151 + i));
-    expect(new Set(ended(child).map(Number).filter((id) => id <= 150)).size).toBe(150);
+    expect([...new Set(seen)].sort((a, b) => a - b)).toEqual(Array.from({ length: 250 }, (_, i) => 51 + i));
+    expect(new Set(ended(child).map(Number).filter((id) => id <= 50)).size).toBe(50);
     expect(await cursor(t, n, gid)).toMatchObject({ claimed: "300", committed: "300" });
     expect(await claimLeases(t, n, gid)).toEqual([]);
     expect(await count(t, `exception_queue_${n}`)).toBe(0);

@@ -38,7 +38,7 @@ export async function claimLeases(t: TestClient, n: string, gid: string): Promis
   return t.sql<ClaimLease>(
     `SELECT token::text, low::text, high::text, reclaims, released, expires_at,
             (EXTRACT(EPOCH FROM (expires_at - created_at)) * 1000)::float8 AS lease_ms, expires_at < now() AS expired
-       FROM ${S}.claim_lease_${n} WHERE consumer_group_id = $1 ORDER BY low`,
+       FROM ${S}.claim_lease_${n} WHERE consumer_group_id = $1 ORDER BY low::bigint`,
     [gid],
   );
 }

@@ -147,6 +147,7 @@ async function runClaimed<T>(ctx: Ctx<T>, claim: Claim, pend: Pending<T> | null)
   // One turn of the event loop puts the claim ahead on the wire before handlers that return
   // synchronously hold the thread for the whole range.
   else if (ahead !== null) await new Promise(setImmediate);
+  run.parsePayloads(); // after the claim ahead left: Postgres works on it meanwhile
   await run.takeFirstKeys();
   const failure = await run.dispatch();
   if (ctx.sample) {
@@ -172,7 +173,6 @@ function rangeOf<T>(ctx: Ctx<T>, claim: Claim): RangeRun<T> | null {
   if (ctx.sample) ctx.sample.full = big(high) - big(low) >= BigInt(ctx.o.batchLimit);
   if (rows.length === 1) return null;
   const msgs = byId(rows.slice(0, -1));
-  for (const m of msgs) m.payload = JSON.parse(m.payload as string);
   return new RangeRun(ctx, { token: claim.token, low, high, leaseMs: head.lease_ms as number, msgs }, claim.sentAt);
 }
 
@@ -496,6 +496,11 @@ class RangeRun<T> {
   /** The range lease's length as the claim computed it. */
   get leaseMs(): number {
     return this.range.leaseMs;
+  }
+
+  /** The payloads came as JSON text (the claim counted their bytes); parsed once, before the run. */
+  parsePayloads(): void {
+    for (const m of this.msgs) m.payload = JSON.parse(m.payload as string);
   }
 
   /** A lease covers one run: timeout + recordMargin, capped at deadline + recordMargin. */
