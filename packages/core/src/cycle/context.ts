@@ -8,7 +8,7 @@ import type { Db } from "../db.js";
 import { compareIds } from "../ids.js";
 import type * as S from "../sql/cycle.js";
 import { RunMessage } from "./run.js";
-import type { RangeSample, RangeSizer } from "./sizer.js";
+import type { LastRun, RangeSample, RangeSizer } from "./sizer.js";
 import type { CycleReport, Handler } from "./types.js";
 import { now } from "../clock.js";
 
@@ -65,7 +65,7 @@ export interface Ctx<T> {
   /** Filled by the range phase when a drain sizes its ranges (docs/poll-cycle.md#range-size-in-a-drain). */
   sample: RangeSample | undefined;
   /** A drain's poll state: its sizer, and the sample of the range run last (docs/poll-cycle.md#the-steady-state). */
-  state: { sizer?: RangeSizer; sample?: RangeSample; lastRun?: { ms: number; slowest: number } } | undefined;
+  state: { sizer?: RangeSizer; sample?: RangeSample; lastRun?: LastRun } | undefined;
   /** Monotonic ms after which no range is recorded together with the next claim. */
   chainUntil: number;
   /** Exception rows to expire / due to reserve, as the load or a later record said. */

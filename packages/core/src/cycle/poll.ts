@@ -7,7 +7,7 @@ import * as S from "../sql/cycle.js";
 import { type Ctx, type LoadRow, aborted, big } from "./context.js";
 import { expirePhase, exceptionPhase } from "./exceptions.js";
 import { STEADY_CHAIN_MS, claimPhase, reclaimPhase } from "./range.js";
-import type { RangeSample, RangeSizer } from "./sizer.js";
+import type { LastRun, RangeSample, RangeSizer } from "./sizer.js";
 import { type CycleReport, type Handler, emptyReport } from "./types.js";
 import { now } from "../clock.js";
 
@@ -23,7 +23,7 @@ export interface PollState {
    */
   sizer?: RangeSizer;
   /** The drain's last range: how long it ran (monotonic ms) and its slowest handler's share of its timeout (docs/poll-cycle.md#claiming-ahead). */
-  lastRun?: { ms: number; slowest: number };
+  lastRun?: LastRun;
 }
 
 /**

@@ -134,6 +134,8 @@ async function freshClaim<T>(ctx: Ctx<T>, L: LoadRow): Promise<Claim | null> {
  */
 async function runClaimed<T>(ctx: Ctx<T>, claim: Claim, pend: Pending<T> | null): Promise<Step<T>> {
   ctx.report.rangesClaimed++;
+  const head = claim.rows[claim.rows.length - 1];
+  if (ctx.sample) ctx.sample.full = big(head.high as string) - big(head.low as string) >= BigInt(ctx.o.batchLimit);
   const run = rangeOf(ctx, claim);
   if (run === null) {
     if (pend !== null) await pend.run.record(false);
@@ -170,7 +172,6 @@ function rangeOf<T>(ctx: Ctx<T>, claim: Claim): RangeRun<T> | null {
   const head = rows[rows.length - 1];
   const low = head.low as string;
   const high = head.high as string;
-  if (ctx.sample) ctx.sample.full = big(high) - big(low) >= BigInt(ctx.o.batchLimit);
   if (rows.length === 1) return null;
   const msgs = byId(rows.slice(0, -1));
   return new RangeRun(ctx, { token: claim.token, low, high, leaseMs: head.lease_ms as number, msgs }, claim.sentAt);
@@ -189,8 +190,8 @@ function settled<V>(p: Promise<V>): Promise<Settled<V>> {
  * range's key leases and predecessors must be settled before the next range takes its keys), and
  * the drain's last range was quick: its slowest handler used at most a quarter of its timeout (as
  * for growing the range) and it ran within a quarter of this range's lease, so the range claimed
- * ahead, sized before this one ran, does not wait long for its turn. A range that does wait longer extends its lease before a start
- * that would not fit, as any range does.
+ * ahead, sized before this one ran, does not wait long for its turn. A range that does wait longer
+ * extends its lease before a start that would not fit, as any range does.
  */
 function mayClaimAhead<T>(ctx: Ctx<T>, run: RangeRun<T>): boolean {
   if (!mayChain(ctx) || run.keyed) return false;
@@ -685,33 +686,48 @@ class RangeRun<T> {
   }
 
   /**
+   * The record of a range run whole (every member has an outcome, the lease was never lost), to be
+   * sent with the next claim; null when it must be recorded on its own.
+   */
+  whole(): Pending<T> | null {
+    const { msgs, outcomes } = this;
+    if (this.lost || msgs.some((m) => !outcomes.has(m.id))) return null;
+    const rows = this.rowsOf(msgs);
+    return { run: this, rows, rec: this.recordArgs(rows) };
+  }
+
+  /** What a record sends: the recorded prefix's exception and delivery-log rows, and the key leases to release. */
+  private recordArgs(rows: RangeRows): RecordArgs {
+    return {
+      token: this.range.token,
+      eq: rows.eq.length ? JSON.stringify(rows.eq) : null,
+      dl: rows.dl.length ? JSON.stringify(rows.dl) : null,
+      keys: this.releasedKeys(),
+      pastDue: !this.keyed,
+    };
+  }
+
+  /**
+   * The key leases a record releases (JSON, or null for none). An abandoned run's key lease is
+   * renewed, then released when the run settles (abandoned.ts), so it is not released here.
+   */
+  private releasedKeys(): string | null {
+    if (this.abandonedKeys.size > 0) this.keyLeases = this.keyLeases.filter((l) => !this.abandonedKeys.has(l.k));
+    return this.keyLeases.length ? JSON.stringify(this.keyLeases) : null;
+  }
+
+  /**
    * docs/poll-cycle.md#recording-a-range: the contiguous prefix of messages with an outcome is
-   * recorded; the rest is released at once. An abandoned run's key lease is renewed, then
-   * released when the run settles (abandoned.ts), so it is not released here. With `chain`, a
+   * recorded; the rest is released at once (the key leases as releasedKeys says). With `chain`, a
    * range run whole is recorded by the statement that claims the next one, when mayChain allows;
    * that next range is the answer (docs/poll-cycle.md#the-steady-state).
    */
-  /**
-   * The record of a range run whole (every member has an outcome, the lease was never lost, no run
-   * was abandoned), to be sent with the next claim; null when it must be recorded on its own.
-   */
-  whole(): Pending<T> | null {
-    const { range, msgs, outcomes } = this;
-    if (this.lost || this.abandonedKeys.size > 0 || msgs.some((m) => !outcomes.has(m.id))) return null;
-    const rows = this.rowsOf(msgs);
-    const keys = this.keyLeases.length ? JSON.stringify(this.keyLeases) : null;
-    const eq = rows.eq.length ? JSON.stringify(rows.eq) : null;
-    const dl = rows.dl.length ? JSON.stringify(rows.dl) : null;
-    return { run: this, rows, rec: { token: range.token, eq, dl, keys, pastDue: !this.keyed } };
-  }
-
   async record(failed: boolean, chain = false): Promise<Claim | null> {
     const { ctx, range, msgs, outcomes } = this;
     const { db, t } = ctx;
-    if (this.abandonedKeys.size > 0) this.keyLeases = this.keyLeases.filter((l) => !this.abandonedKeys.has(l.k));
-    const keys = this.keyLeases.length ? JSON.stringify(this.keyLeases) : null;
     if (this.lost) {
       lostLease(ctx, `range (${range.low}, ${range.high}]`);
+      const keys = this.releasedKeys();
       if (keys) await queryRetry(db, S.recordRange(t), [ctx.groupId, randomUUID(), null, null, "[]", "[]", keys]);
       return null;
     }
@@ -722,12 +738,11 @@ class RangeRun<T> {
       if (!failed) logNotStarted(ctx, msgs.filter((m) => !outcomes.has(m.id)).length);
     }
     const rows = this.rowsOf(firstOpen ? msgs.filter((m) => big(m.id) < big(firstOpen.id)) : msgs);
-    const eq = rows.eq.length ? JSON.stringify(rows.eq) : null;
-    const dl = rows.dl.length ? JSON.stringify(rows.dl) : null;
-    if (chain && !failed && !firstOpen && mayChain(ctx)) return this.recordAndClaim(rows, { token: range.token, eq, dl, keys, pastDue: !this.keyed });
+    const rec = this.recordArgs(rows);
+    if (chain && !failed && !firstOpen && mayChain(ctx)) return this.recordAndClaim(rows, rec);
     const newToken = firstOpen ? randomUUID() : null;
     const retry: RetryState = { retried: false };
-    const r = await queryRetry<{ committed: string | null }>(db, S.recordRange(t), [ctx.groupId, range.token, keepFrom, newToken, eq, dl, keys], retry);
+    const r = await queryRetry<{ committed: string | null }>(db, S.recordRange(t), [ctx.groupId, range.token, keepFrom, newToken, rec.eq, rec.dl, rec.keys], retry);
     const committed = r.rows[0].committed;
     if (committed === null) {
       if (!(await this.ownLost(retry, newToken))) return null;

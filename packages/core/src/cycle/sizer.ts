@@ -32,6 +32,12 @@ export interface RangeSample {
   ms: number;
 }
 
+/** A drain's last range, as claiming ahead judges it: monotonic ms it ran, and its `slowest`. */
+export interface LastRun {
+  ms: number;
+  slowest: number;
+}
+
 export function emptySample(): RangeSample {
   return { full: false, ran: 0, slowest: 0, ms: 0 };
 }
