@@ -719,4 +719,47 @@ describe("concurrency > 1 inside one poll", () => {
     expect(ledger.differentKeysOverlapped()).toBe(true);
     expect((await cursor(t, n, gid)).committed).toBe("9");
   });
+  it("keyed ranges claimed ahead: a failure recorded with the next range's key take defers that range's later messages of the key", async () => {
+    // docs/poll-cycle.md#keyed-ranges-claimed-ahead: ranges of 100, quick handlers, so from the
+    // second range on the next is claimed while one runs, and a range's record goes with the next
+    // range's keys. Every 50th message fails once; its retry waits 300 ms, so no due row ends the
+    // chain and the later messages of its key in the next range must be deferred behind it.
+    const t = testClient(url());
+    const s = t.client.stream<{ i: number }>("ordered.ahead");
+    await s.register();
+    const g = s.consumer("ord");
+    await g.register({ concurrencyOverride: "ordered", exceptionInitialBackoff: 0, message: { retry: { baseDelay: 300 } } });
+    await s.produce({ i: -1 }, { key: "warm" });
+    await g.drain(() => {}); // warms the client's stream cache
+    const keys = Array.from({ length: 7 }, (_, k) => `k${k}`);
+    const items = Array.from({ length: 400 }, (_, i) => ({ payload: { i }, key: keys[i % 7] }));
+    const ids = (await s.produceBatch(items)).map((r) => BigInt(r.id));
+    const byKey = new Map<string, bigint[]>();
+    items.forEach((it, i) => byKey.set(it.key, [...(byKey.get(it.key) ?? []), ids[i]]));
+    const n = await streamIdOf(t, "ordered.ahead");
+    const gid = await groupIdOf(t, "ord", "ordered.ahead");
+    const ledger = new Ledger(byKey);
+    const handler = (m: Message<{ i: number }>) => {
+      ledger.start(m.id, m.key, m.attempt);
+      const fail = m.payload.i % 50 === 0 && m.attempt === 0;
+      ledger.end(m.id, m.key, !fail, m.attempt);
+      if (fail) throw new Error("once");
+    };
+    t.statements.length = 0;
+    const first = await g.drain(handler, { batchLimit: 100 });
+    expect(t.statements.filter((q) => q.includes(`record_take_keys_${n}(`)).length).toBeGreaterThan(0);
+    expect(first.failed).toBe(8);
+    expect(first.deferred).toBeGreaterThan(0);
+    let total = first.succeeded;
+    for (let i = 0; i < 50 && total < 400; i++) {
+      await sleep(100);
+      total += (await g.drain(handler, { batchLimit: 100 })).succeeded;
+    }
+    expect(total).toBe(400);
+    expect(ledger.overlaps).toEqual([]);
+    expect(ledger.orderViolations).toEqual([]);
+    expect((await cursor(t, n, gid)).committed).toBe(String(ids[399]));
+    expect(await count(t, `message_key_lease_${n}`)).toBe(0);
+    await checkInvariants(t, n);
+  });
 });

@@ -85,6 +85,50 @@ describe("round-trip budgets", () => {
     expect(c).toEqual([{ committed: 301 }]);
   });
 
+  it("keyed ranges claimed ahead: the claim goes out with the key take, the record with the next range's take", async () => {
+    // docs/poll-cycle.md#keyed-ranges-claimed-ahead. 300 ordered messages over 7 keys, ranges of 100.
+    const t = testClient(url());
+    await t.client.migrate();
+    const s = t.client.stream("steady.keyed");
+    await s.register();
+    const g = s.consumer("g");
+    await g.register({ concurrencyOverride: "ordered" });
+    const n = await streamIdOf(t, "steady.keyed");
+    await s.produce({ warm: true }, { key: "warm" });
+    await g.drain(() => {}); // warms the client's stream cache
+    await s.produceBatch(Array.from({ length: 300 }, (_, i) => ({ payload: { i }, key: `k${i % 7}` })));
+
+    t.statements.length = 0;
+    const seen: number[] = [];
+    const sentBefore: number[] = [];
+    const r = await g.drain((m) => {
+      seen.push((m.payload as { i: number }).i);
+      sentBefore.push(t.statements.length);
+    }, { batchLimit: 100 });
+    expect([...seen].sort((a, b) => a - b)).toEqual(Array.from({ length: 300 }, (_, i) => i));
+    for (let k = 0; k < 7; k++) {
+      const mine = seen.filter((i) => i % 7 === k);
+      expect(mine).toEqual([...mine].sort((a, b) => a - b)); // each key in order
+    }
+    expect(r.succeeded).toBe(300);
+    expect(r.rangesClaimed).toBe(3);
+    // load, claim (0, 100], take its keys; record it + claim (100, 200]; the last range was quick,
+    // so (200, 300] is claimed ahead while (100, 200] takes its keys; when (200, 300] starts, the
+    // next claim ahead finds nothing and (100, 200]'s record goes with (200, 300]'s keys; (200, 300]
+    // records alone; caught-up load.
+    const kinds = t.statements.map((q) =>
+      q.includes(`record_take_keys_${n}(`) ? "record+take" : q.includes(`take_keys_${n}(`) ? "take" : q.includes(`claim_${n}(`) ? "claim"
+        : q.includes("consumer_group_config g") ? "load" : q.includes(`record_range_${n}(`) ? "record" : q);
+    expect(kinds).toEqual(["load", "claim", "take", "claim", "claim", "take", "claim", "record+take", "record", "load"]);
+    // (200, 300]'s handlers ran after its keys were answered, with the record of (100, 200].
+    expect(sentBefore[seen.indexOf(200)]).toBe(8);
+    expect(await count(t, `claim_lease_${n}`)).toBe(0);
+    expect(await count(t, `message_key_lease_${n}`)).toBe(0);
+    expect(await count(t, `exception_queue_${n}`)).toBe(0);
+    const c = await t.sql(`SELECT committed::int AS committed FROM sqlstreams.consumer_group_cursor_${n}`);
+    expect(c).toEqual([{ committed: 301 }]);
+  });
+
   it("due retries do not end a chain of unkeyed ranges: they run after it; after a keyed range they still do", async () => {
     // docs/poll-cycle.md#due-rows-and-the-chain. Every 50th message fails once; its retry is due
     // 1 ms later. Four full ranges of 100.

@@ -50,6 +50,15 @@ interface Claim {
   rows: ClaimRow[];
 }
 
+/** The first row of record_take_keys_N (the record's), then the keys it did not take. */
+type RecordTakeRow = {
+  recorded: boolean | null;
+  paused: boolean | null;
+  reclaimable: boolean | null;
+  expirable: boolean | null;
+  reservable: boolean | null;
+} & KeyRefusal;
+
 /** The previous range's record, sent with the next claim (JSON arrays as record_range_N takes them). */
 interface RecordArgs {
   token: string;
@@ -143,14 +152,29 @@ async function runClaimed<T>(ctx: Ctx<T>, claim: Claim, pend: Pending<T> | null)
     return { next: null, pend: null };
   }
   const t0 = now();
-  // The claim ahead carries the pending record; without it, the pending range records first.
-  const ahead = mayClaimAhead(ctx, run) ? settled(pend ? pend.run.recordAndClaim(pend.rows, pend.rec, false) : claimAhead(ctx)) : null;
-  if (ahead === null && pend !== null) await pend.run.record(false);
-  // One turn of the event loop puts the claim ahead on the wire before handlers that return
+  let ahead: Promise<Settled<Claim | null>> | null = null;
+  let taking: Promise<Settled<void>> | null = null;
+  if (run.keyed) {
+    // A keyed range takes its first keys with the pending record (docs/poll-cycle.md#keyed-ranges-claimed-ahead);
+    // the claim ahead carries no record, and goes out at the same time.
+    if (mayClaimAhead(ctx, run)) ahead = settled(claimAhead(ctx));
+    taking = settled(run.takeFirstKeys(pend));
+  } else {
+    // The claim ahead carries the pending record; without it, the pending range records first.
+    if (mayClaimAhead(ctx, run)) ahead = settled(pend ? pend.run.recordAndClaim(pend.rows, pend.rec, false) : claimAhead(ctx));
+    else if (pend !== null) await pend.run.record(false);
+  }
+  // One turn of the event loop puts the statements on the wire before handlers that return
   // synchronously hold the thread for the whole range.
-  else if (ahead !== null) await new Promise(setImmediate);
-  run.parsePayloads(); // after the claim ahead left: Postgres works on it meanwhile
-  await run.takeFirstKeys();
+  if (ahead !== null || taking !== null) await new Promise(setImmediate);
+  run.parsePayloads(); // after the claim ahead and the key take left: Postgres works on them meanwhile
+  const took = taking === null ? null : await taking;
+  if (took !== null && !took.ok) {
+    // Nothing of this range ran: a range claimed ahead behind it is released unstarted too.
+    const next = ahead === null ? null : await ahead;
+    if (next?.ok && next.value !== null) await releaseUnstarted(ctx, next.value);
+    throw took.error;
+  }
   const failure = await run.dispatch();
   if (ctx.sample) {
     ctx.sample.ms = now() - t0;
@@ -186,15 +210,15 @@ function settled<V>(p: Promise<V>): Promise<Settled<V>> {
 
 /**
  * Whether the next range may be claimed while this one runs (docs/poll-cycle.md#claiming-ahead):
- * when the range could be recorded with the next claim (mayChain), has no keyed message (a keyed
- * range's key leases and predecessors must be settled before the next range takes its keys), and
- * the drain's last range was quick: its slowest handler used at most a quarter of its timeout (as
+ * when the range could be recorded with the next claim (mayChain) and the drain's last range was
+ * quick (a keyed range claimed ahead takes its keys only with this range's record:
+ * docs/poll-cycle.md#keyed-ranges-claimed-ahead): its slowest handler used at most a quarter of its timeout (as
  * for growing the range) and it ran within a quarter of this range's lease, so the range claimed
  * ahead, sized before this one ran, does not wait long for its turn. A range that does wait longer
  * extends its lease before a start that would not fit, as any range does.
  */
 function mayClaimAhead<T>(ctx: Ctx<T>, run: RangeRun<T>): boolean {
-  if (!mayChain(ctx) || run.keyed) return false;
+  if (!mayChain(ctx)) return false;
   const last = ctx.state?.lastRun;
   return last !== undefined && last.slowest <= GROW_TIMEOUT_SHARE && 4 * last.ms <= run.leaseMs;
 }
@@ -543,19 +567,33 @@ class RangeRun<T> {
    * The key leases of the chains' first members in one round trip (not the compacted ones: their
    * head is checked at their start). Each lease covers one run; released when the range records.
    */
-  async takeFirstKeys(): Promise<void> {
+  async takeFirstKeys(prev: Pending<T> | null = null): Promise<void> {
     const { ctx, keyToken } = this;
-    if (keyToken === null || ctx.stop || aborted(ctx)) return;
+    if (keyToken === null || ctx.stop || aborted(ctx)) {
+      if (prev !== null) await prev.run.record(false);
+      return;
+    }
     const wanted = this.units
       .filter((u) => keyed(u[0]) && u[0].compaction_rank === null)
       .map((u) => ({ k: u[0].message_key as string, id: u[0].id, ordered: u[0].resolved.concurrency === "ordered", ms: this.runMs(u[0].resolved.timeout) }));
-    if (wanted.length > 0) {
+    if (wanted.length > 0 || prev !== null) {
       const at = now();
       const ms = new Map(wanted.map((w) => [w.k, w.ms]));
-      const r = await queryRetry<KeyRefusal>(ctx.db, S.takeKeys(ctx.t), [
-        ctx.groupId, keyToken, this.range.low, this.range.high, JSON.stringify(wanted),
-      ]);
-      for (const [k, result] of decodeKeyTakes([...ms.keys()], r.rows)) {
+      let refused: KeyRefusal[];
+      if (prev === null) {
+        refused = (await queryRetry<KeyRefusal>(ctx.db, S.takeKeys(ctx.t), [
+          ctx.groupId, keyToken, this.range.low, this.range.high, JSON.stringify(wanted),
+        ])).rows;
+      } else {
+        const { rec } = prev;
+        const retry: RetryState = { retried: false };
+        const r = await queryRetry<RecordTakeRow>(ctx.db, S.recordTakeKeys(ctx.t), [
+          ctx.groupId, rec.token, rec.eq, rec.dl, rec.keys, keyToken, this.range.low, this.range.high, JSON.stringify(wanted),
+        ], retry);
+        await prev.run.recordedWithTake(r.rows[0], prev.rows, retry);
+        refused = r.rows.slice(1) as KeyRefusal[];
+      }
+      for (const [k, result] of decodeKeyTakes([...ms.keys()], refused)) {
         this.keys.set(k, { held: result.kind === "taken", expiry: at + (ms.get(k) ?? 0), result });
         if (result.kind === "taken") this.keyLeases.push({ k, t: keyToken });
       }
@@ -783,6 +821,26 @@ class RangeRun<T> {
     if (claimed(rest)) return { token, sentAt, rows: rest };
     if (rest.length > 0) warnFenceHolders(ctx, rest);
     return null;
+  }
+
+  /**
+   * This range's record went with the next range's key take (docs/poll-cycle.md#keyed-ranges-claimed-ahead):
+   * its row says whether it was recorded and what the load would say. Anything to reclaim, expire
+   * or reserve, or a pause, ends the chain (as after a record that claims), so the poll's exception
+   * phase (or the next poll's load) sees to it once the ranges already claimed have run.
+   */
+  async recordedWithTake(row: RecordTakeRow, rows: RangeRows, retry: RetryState): Promise<void> {
+    const { ctx } = this;
+    if (!row.recorded) {
+      if (await this.ownLost(retry, null)) this.count(rows);
+      ctx.chainUntil = 0;
+      return;
+    }
+    // No cursor advance here: the chain's last record (or the poll's advance) moves the cursor.
+    this.count(rows);
+    if (row.expirable) ctx.expirable = true;
+    if (row.reservable) ctx.reservable = true;
+    if (row.paused || row.reclaimable || row.expirable || row.reservable) ctx.chainUntil = 0;
   }
 
   /**

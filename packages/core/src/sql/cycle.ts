@@ -91,6 +91,17 @@ export function recordRange(t: Tables): string {
   return `SELECT ${t.fn("record_range")}($1, $2, $3, $4, $5::jsonb, $6::jsonb, $7::jsonb)::text AS committed`;
 }
 
+/**
+ * A keyed chain's previous range recorded and the next range's first keys taken, in one statement
+ * (docs/poll-cycle.md#keyed-ranges-claimed-ahead): $1 group, $2..$5 the record (token, exception rows,
+ * delivery-log rows, key leases, as recordRange), $6..$9 the take (as takeKeys). The first row is
+ * the record's (recorded, and what the load would say); the rest are the keys not taken.
+ */
+export function recordTakeKeys(t: Tables): string {
+  return `SELECT recorded, paused, reclaimable, expirable, reservable, k, kind, pred_id::text AS pred_id
+            FROM ${t.fn("record_take_keys")}($1, $2, $3::jsonb, $4::jsonb, $5::jsonb, $6, $7, $8, $9::jsonb)`;
+}
+
 export function takeKey(t: Tables): string {
   return `SELECT kind, ref::text AS ref FROM ${t.fn("take_key")}($1, $2, $3, $4, $5, $6, $7, $8, $9)`;
 }

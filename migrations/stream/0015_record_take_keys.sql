@@ -1,0 +1,67 @@
+-- record_take_keys_N: the record of a keyed chain's previous range and the key leases of the range
+-- after it, in one statement, one transaction (docs/poll-cycle.md#keyed-ranges-claimed-ahead).
+-- Placeholders as in 0001_family.sql: {{schema}} (validated, quoted) and {{N}} (numeric) only.
+--
+-- When a keyed range was claimed ahead, its keys can only be taken once the range before it has
+-- recorded: that record releases the earlier range's key leases and deletes its range lease, and
+-- writes its exception rows, and the predecessor rule (docs/ordering.md#the-predecessor-rule) must
+-- see all of that. Both happen here, in this order:
+--   1. the record, as record_range_N does it for a range run whole (p_keep_from NULL), except the
+--      cursor advance: the claim ahead of the range after this one may hold the group's cursor row
+--      (claim_N locks it FOR UPDATE) while this statement runs on another connection, and the
+--      advance would wait for it. The committed cursor moves with the chain's next record that
+--      advances (every chain ends with one) or the poll's advance; nothing reads it in between
+--      that needs it newer: the predecessor rule reads `claimed`, and retention only lags.
+--   2. the record row: recorded (false: the range lease was lost; nothing was written but the key
+--      release), and what the load would say (paused, reclaimable, expirable, reservable); the
+--      caller ends the chain on any of them, as claim_N does after a record.
+--   3. take_keys_N for the range after (its own range lease is excluded from the rule as always),
+--      one row per key not taken.
+CREATE OR REPLACE FUNCTION {{schema}}.record_take_keys_{{N}}(
+  p_group BIGINT, p_rec_token UUID, p_rec_eq JSONB, p_rec_dl JSONB, p_rec_keys JSONB,
+  p_token UUID, p_own_low BIGINT, p_own_high BIGINT, p_keys JSONB)
+RETURNS TABLE (recorded BOOLEAN, paused BOOLEAN, reclaimable BOOLEAN, expirable BOOLEAN,
+               reservable BOOLEAN, k TEXT, kind TEXT, pred_id BIGINT)
+LANGUAGE plpgsql VOLATILE AS $fn$
+#variable_conflict use_column
+BEGIN
+  IF p_rec_keys IS NOT NULL AND jsonb_array_length(p_rec_keys) > 0 THEN
+    DELETE FROM {{schema}}.message_key_lease_{{N}} l
+     USING jsonb_to_recordset(p_rec_keys) AS r(k TEXT, t UUID)
+     WHERE l.consumer_group_id = p_group AND l.message_key = r.k AND l.token = r.t;
+  END IF;
+  DELETE FROM {{schema}}.claim_lease_{{N}} l WHERE l.consumer_group_id = p_group AND l.token = p_rec_token;
+  recorded := FOUND;
+  IF recorded THEN
+    IF p_rec_eq IS NOT NULL AND jsonb_array_length(p_rec_eq) > 0 THEN
+      INSERT INTO {{schema}}.exception_queue_{{N}}
+        (consumer_group_id, message_id, status, message_key, concurrency, attempts, delays, can_run_after, last_error)
+      SELECT p_group, r.message_id, r.status, r.message_key, r.concurrency, r.attempts, r.delays,
+             now() + r.run_after_ms * interval '1 millisecond', r.last_error
+        FROM jsonb_to_recordset(p_rec_eq) AS r(message_id BIGINT, status TEXT, message_key TEXT, concurrency TEXT,
+                                               attempts INTEGER, delays INTEGER, run_after_ms BIGINT, last_error TEXT)
+      ON CONFLICT DO NOTHING;
+    END IF;
+    IF p_rec_dl IS NOT NULL AND jsonb_array_length(p_rec_dl) > 0 THEN
+      INSERT INTO {{schema}}.delivery_log_{{N}} (consumer_group_id, message_id, attempt, status, error)
+      SELECT p_group, r.message_id, r.attempt, r.status, r.error
+        FROM jsonb_to_recordset(p_rec_dl) AS r(message_id BIGINT, attempt INTEGER, status TEXT, error TEXT);
+    END IF;
+    SELECT g.paused,
+           EXISTS (SELECT 1 FROM {{schema}}.claim_lease_{{N}} l WHERE l.consumer_group_id = p_group AND l.expires_at < now()),
+           EXISTS (SELECT 1 FROM {{schema}}.exception_queue_{{N}} e WHERE e.consumer_group_id = p_group AND e.status = 'inflight'
+                      AND e.lease_expires_at < now()),
+           EXISTS (SELECT 1 FROM {{schema}}.exception_queue_{{N}} e WHERE e.consumer_group_id = p_group
+                      AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
+                      AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now()))
+      INTO paused, reclaimable, expirable, reservable
+      FROM {{schema}}.consumer_group_config g WHERE g.id = p_group;
+  END IF;
+  RETURN NEXT;
+  recorded := NULL; paused := NULL; reclaimable := NULL; expirable := NULL; reservable := NULL;
+  IF p_keys IS NOT NULL AND jsonb_array_length(p_keys) > 0 THEN
+    RETURN QUERY SELECT NULL::boolean, NULL::boolean, NULL::boolean, NULL::boolean, NULL::boolean, t.k, t.kind, t.pred_id
+                   FROM {{schema}}.take_keys_{{N}}(p_group, p_token, p_own_low, p_own_high, p_keys) t;
+  END IF;
+END
+$fn$;
