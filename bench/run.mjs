@@ -34,8 +34,10 @@ const FULL_N = {
   "consume-defaults": 20_000, // drain(handler) with no options: the fast-defaults target
   "consume-2groups": 100_000,
   "produce-consume": 200_000,
-  ordered: 20_000, // one key lease round trip per message: ~1–2k msg/s
-  failing: 50_000,
+  // The same backlog as consume, which they are compared with: a drain's fixed costs (its first
+  // statements, the ranges before claiming ahead starts) weigh the same in each.
+  ordered: 100_000,
+  failing: 100_000,
   latency: 0, // paced: 500 msg/s for 10 s
   // The cost curve (arms/curve.mjs). Consume arms: 5 windows of the first 10k messages of a
   // 10k/100k/1M backlog, each by a fresh group (a quick run: backlogs / 100, 2 windows of 100);
