@@ -435,6 +435,13 @@ async function quarantine<T>(ctx: Ctx<T>, c: pg.PoolClient, msgs: RawMessage[]):
   ctx.db.events.emit({ level: "warn", code: "SQL0036", message: `range quarantined into ${ins.rows.length} exception row(s)`, stream: ctx.stream, group: ctx.group, ids: ins.rows.map((r) => r.message_id) });
 }
 
+/** A key take's answer as a member's outcome: null (taken: the member runs), superseded or deferred. */
+function keyTakeOutcome(res: KeyTake): RunOutcome | null {
+  if (res.kind === "taken") return null;
+  if (res.kind === "superseded") return { kind: "superseded", head: res.head };
+  return { kind: "deferred", reason: deferredReason(res) };
+}
+
 function keyed(m: RangeMessage): boolean {
   return m.resolved.concurrency !== "parallel" && m.message_key !== null;
 }
@@ -626,12 +633,23 @@ class RangeRun<T> {
     return failure;
   }
 
-  /** A lone unkeyed message (the hot path), else a chain; undefined when it settled synchronously. */
+  /**
+   * A lone message (the hot path: unkeyed, or keyed with its key answered up front), else a chain;
+   * undefined when it settled synchronously.
+   */
   private runUnit(unit: RangeMessage[]): Promise<void> | undefined {
     const m = unit[0];
-    if (unit.length !== 1 || keyed(m)) return this.runChain(unit);
+    if (unit.length !== 1) return this.runChain(unit);
     if (!mayStart(this.ctx, m.resolved.timeout)) return undefined;
     if (this.outlives(m.resolved.timeout, this.leaseExpiry)) return this.runChain(unit);
+    if (keyed(m)) {
+      const held = this.heldOutcome(m, unit);
+      if (held === undefined) return this.runChain(unit);
+      if (held !== null) {
+        this.outcomes.set(m.id, held);
+        return undefined;
+      }
+    }
     const outcome = this.runMember(m);
     if (outcome instanceof Promise) return outcome.then((o) => void this.outcomes.set(m.id, o));
     this.outcomes.set(m.id, outcome);
@@ -673,15 +691,25 @@ class RangeRun<T> {
    */
   private async keyOutcome(m: RangeMessage, unit: RangeMessage[]): Promise<RunOutcome | null> {
     if (!keyed(m)) return null;
+    const held = this.heldOutcome(m, unit);
+    if (held !== undefined) return held;
     const k = m.message_key as string;
-    if (keyAbandoned(this.ctx, k)) return { kind: "deferred", reason: "deferred: an abandoned run of this key has not settled" };
     const ks = this.keys.get(k) ?? { held: false, expiry: 0, result: { kind: "busy" } };
     this.keys.set(k, ks);
-    const need = m.compaction_rank !== null || (ks.held ? this.outlives(m.resolved.timeout, ks.expiry) : m !== unit[0] || !this.asked);
-    const res = need ? await this.takeKey(m, ks) : ks.result;
-    if (res.kind === "taken") return null;
-    if (res.kind === "superseded") return { kind: "superseded", head: res.head };
-    return { kind: "deferred", reason: deferredReason(res) };
+    return keyTakeOutcome(await this.takeKey(m, ks));
+  }
+
+  /**
+   * keyOutcome when no round trip is needed (the key was answered up front and its lease covers
+   * the run, or an abandoned run holds it); undefined when the member must take or renew its key.
+   */
+  private heldOutcome(m: RangeMessage, unit: RangeMessage[]): RunOutcome | null | undefined {
+    const k = m.message_key as string;
+    if (keyAbandoned(this.ctx, k)) return { kind: "deferred", reason: "deferred: an abandoned run of this key has not settled" };
+    const ks = this.keys.get(k);
+    if (ks === undefined || m.compaction_rank !== null || !this.asked) return undefined;
+    if (ks.held ? this.outlives(m.resolved.timeout, ks.expiry) : m !== unit[0]) return undefined;
+    return keyTakeOutcome(ks.result);
   }
 
   private async takeKey(m: RangeMessage, ks: KeyState): Promise<KeyTake> {
