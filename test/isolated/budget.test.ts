@@ -113,13 +113,13 @@ describe("round-trip budgets", () => {
     expect(r.succeeded).toBe(300);
     expect(r.rangesClaimed).toBe(3);
     // load, claim (0, 100], take its keys; record it + claim (100, 200]; the last range was quick,
-    // so (200, 300] is claimed ahead while (100, 200] takes its keys; when (200, 300] starts, the
-    // next claim ahead finds nothing and (100, 200]'s record goes with (200, 300]'s keys; (200, 300]
-    // records alone; caught-up load.
+    // so (100, 200] takes its keys and (200, 300] is claimed ahead, sent right after; when
+    // (200, 300] starts, (100, 200]'s record goes with (200, 300]'s keys and the next claim ahead
+    // finds nothing; (200, 300] records alone; caught-up load.
     const kinds = t.statements.map((q) =>
       q.includes(`record_take_keys_${n}(`) ? "record+take" : q.includes(`take_keys_${n}(`) ? "take" : q.includes(`claim_${n}(`) ? "claim"
         : q.includes("consumer_group_config g") ? "load" : q.includes(`record_range_${n}(`) ? "record" : q);
-    expect(kinds).toEqual(["load", "claim", "take", "claim", "claim", "take", "claim", "record+take", "record", "load"]);
+    expect(kinds).toEqual(["load", "claim", "take", "claim", "take", "claim", "record+take", "claim", "record", "load"]);
     // (200, 300]'s handlers ran after its keys were answered, with the record of (100, 200].
     expect(sentBefore[seen.indexOf(200)]).toBe(8);
     expect(await count(t, `claim_lease_${n}`)).toBe(0);

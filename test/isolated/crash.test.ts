@@ -243,27 +243,32 @@ describe("range crash recovery with SIGKILLed pollers", () => {
 
   it("a crash while a keyed range's successor was claimed ahead: the successor holds no key lease; both ranges are reclaimed in key order", async () => {
     // docs/poll-cycle.md#keyed-ranges-claimed-ahead: ordered messages over 5 keys, ranges of 50.
-    // From the second range on, the next range is claimed while one runs; its keys are taken only
-    // with the running range's record. Message 80 hangs the child in (50, 100]; SIGKILL.
+    // From the second range on, the next range is claimed while one runs; a range's record goes
+    // with the next range's key take. Message 130 hangs the child in (100, 150] (whose keys came
+    // with the record of (50, 100]) while (150, 200] is claimed ahead; SIGKILL.
     const { s, g, n, gid } = await setupProduced(t, "ahead.keyed.crash", { concurrencyOverride: "ordered", message: { timeout: 2_000 } }, 0);
     await s.produceBatch(Array.from({ length: 300 }, (_, i) => ({ payload: { i: i + 1 }, key: `k${(i + 1) % 5}` })));
-    const child = poller({ stream: "ahead.keyed.crash", group: "g", method: "drain", opts: { batchLimit: 50, concurrency: 50 }, actions: { "80": "hang" } });
-    await child.waitFor({ event: "start", id: "80" });
+    const child = poller({ stream: "ahead.keyed.crash", group: "g", method: "drain", opts: { batchLimit: 50, concurrency: 50 }, actions: { "130": "hang" } });
+    await child.waitFor({ event: "start", id: "130" });
     await vi.waitUntil(async () => (await claimLeases(t, n, gid)).length === 2, { timeout: 10_000, interval: 20 });
     expect((await child.kill()).signal).toBe("SIGKILL");
     const leases = await claimLeases(t, n, gid);
-    expect(leases.map((l) => [l.low, l.high, l.reclaims])).toEqual([["50", "100", 0], ["100", "150", 0]]);
+    expect(leases.map((l) => [l.low, l.high, l.reclaims])).toEqual([["100", "150", 0], ["150", "200", 0]]);
+    // (50, 100] was recorded with (100, 150]'s keys; that record does not advance the cursor (the
+    // chain's last record would have).
+    expect(await cursor(t, n, gid)).toMatchObject({ claimed: "200", committed: "50" });
     // The five key leases are the running range's, under one token; the range claimed ahead took none.
     const kl = await t.sql<{ message_key: string; token: string }>(`SELECT message_key, token::text FROM ${S}.message_key_lease_${n} ORDER BY message_key`);
     expect(kl.map((r) => r.message_key)).toEqual(["k0", "k1", "k2", "k3", "k4"]);
     expect(new Set(kl.map((r) => r.token)).size).toBe(1);
-    expect(started(child).map(Number).filter((id) => id > 100)).toEqual([]);
+    expect(started(child).map(Number).filter((id) => id > 150)).toEqual([]);
+    expect(new Set(ended(child).map(Number).filter((id) => id <= 100)).size).toBe(100);
 
     await untilDbTime(t, leases[1].expires_at, 1);
     const seen: number[] = [];
     const r = await g.drain((m) => void seen.push(Number(m.id)), { batchLimit: 50 });
     expect(r.rangesReclaimed).toBe(2);
-    expect([...new Set(seen)].sort((a, b) => a - b)).toEqual(Array.from({ length: 250 }, (_, i) => 51 + i));
+    expect([...new Set(seen)].sort((a, b) => a - b)).toEqual(Array.from({ length: 200 }, (_, i) => 101 + i));
     for (let k = 0; k < 5; k++) {
       const mine = seen.filter((id) => id % 5 === k);
       expect(mine).toEqual([...mine].sort((a, b) => a - b)); // each key in order after the crash

@@ -156,9 +156,10 @@ async function runClaimed<T>(ctx: Ctx<T>, claim: Claim, pend: Pending<T> | null)
   let taking: Promise<Settled<void>> | null = null;
   if (run.keyed) {
     // A keyed range takes its first keys with the pending record (docs/poll-cycle.md#keyed-ranges-claimed-ahead);
-    // the claim ahead carries no record, and goes out at the same time.
-    if (mayClaimAhead(ctx, run)) ahead = settled(claimAhead(ctx));
+    // the claim ahead carries no record, and goes out at the same time (after the take, so on a
+    // single connection it runs while the handlers do, not before them).
     taking = settled(run.takeFirstKeys(pend));
+    if (mayClaimAhead(ctx, run)) ahead = settled(claimAhead(ctx));
   } else {
     // The claim ahead carries the pending record; without it, the pending range records first.
     if (mayClaimAhead(ctx, run)) ahead = settled(pend ? pend.run.recordAndClaim(pend.rows, pend.rec, false) : claimAhead(ctx));
@@ -597,7 +598,7 @@ class RangeRun<T> {
         const r = await queryRetry<RecordTakeRow>(ctx.db, S.recordTakeKeys(ctx.t), [
           ctx.groupId, rec.token, rec.eq, rec.dl, rec.keys, keyToken, this.range.low, this.range.high, JSON.stringify(wanted),
         ], retry);
-        await prev.run.recordedWithTake(r.rows[0], prev.rows, retry);
+        await prev.run.recordedWithTake(r.rows[0], prev.rows, rec.pastDue, retry);
         refused = r.rows.slice(1) as KeyRefusal[];
       }
       for (const [k, result] of decodeKeyTakes([...ms.keys()], refused)) {
@@ -853,11 +854,12 @@ class RangeRun<T> {
 
   /**
    * This range's record went with the next range's key take (docs/poll-cycle.md#keyed-ranges-claimed-ahead):
-   * its row says whether it was recorded and what the load would say. Anything to reclaim, expire
-   * or reserve, or a pause, ends the chain (as after a record that claims), so the poll's exception
-   * phase (or the next poll's load) sees to it once the ranges already claimed have run.
+   * its row says whether it was recorded and what the load would say. Anything to reclaim or
+   * expire, a pause, or due rows after a keyed range (`pastDue` false) ends the chain, as after a
+   * record that claims, so the poll's exception phase (or the next poll's load) sees to it once
+   * the ranges already claimed have run.
    */
-  async recordedWithTake(row: RecordTakeRow, rows: RangeRows, retry: RetryState): Promise<void> {
+  async recordedWithTake(row: RecordTakeRow, rows: RangeRows, pastDue: boolean, retry: RetryState): Promise<void> {
     const { ctx } = this;
     if (!row.recorded) {
       if (await this.ownLost(retry, null)) this.count(rows);
@@ -868,7 +870,7 @@ class RangeRun<T> {
     this.count(rows);
     if (row.expirable) ctx.expirable = true;
     if (row.reservable) ctx.reservable = true;
-    if (row.paused || row.reclaimable || row.expirable || row.reservable) ctx.chainUntil = 0;
+    if (row.paused || row.reclaimable || row.expirable || (row.reservable && !pastDue)) ctx.chainUntil = 0;
   }
 
   /**
