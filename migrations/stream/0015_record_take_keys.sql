@@ -7,6 +7,8 @@
 -- writes its exception rows, and the predecessor rule (docs/ordering.md#the-predecessor-rule) must
 -- see all of that. Both happen here, in this order:
 --   1. the record, as record_range_N does it for a range run whole (p_keep_from NULL), except the
+--      key leases to release come as one key token and a JSON array of keys (a range's leases all
+--      share its token; record_range_N's [{k, t}] repeated the token per key), and except the
 --      cursor advance: the claim ahead of the range after this one may hold the group's cursor row
 --      (claim_N locks it FOR UPDATE) while this statement runs on another connection, and the
 --      advance would wait for it. The committed cursor moves with the chain's next record that
@@ -18,7 +20,7 @@
 --   3. take_keys_N for the range after (its own range lease is excluded from the rule as always),
 --      one row per key not taken.
 CREATE OR REPLACE FUNCTION {{schema}}.record_take_keys_{{N}}(
-  p_group BIGINT, p_rec_token UUID, p_rec_eq JSONB, p_rec_dl JSONB, p_rec_keys JSONB,
+  p_group BIGINT, p_rec_token UUID, p_rec_eq JSONB, p_rec_dl JSONB, p_rec_key_token UUID, p_rec_keys JSONB,
   p_token UUID, p_own_low BIGINT, p_own_high BIGINT, p_keys JSONB)
 RETURNS TABLE (recorded BOOLEAN, paused BOOLEAN, reclaimable BOOLEAN, expirable BOOLEAN,
                reservable BOOLEAN, k TEXT, kind TEXT, pred_id BIGINT)
@@ -26,9 +28,12 @@ LANGUAGE plpgsql VOLATILE AS $fn$
 #variable_conflict use_column
 BEGIN
   IF p_rec_keys IS NOT NULL AND jsonb_array_length(p_rec_keys) > 0 THEN
+    -- = ANY (array): an index scan of the primary key whatever the table's statistics say (its
+    -- rows churn, and a join against the set-returning function could be planned as a scan).
     DELETE FROM {{schema}}.message_key_lease_{{N}} l
-     USING jsonb_to_recordset(p_rec_keys) AS r(k TEXT, t UUID)
-     WHERE l.consumer_group_id = p_group AND l.message_key = r.k AND l.token = r.t;
+     WHERE l.consumer_group_id = p_group
+       AND l.message_key = ANY (ARRAY(SELECT jsonb_array_elements_text(p_rec_keys)))
+       AND l.token = p_rec_key_token;
   END IF;
   DELETE FROM {{schema}}.claim_lease_{{N}} l WHERE l.consumer_group_id = p_group AND l.token = p_rec_token;
   recorded := FOUND;

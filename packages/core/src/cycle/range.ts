@@ -64,7 +64,9 @@ interface RecordArgs {
   token: string;
   eq: string | null;
   dl: string | null;
-  keys: string | null;
+  /** The key leases to release: the range's key token and the keys it holds under it. */
+  keyToken: string | null;
+  keys: string[];
   /**
    * Claim the next range even if due exception rows wait (docs/poll-cycle.md#due-rows-and-the-chain):
    * only after a range without keyed messages.
@@ -108,7 +110,7 @@ function claimParams<T>(ctx: Ctx<T>, token: string, head: string | null, obs: st
   const tb = timeoutBounds(ctx.g);
   return [
     ctx.groupId, ctx.o.batchLimit, head, obs, token, tb.def, tb.min, tb.max, ctx.o.concurrency, ctx.o.recordMargin, rangeLeaseCap(ctx),
-    ctx.o.batchBytes, rec?.token ?? null, rec?.eq ?? null, rec?.dl ?? null, rec?.keys ?? null, rec?.pastDue ?? false,
+    ctx.o.batchBytes, rec?.token ?? null, rec?.eq ?? null, rec?.dl ?? null, rec ? keyLeaseJson(rec) : null, rec?.pastDue ?? false,
   ];
 }
 
@@ -436,6 +438,12 @@ async function quarantine<T>(ctx: Ctx<T>, c: pg.PoolClient, msgs: RawMessage[]):
   ctx.db.events.emit({ level: "warn", code: "SQL0036", message: `range quarantined into ${ins.rows.length} exception row(s)`, stream: ctx.stream, group: ctx.group, ids: ins.rows.map((r) => r.message_id) });
 }
 
+/** The key leases to release as record_range_N and claim_N take them ([{k, t}], or null for none). */
+function keyLeaseJson(rec: Pick<RecordArgs, "keyToken" | "keys">): string | null {
+  const t = rec.keyToken;
+  return t === null || rec.keys.length === 0 ? null : JSON.stringify(rec.keys.map((k) => ({ k, t })));
+}
+
 /** A key take's answer as a member's outcome: null (taken: the member runs), superseded or deferred. */
 function keyTakeOutcome(res: KeyTake): RunOutcome | null {
   if (res.kind === "taken") return null;
@@ -492,7 +500,8 @@ class RangeRun<T> {
   private readonly msgs: RangeMessage[];
   private readonly units: RangeMessage[][];
   private readonly outcomes = new Map<string, RunOutcome>();
-  private keyLeases: { k: string; t: string }[] = [];
+  /** Keys whose lease this range holds under its key token (released when it records). */
+  private keyLeases: string[] = [];
   private readonly keyToken: string | null;
   /** Keys whose run in this range was abandoned: their leases outlive the range (abandoned.ts). */
   private readonly abandonedKeys = new Set<string>();
@@ -596,14 +605,15 @@ class RangeRun<T> {
         const { rec } = prev;
         const retry: RetryState = { retried: false };
         const r = await queryRetry<RecordTakeRow>(ctx.db, S.recordTakeKeys(ctx.t), [
-          ctx.groupId, rec.token, rec.eq, rec.dl, rec.keys, keyToken, this.range.low, this.range.high, JSON.stringify(wanted),
+          ctx.groupId, rec.token, rec.eq, rec.dl, rec.keyToken, rec.keys.length ? JSON.stringify(rec.keys) : null,
+          keyToken, this.range.low, this.range.high, JSON.stringify(wanted),
         ], retry);
         await prev.run.recordedWithTake(r.rows[0], prev.rows, rec.pastDue, retry);
         refused = r.rows.slice(1) as KeyRefusal[];
       }
       for (const [k, result] of decodeKeyTakes([...ms.keys()], refused)) {
         this.keys.set(k, { held: result.kind === "taken", expiry: at + (ms.get(k) ?? 0), result });
-        if (result.kind === "taken") this.keyLeases.push({ k, t: keyToken });
+        if (result.kind === "taken") this.keyLeases.push(k);
       }
     }
     this.asked = true;
@@ -723,7 +733,7 @@ class RangeRun<T> {
     ]);
     const res = decodeKeyTake(r.rows[0]);
     if (res.kind === "taken") {
-      if (!ks.held) this.keyLeases.push({ k, t: this.keyToken as string });
+      if (!ks.held) this.keyLeases.push(k);
       ks.held = true;
       ks.expiry = at + ms;
     }
@@ -769,18 +779,19 @@ class RangeRun<T> {
       token: this.range.token,
       eq: rows.eq.length ? JSON.stringify(rows.eq) : null,
       dl: rows.dl.length ? JSON.stringify(rows.dl) : null,
+      keyToken: this.keyToken,
       keys: this.releasedKeys(),
       pastDue: !this.keyed,
     };
   }
 
   /**
-   * The key leases a record releases (JSON, or null for none). An abandoned run's key lease is
+   * The keys whose leases a record releases (under the key token). An abandoned run's key lease is
    * renewed, then released when the run settles (abandoned.ts), so it is not released here.
    */
-  private releasedKeys(): string | null {
-    if (this.abandonedKeys.size > 0) this.keyLeases = this.keyLeases.filter((l) => !this.abandonedKeys.has(l.k));
-    return this.keyLeases.length ? JSON.stringify(this.keyLeases) : null;
+  private releasedKeys(): string[] {
+    if (this.abandonedKeys.size > 0) this.keyLeases = this.keyLeases.filter((k) => !this.abandonedKeys.has(k));
+    return this.keyLeases;
   }
 
   /**
@@ -794,7 +805,7 @@ class RangeRun<T> {
     const { db, t } = ctx;
     if (this.lost) {
       lostLease(ctx, `range (${range.low}, ${range.high}]`);
-      const keys = this.releasedKeys();
+      const keys = keyLeaseJson({ keyToken: this.keyToken, keys: this.releasedKeys() });
       if (keys) await queryRetry(db, S.recordRange(t), [ctx.groupId, randomUUID(), null, null, "[]", "[]", keys]);
       return null;
     }
@@ -809,7 +820,7 @@ class RangeRun<T> {
     if (chain && !failed && !firstOpen && mayChain(ctx)) return this.recordAndClaim(rows, rec);
     const newToken = firstOpen ? randomUUID() : null;
     const retry: RetryState = { retried: false };
-    const r = await queryRetry<{ committed: string | null }>(db, S.recordRange(t), [ctx.groupId, range.token, keepFrom, newToken, rec.eq, rec.dl, rec.keys], retry);
+    const r = await queryRetry<{ committed: string | null }>(db, S.recordRange(t), [ctx.groupId, range.token, keepFrom, newToken, rec.eq, rec.dl, keyLeaseJson(rec)], retry);
     const committed = r.rows[0].committed;
     if (committed === null) {
       if (!(await this.ownLost(retry, newToken))) return null;

@@ -93,13 +93,14 @@ export function recordRange(t: Tables): string {
 
 /**
  * A keyed chain's previous range recorded and the next range's first keys taken, in one statement
- * (docs/poll-cycle.md#keyed-ranges-claimed-ahead): $1 group, $2..$5 the record (token, exception rows,
- * delivery-log rows, key leases, as recordRange), $6..$9 the take (as takeKeys). The first row is
- * the record's (recorded, and what the load would say); the rest are the keys not taken.
+ * (docs/poll-cycle.md#keyed-ranges-claimed-ahead): $1 group, $2..$6 the record (token, exception rows,
+ * delivery-log rows as recordRange; the key token and a JSON array of its keys to release), $7..$10
+ * the take (as takeKeys). The first row is the record's (recorded, and what the load would say);
+ * the rest are the keys not taken.
  */
 export function recordTakeKeys(t: Tables): string {
   return `SELECT recorded, paused, reclaimable, expirable, reservable, k, kind, pred_id::text AS pred_id
-            FROM ${t.fn("record_take_keys")}($1, $2, $3::jsonb, $4::jsonb, $5::jsonb, $6, $7, $8, $9::jsonb)`;
+            FROM ${t.fn("record_take_keys")}($1, $2, $3::jsonb, $4::jsonb, $5, $6::jsonb, $7, $8, $9, $10::jsonb)`;
 }
 
 export function takeKey(t: Tables): string {

@@ -23,6 +23,9 @@ export function decodeKeyTake(r: { kind: string; ref: string | null }): KeyTake 
   throw new Error(`unexpected key lease result ${JSON.stringify(r)}`);
 }
 
+/** One answer shared by every key taken (never mutated). */
+const TAKEN: KeyTake = Object.freeze({ kind: "taken" });
+
 /** A row of take_keys_N: a key it did not take, kind 'busy' or 'pred' (pred_id set). */
 export type KeyRefusal = { k: string; kind: string; pred_id: string | null };
 
@@ -31,7 +34,8 @@ export type KeyRefusal = { k: string; kind: string; pred_id: string | null };
  * result per key of `keys`.
  */
 export function decodeKeyTakes(keys: readonly string[], refused: readonly KeyRefusal[]): Map<string, KeyTake> {
-  const out = new Map<string, KeyTake>(keys.map((k) => [k, { kind: "taken" } as KeyTake]));
+  const out = new Map<string, KeyTake>();
+  for (const k of keys) out.set(k, TAKEN);
   for (const r of refused) {
     if (r.kind === "busy") out.set(r.k, { kind: "busy" });
     else if (r.kind === "pred" && r.pred_id !== null) out.set(r.k, { kind: "pred", id: r.pred_id });
