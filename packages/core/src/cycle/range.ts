@@ -849,14 +849,8 @@ class RangeRun<T> {
       this.count(rows);
       return { token, sentAt, rows: r.rows };
     }
-    if (!first.recorded) {
-      if (await this.ownLost(retry, null)) this.count(rows);
-      return null;
-    }
+    if (!(await this.recordRow(first, rows, retry))) return null;
     ctx.report.committedAfter = first.committed as string;
-    this.count(rows);
-    if (first.expirable) ctx.expirable = true;
-    if (first.reservable) ctx.reservable = true;
     const rest = r.rows.slice(1);
     if (claimed(rest)) return { token, sentAt, rows: rest };
     if (rest.length > 0) warnFenceHolders(ctx, rest);
@@ -871,17 +865,28 @@ class RangeRun<T> {
    * the ranges already claimed have run.
    */
   async recordedWithTake(row: RecordTakeRow, rows: RangeRows, pastDue: boolean, retry: RetryState): Promise<void> {
+    // No cursor advance here: the chain's last record (or the poll's advance) moves the cursor.
+    const recorded = await this.recordRow(row, rows, retry);
+    if (!recorded || row.paused || row.reclaimable || row.expirable || (row.reservable && !pastDue)) this.ctx.chainUntil = 0;
+  }
+
+  /**
+   * The record row of a statement that recorded this range with more (the next claim, or the next
+   * range's key take): counts the recorded prefix and notes the expired and due exception rows it
+   * saw. False when the record did not land under the range's token (ownLost decides whose it was).
+   */
+  private async recordRow(
+    row: { recorded?: boolean | null; expirable?: boolean | null; reservable?: boolean | null }, rows: RangeRows, retry: RetryState,
+  ): Promise<boolean> {
     const { ctx } = this;
     if (!row.recorded) {
       if (await this.ownLost(retry, null)) this.count(rows);
-      ctx.chainUntil = 0;
-      return;
+      return false;
     }
-    // No cursor advance here: the chain's last record (or the poll's advance) moves the cursor.
     this.count(rows);
     if (row.expirable) ctx.expirable = true;
     if (row.reservable) ctx.reservable = true;
-    if (row.paused || row.reclaimable || row.expirable || (row.reservable && !pastDue)) ctx.chainUntil = 0;
+    return true;
   }
 
   /**
