@@ -4,22 +4,34 @@
 // is one read-only statement; the happy path writes no per-message row.
 import { describe, expect, it } from "vitest";
 import { useFreshDatabase } from "../support/db.js";
-import { count, cursor, groupIdOf, streamIdOf, testClient } from "../support/streams.js";
+import { type TestClient, count, cursor, groupIdOf, streamIdOf, testClient } from "../support/streams.js";
 
 const url = useFreshDatabase();
+
+/** Stream `name` with group "g" registered (with `config`), one message drained to warm the client's stream cache. */
+async function warmed(t: TestClient, name: string, config: Record<string, unknown> = {}, key?: string) {
+  const s = t.client.stream(name);
+  await s.register();
+  const g = s.consumer("g");
+  await g.register(config);
+  await s.produce({ warm: true }, key === undefined ? undefined : { key });
+  await g.drain(() => {}); // warms the client's stream cache
+  return { s, g, n: await streamIdOf(t, name) };
+}
+
+/** Each statement sent, named by the protocol function it calls (the text itself when none). */
+function kinds(t: TestClient, n: number | string): string[] {
+  return t.statements.map((q) =>
+    q.includes(`record_take_keys_${n}(`) ? "record+take" : q.includes(`take_keys_${n}(`) ? "take" : q.includes(`claim_${n}(`) ? "claim"
+      : q.includes("consumer_group_config g") ? "load" : q.includes(`record_range_${n}(`) ? "record" : q);
+}
 
 describe("round-trip budgets", () => {
   it("happy range = load + claim + record; caught-up poll = one read; batch produce = one statement", async () => {
     const t = testClient(url());
     await t.client.migrate();
-    const s = t.client.stream("budget");
-    await s.register();
-    const g = s.consumer("g");
-    await g.register();
-    const n = await streamIdOf(t, "budget");
+    const { s, g, n } = await warmed(t, "budget");
     const gid = await groupIdOf(t, "g");
-    await s.produce({ warm: true });
-    await g.drain(() => {}); // warms the client's stream cache
 
     t.statements.length = 0;
     await s.produceBatch(Array.from({ length: 100 }, (_, i) => ({ payload: { i, pad: "x".repeat(1000) } })));
@@ -50,13 +62,7 @@ describe("round-trip budgets", () => {
   it("drain steady state: full ranges cost one statement each (record + next claim), then one caught-up read", async () => {
     const t = testClient(url());
     await t.client.migrate();
-    const s = t.client.stream("steady");
-    await s.register();
-    const g = s.consumer("g");
-    await g.register();
-    const n = await streamIdOf(t, "steady");
-    await s.produce({ warm: true });
-    await g.drain(() => {}); // warms the client's stream cache
+    const { s, g, n } = await warmed(t, "steady");
     await s.produceBatch(Array.from({ length: 300 }, (_, i) => ({ payload: { i } })));
 
     t.statements.length = 0;
@@ -76,9 +82,7 @@ describe("round-trip budgets", () => {
     // runs, the record of (100, 200] travels with the next claim ahead, which finds nothing
     // (caught up); so (200, 300] is recorded on its own; caught-up load. One statement per range,
     // plus one per chain.
-    const kinds = t.statements.map((q) =>
-      q.includes(`claim_${n}(`) ? "claim" : q.includes("consumer_group_config g") ? "load" : q.includes(`record_range_${n}(`) ? "record" : q);
-    expect(kinds).toEqual(["load", "claim", "claim", "claim", "claim", "record", "load"]);
+    expect(kinds(t, n)).toEqual(["load", "claim", "claim", "claim", "claim", "record", "load"]);
     expect(await count(t, `claim_lease_${n}`)).toBe(0);
     expect(await count(t, `exception_queue_${n}`)).toBe(0);
     const c = await t.sql(`SELECT committed::int AS committed FROM sqlstreams.consumer_group_cursor_${n}`);
@@ -89,13 +93,7 @@ describe("round-trip budgets", () => {
     // docs/poll-cycle.md#keyed-ranges-claimed-ahead. 300 ordered messages over 7 keys, ranges of 100.
     const t = testClient(url());
     await t.client.migrate();
-    const s = t.client.stream("steady.keyed");
-    await s.register();
-    const g = s.consumer("g");
-    await g.register({ concurrencyOverride: "ordered" });
-    const n = await streamIdOf(t, "steady.keyed");
-    await s.produce({ warm: true }, { key: "warm" });
-    await g.drain(() => {}); // warms the client's stream cache
+    const { s, g, n } = await warmed(t, "steady.keyed", { concurrencyOverride: "ordered" }, "warm");
     await s.produceBatch(Array.from({ length: 300 }, (_, i) => ({ payload: { i }, key: `k${i % 7}` })));
 
     t.statements.length = 0;
@@ -116,10 +114,7 @@ describe("round-trip budgets", () => {
     // so (100, 200] takes its keys and (200, 300] is claimed ahead, sent right after; when
     // (200, 300] starts, (100, 200]'s record goes with (200, 300]'s keys and the next claim ahead
     // finds nothing; (200, 300] records alone; caught-up load.
-    const kinds = t.statements.map((q) =>
-      q.includes(`record_take_keys_${n}(`) ? "record+take" : q.includes(`take_keys_${n}(`) ? "take" : q.includes(`claim_${n}(`) ? "claim"
-        : q.includes("consumer_group_config g") ? "load" : q.includes(`record_range_${n}(`) ? "record" : q);
-    expect(kinds).toEqual(["load", "claim", "take", "claim", "take", "claim", "record+take", "claim", "record", "load"]);
+    expect(kinds(t, n)).toEqual(["load", "claim", "take", "claim", "take", "claim", "record+take", "claim", "record", "load"]);
     // (200, 300]'s handlers ran after its keys were answered, with the record of (100, 200].
     expect(sentBefore[seen.indexOf(200)]).toBe(8);
     expect(await count(t, `claim_lease_${n}`)).toBe(0);
@@ -135,12 +130,7 @@ describe("round-trip budgets", () => {
     const t = testClient(url());
     await t.client.migrate();
     const runs = async (name: string, key: (i: number) => string | undefined, config: Record<string, unknown>) => {
-      const s = t.client.stream(name);
-      await s.register();
-      const g = s.consumer("g");
-      await g.register({ exceptionInitialBackoff: 0, message: { retry: { baseDelay: 1 } }, ...config });
-      await s.produce({ i: -1 });
-      await g.drain(() => {}); // warms the client's stream cache
+      const { s, g } = await warmed(t, name, { exceptionInitialBackoff: 0, message: { retry: { baseDelay: 1 } }, ...config });
       await s.produceBatch(Array.from({ length: 400 }, (_, i) => ({ payload: { i }, key: key(i) })));
       const order: string[] = [];
       const r = await g.drain((m) => {
