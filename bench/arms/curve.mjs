@@ -1,7 +1,7 @@
 // The cost curve: does a consumer or a producer slow down as the tables grow, and what does an
 // idle fleet of groups cost? Same public API and the same tuned settings as the consume arm.
 import pg from "pg";
-import { CpuMeter, QueryStats, WriteMeter, median, nowMs, parallel, rate } from "../lib/common.mjs";
+import { CpuMeter, QueryStats, WriteMeter, median, nowMs, parallel, rate, settledStats } from "../lib/common.mjs";
 import { CONSUME, PRODUCE_BATCH, PRODUCE_CONNECTIONS, STREAM, openClient, produceRange } from "./ours.mjs";
 
 /** Backlogs of the consume-curve arms; a quick run divides them by 100. */
@@ -181,28 +181,17 @@ export async function produceCurve(ctx) {
 const IDLE = { streams: 100, groupsPerStream: 2, ticks: 20, poolMax: 4 };
 
 /**
- * Rows written to the library's tables of the arm's database (pg_stat_user_tables), read until two
- * readings agree. Not pg_stat_database: its counters include catalog rows, and an autovacuum
- * ANALYZE of the setup's tables writes pg_statistic rows whenever it happens to run.
+ * Rows written to the library's tables of the arm's database (pg_stat_user_tables). Not
+ * pg_stat_database: its counters include catalog rows, and an autovacuum ANALYZE of the setup's
+ * tables writes pg_statistic rows whenever it happens to run.
  */
-async function libraryWrites(url) {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  try {
-    let last = null;
-    for (let i = 0; i < 20; i++) {
-      await c.query("SELECT pg_stat_clear_snapshot()");
-      const { rows } = await c.query(
-        "SELECT COALESCE(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::float8 AS n FROM pg_stat_user_tables WHERE schemaname = 'sqlstreams'",
-      );
-      if (last !== null && rows[0].n === last) return last;
-      last = rows[0].n;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    return last;
-  } finally {
-    await c.end();
-  }
+function libraryWrites(url) {
+  return settledStats(url, async (c) => {
+    const { rows } = await c.query(
+      "SELECT COALESCE(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::float8 AS n FROM pg_stat_user_tables WHERE schemaname = 'sqlstreams'",
+    );
+    return rows[0].n;
+  }, (n, last) => n === last);
 }
 
 export async function idle(ctx) {

@@ -340,23 +340,19 @@ export class CpuMeter {
 // Rows written and transactions, from pg_stat_database of the arm's own (fresh) database. The
 // statistics are flushed when backends exit, so read them after the measured pool was ended.
 
-export async function dbWriteStats(adminUrl, dbName) {
-  const c = new pg.Client({ connectionString: adminUrl });
+/**
+ * Reads statistics through a fresh connection until `settled` says a reading may be used (given
+ * the one before it), at most 2 s: exiting backends flush their pending counters a moment late.
+ */
+export async function settledStats(url, read, settled) {
+  const c = new pg.Client({ connectionString: url });
   await c.connect();
   try {
-    // Give exiting backends a moment to flush their pending counters.
     let last = null;
     for (let i = 0; i < 20; i++) {
       await c.query("SELECT pg_stat_clear_snapshot()");
-      const { rows } = await c.query(
-        `SELECT tup_inserted::float8 AS ins, tup_updated::float8 AS upd, tup_deleted::float8 AS del,
-                xact_commit::float8 AS commits, xact_rollback::float8 AS rollbacks,
-                (SELECT count(*)::int FROM pg_stat_activity WHERE datname = $1) AS backends
-         FROM pg_stat_database WHERE datname = $1`,
-        [dbName],
-      );
-      const r = rows[0] ?? null;
-      if (r && r.backends === 0 && last && last.ins === r.ins && last.upd === r.upd && last.del === r.del && last.commits === r.commits) return r;
+      const r = await read(c);
+      if (r !== null && last !== null && settled(r, last)) return r;
       last = r;
       await sleep(100);
     }
@@ -364,6 +360,19 @@ export async function dbWriteStats(adminUrl, dbName) {
   } finally {
     await c.end();
   }
+}
+
+export function dbWriteStats(adminUrl, dbName) {
+  return settledStats(adminUrl, async (c) => {
+    const { rows } = await c.query(
+      `SELECT tup_inserted::float8 AS ins, tup_updated::float8 AS upd, tup_deleted::float8 AS del,
+              xact_commit::float8 AS commits, xact_rollback::float8 AS rollbacks,
+              (SELECT count(*)::int FROM pg_stat_activity WHERE datname = $1) AS backends
+       FROM pg_stat_database WHERE datname = $1`,
+      [dbName],
+    );
+    return rows[0] ?? null;
+  }, (r, last) => r.backends === 0 && last.ins === r.ins && last.upd === r.upd && last.del === r.del && last.commits === r.commits);
 }
 
 /** Rows written, transactions and WAL for the measured window of this arm's database. */
