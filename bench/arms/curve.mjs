@@ -227,7 +227,7 @@ export async function idle(ctx) {
   let busy = 0;
   let cpu;
   let meter;
-  let written0 = 0;
+  let written0;
   const tick = () => parallel(consumers.length, IDLE.poolMax, async (i) => {
     const r = await consumers[i].poll(() => {
       busy++;
