@@ -48,13 +48,7 @@ BEGIN
      WHERE e.consumer_group_id = p_group AND e.message_id = ANY (v_started) AND e.message_id = i.id;
   END IF;
 
-  FOR x IN SELECT u AS id FROM unnest(v_started) u LOOP
-    message_id := x.id;
-    kind := 'started';
-    reason := NULL;
-    ref := NULL;
-    RETURN NEXT;
-  END LOOP;
+  RETURN QUERY SELECT u.id, 'started'::text, NULL::text, NULL::bigint FROM unnest(v_started) AS u(id);
 
   FOR x IN SELECT j.id, j.key_token, j.run_ms,
                   (SELECT e.message_key FROM {{schema}}.exception_queue_{{N}} e
