@@ -16,15 +16,9 @@ import { repoRoot, spawnNode } from "./support/processes.js";
 const url = useFreshDatabase();
 
 /** Whether the group's wake was released (its poller went idle): the next produce claims a new one. */
-async function wakeReleased(connectionString: string): Promise<boolean> {
-  const c = new pg.Client({ connectionString });
-  await c.connect();
-  try {
-    const r = await c.query<{ released: boolean }>(`SELECT bool_and(woken_at = '-infinity') AS released FROM sqlstreams.wake_throttle`);
-    return r.rows[0].released === true;
-  } finally {
-    await c.end();
-  }
+async function wakeReleased(c: pg.Client): Promise<boolean> {
+  const r = await c.query<{ released: boolean }>(`SELECT bool_and(woken_at = '-infinity') AS released FROM sqlstreams.wake_throttle`);
+  return r.rows[0].released === true;
 }
 const dir = join(repoRoot, "node_modules", ".cache", "sqlstreams-test", `wake-dev-${randomBytes(4).toString("hex")}`);
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -52,6 +46,8 @@ export const poll = createPollHandler({ stream: "fx.woken", group: "fx-wake", gr
     expect(waker).toBe("notify");
     const producer = new SqlStreams({ connectionString: url(), waker: waker as "notify" });
     const reader = new SqlStreams({ connectionString: url() });
+    const wakes = new pg.Client({ connectionString: url() });
+    await wakes.connect();
     try {
       await child.waitFor((m) => m.event === "dev.migrated", { timeoutMs: 90_000 });
       const consumer = reader.stream("fx.woken").consumer("fx-wake");
@@ -67,7 +63,7 @@ export const poll = createPollHandler({ stream: "fx.woken", group: "fx-wake", gr
         latencies.push(Math.round(performance.now() - t0));
         // The woken poller releases its wake once idle; a produce before that rides along with it
         // (no new wake, by design). Wait for the release, so each produce here wakes the group.
-        while (!(await wakeReleased(url()))) {
+        while (!(await wakeReleased(wakes))) {
           if (Date.now() > deadline) throw new Error(`the wake of message ${id} was not released within 60 s: ${child.stderr()}`);
           await sleep(20);
         }
@@ -82,6 +78,7 @@ export const poll = createPollHandler({ stream: "fx.woken", group: "fx-wake", gr
     } finally {
       await producer.close();
       await reader.close();
+      await wakes.end();
       if (child.process.exitCode === null) await child.kill("SIGKILL");
     }
   }, 240_000);
