@@ -1,3 +1,5 @@
+import v8 from "node:v8";
+import vm from "node:vm";
 import { describe, expect, it } from "vitest";
 import { useFreshDatabase } from "./support/db.js";
 import { count, cursor, dlRows, groupIdOf, streamIdOf, testClient } from "./support/streams.js";
@@ -74,5 +76,36 @@ describe("happy path (C1, C2, C17)", () => {
     expect(r.rangesClaimed).toBe(1);
     await g.register({ start: "beginning" });
     expect((await cursor(t, sid, gid)).claimed).toBe("101");
+  });
+
+  it("a range lets go of each payload once its run is over: the first payload is collectable before the range ends", async () => {
+    // docs/poll-cycle.md#dispatch: parsed at each start, held by the run alone.
+    v8.setFlagsFromString("--expose-gc");
+    const gc = vm.runInNewContext("gc") as () => void;
+    const t = testClient(url());
+    await t.client.migrate();
+    const s = t.client.stream<{ i: number; pad: string }>("payload.lifetime");
+    await s.register();
+    const g = s.consumer("lifetime");
+    await g.register();
+    await s.produceBatch(Array.from({ length: 20 }, (_, i) => ({ payload: { i, pad: "x".repeat(1000) } })));
+    let first: WeakRef<object> | null = null;
+    let alive: boolean | null = null;
+    const r = await g.poll(
+      async (m) => {
+        if (m.payload.i === 0) first = new WeakRef(m.payload);
+        if (m.payload.i === 19) {
+          // A WeakRef keeps its target until the current job ends: collect from a later one.
+          await new Promise((resolve) => setTimeout(resolve, 0));
+          gc();
+          alive = first?.deref() !== undefined;
+        }
+      },
+      { batchLimit: 20, concurrency: 1 },
+    );
+    expect(r.succeeded).toBe(20);
+    expect(r.rangesClaimed).toBe(1);
+    expect(first).not.toBeNull();
+    expect(alive).toBe(false);
   });
 });

@@ -144,8 +144,8 @@ export function logDead<T>(ctx: Ctx<T>, id: string, error: string | null): void 
   ctx.db.events.emit({ level: "warn", code: "SQL0037", message: `message ${id} is dead: ${(error ?? "").split("\n")[0]}`, stream: ctx.stream, group: ctx.group, messageId: id }, false);
 }
 
-export function message<T>(ctx: Ctx<T>, m: RawMessage, attempt: number, delays: number): RunMessage<T> {
+export function message<T>(ctx: Ctx<T>, m: RawMessage, attempt: number, delays: number, payload: unknown = m.payload): RunMessage<T> {
   const tp = (m.options as { traceparent?: unknown } | null)?.traceparent;
-  return new RunMessage<T>(m.id, m.payload as T, m.message_key, attempt, delays, ctx.stream, ctx.group, m.created_at, typeof tp === "string" ? tp : null);
+  return new RunMessage<T>(m.id, payload as T, m.message_key, attempt, delays, ctx.stream, ctx.group, m.created_at, typeof tp === "string" ? tp : null);
 }
 

@@ -170,7 +170,6 @@ async function runClaimed<T>(ctx: Ctx<T>, claim: Claim, pend: Pending<T> | null)
   // One turn of the event loop puts the statements on the wire before handlers that return
   // synchronously hold the thread for the whole range.
   if (ahead !== null || taking !== null) await new Promise(setImmediate);
-  run.parsePayloads(); // after the claim ahead and the key take left: Postgres works on them meanwhile
   const took = taking === null ? null : await taking;
   if (took !== null && !took.ok) {
     // Nothing of this range ran: a range claimed ahead behind it is released unstarted too.
@@ -201,7 +200,7 @@ function rangeOf<T>(ctx: Ctx<T>, claim: Claim): RangeRun<T> | null {
   const high = head.high as string;
   if (rows.length === 1) return null;
   const msgs = byId(rows.slice(0, -1));
-  return new RangeRun(ctx, { token: claim.token, low, high, leaseMs: head.lease_ms as number, msgs }, claim.sentAt);
+  return new RangeRun(ctx, { token: claim.token, low, high, leaseMs: head.lease_ms as number, msgs }, claim.sentAt, true);
 }
 
 type Settled<V> = { ok: true; value: V } | { ok: false; error: unknown };
@@ -521,6 +520,11 @@ class RangeRun<T> {
     private readonly ctx: Ctx<T>,
     private readonly range: TakenRange,
     sentAt: number,
+    /**
+     * The payloads came as JSON text, as a claim answers (it counted their bytes); each is parsed
+     * when its message starts, and the range lets go of it then (runMember).
+     */
+    private readonly payloadsAsText = false,
   ) {
     this.msgs = range.msgs as RangeMessage[];
     for (const m of this.msgs) m.resolved = resolve(ctx, m);
@@ -538,11 +542,6 @@ class RangeRun<T> {
   /** The range lease's length as the claim computed it. */
   get leaseMs(): number {
     return this.range.leaseMs;
-  }
-
-  /** The payloads came as JSON text (the claim counted their bytes); parsed once, before the run. */
-  parsePayloads(): void {
-    for (const m of this.msgs) m.payload = JSON.parse(m.payload as string);
   }
 
   /** A lease covers one run: timeout + recordMargin, capped at deadline + recordMargin. */
@@ -746,7 +745,11 @@ class RangeRun<T> {
     ctx.report.started++;
     const t0 = ctx.sample ? now() : 0;
     const w = watchRun(ctx, keyed(m) ? m.message_key : null, this.keyToken, m.id, m.resolved.timeout);
-    const outcome = runHandler(ctx.handler, message(ctx, m, 0, 0), m.resolved.timeout, w.onAbandon);
+    // Parsed at its start and then held by the run alone: a range's parsed payloads are not all
+    // alive at once, so most die young (a scavenge copies only the few in flight).
+    const payload = this.payloadsAsText ? JSON.parse(m.payload as string) : m.payload;
+    m.payload = null;
+    const outcome = runHandler(ctx.handler, message(ctx, m, 0, 0, payload), m.resolved.timeout, w.onAbandon);
     if (outcome instanceof Promise) return outcome.then((o) => this.ran(m, w, t0, o));
     return this.ran(m, w, t0, outcome);
   }
