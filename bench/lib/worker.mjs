@@ -2,13 +2,14 @@
 // (produceBatch as fast as the backlog bound allows) or "paced" (single produce() calls at a
 // fixed rate). Shared counters (Int32Array over a SharedArrayBuffer):
 //   [0] messages produced   [1] messages handled (first time)   [2] parties at the start line
+// Also "prefill", the untimed setup of the cost-curve arms (no shared counters).
 import { parentPort, workerData } from "node:worker_threads";
 import { CpuMeter, QueryStats, Tally, enableProfiling, makePayload, setBenchDatabase, sleep } from "./common.mjs";
 import { STREAM, drainAll, openClient, produceRange } from "../arms/ours.mjs";
 import { floorRead } from "../arms/floors.mjs";
 
 const d = workerData;
-const sh = new Int32Array(d.shared);
+const sh = new Int32Array(d.shared ?? new SharedArrayBuffer(16));
 const errors = [];
 setBenchDatabase(d.dbName, d.nice ?? null);
 enableProfiling(d.profileLabel ? `${d.profileLabel}-${d.role}${d.group ? "-" + d.group : ""}` : null);
@@ -107,7 +108,18 @@ async function floorReadRole() {
   return floorRead({ url: d.url, n: d.n, cursorId: d.cursorId, batchLimit: d.batchLimit, adminUrl: null, dbName: d.dbName, startSignal: startLine });
 }
 
-const roles = { drain: drainRole, produce: produceRole, paced: pacedRole, "floor-read": floorReadRole };
+/** Untimed setup of the cost-curve arms: messages [from, to) in batches of `batch`, as fast as it goes. */
+async function prefillRole() {
+  const { client, close } = await openClient(d.url, 4, null, errors);
+  try {
+    await produceRange(client.stream(STREAM), d.from, d.to, { batch: d.batch });
+  } finally {
+    await close();
+  }
+  return { ok: errors.length === 0, errors };
+}
+
+const roles = { drain: drainRole, produce: produceRole, paced: pacedRole, "floor-read": floorReadRole, prefill: prefillRole };
 try {
   const result = await roles[d.role]();
   parentPort.postMessage({ type: "result", result });
