@@ -1,6 +1,7 @@
 // docs/poll-cycle.md#the-byte-bound: a range hands out at most batchBytes of payload (the first
 // message always goes), so big payloads cannot run a small function out of memory, and a reclaim
 // decides from ids without loading payloads.
+import { randomBytes } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { useFreshDatabase } from "./support/db.js";
 import { spawnPoller } from "./support/processes.js";
@@ -44,6 +45,71 @@ describe("ranges bounded by bytes (batchBytes)", () => {
     expect(batches).toEqual([2, 1, 1, 1]);
     expect(await count(t, `claim_lease_${sid}`)).toBe(0);
     expect((await cursor(t, sid, gid)).committed).toBe(ids[4]);
+  });
+
+  it("a payload stored uncompressed counts its stored size, a compressed one its JSON text; a range that fits goes whole", async () => {
+    // docs/poll-cycle.md#the-byte-bound. Random hex does not compress, so Postgres stores those
+    // payloads as they are, and the claim counts pg_column_size without converting them; the
+    // repeated letters compress, and count their JSON text.
+    const t = testClient(url());
+    const { s, g, sid, gid } = await setupGroup(t, "bytes.stored");
+    const hex = (n: number) => randomBytes(n / 2).toString("hex");
+    const ids = (await s.produceBatch([
+      { payload: { s: hex(3_000) } },
+      { payload: { s: hex(3_000) } },
+      { payload: { s: hex(3_000) } },
+      { payload: { s: "x".repeat(20_000) } }, // compressed: its 20,009 bytes of text count
+      { payload: { s: hex(2_000) } },
+      { payload: { s: hex(2_000) } },
+    ])).map((r) => r.id);
+    const stored = await t.sql<{ size: number; packed: boolean; text: number }>(
+      `SELECT pg_column_size(payload) AS size, pg_column_compression(payload) IS NOT NULL AS packed, octet_length(payload::text) AS text
+         FROM sqlstreams.message_log_${sid} ORDER BY id`,
+    );
+    expect(stored.map((r) => r.packed)).toEqual([false, false, false, true, false, false]);
+    // Stored sizes of the hex payloads: within a few bytes of their text, and not below it.
+    for (const r of [stored[0], stored[4]]) expect(r.size - r.text).toBeGreaterThanOrEqual(0);
+    expect(stored[3].size).toBeLessThan(2_000);
+    const seen: string[][] = [];
+    for (let i = 0; i < 20 && seen.flat().length < 6; i++) {
+      const got: string[] = [];
+      const r = await g.poll((m) => void got.push(m.id), { batchLimit: 100, batchBytes: 7_000 });
+      if (r.rangesClaimed > 0) seen.push(got);
+    }
+    // Two hex payloads fit 7,000 bytes, three do not; the compressed one is larger than the bound
+    // by its text (not by its stored size, which would fit beside the third); the last two fit.
+    expect(seen).toEqual([[ids[0], ids[1]], [ids[2]], [ids[3]], [ids[4], ids[5]]]);
+    expect((await cursor(t, sid, gid)).committed).toBe(ids[5]);
+    // Within the bound, the whole range goes in one claim.
+    const more = (await s.produceBatch(Array.from({ length: 5 }, () => ({ payload: { s: hex(1_000) } })))).map((r) => r.id);
+    const got: string[] = [];
+    await g.poll((m) => void got.push(m.id), { batchLimit: 100, batchBytes: 7_000 });
+    expect(got).toEqual(more);
+  });
+
+  it("claim_N called as clients before stream version 17 call it (17 arguments) still answers with its messages, bound and all", async () => {
+    // docs/poll-cycle.md#the-claims-answer: during a rolling deploy, functions still running the
+    // previous version claim on a migrated stream; their claim must still carry the messages.
+    const t = testClient(url());
+    const { s, sid, gid } = await setupGroup(t, "bytes.old-client");
+    const ids = (await s.produceBatch([
+      { payload: { s: "a".repeat(3_000) } },
+      { payload: { s: "b".repeat(3_000) } },
+      { payload: { s: "c".repeat(3_000) } },
+    ])).map((r) => r.id);
+    // An observation taken after the produce committed, as a poll's load takes one.
+    const [{ obs }] = await t.sql<{ obs: string }>("SELECT pg_current_xact_id()::text AS obs");
+    const rows = await t.sql<{ low: string | null; high: string | null; id: string | null; payload: string | null; lease_ms: number | null }>(
+      `SELECT r_low::text AS low, r_high::text AS high, id::text AS id, payload, lease_ms::float8 AS lease_ms
+         FROM sqlstreams.claim_${sid}($1, 100, $2, $3::xid8, gen_random_uuid(), 1000, 100, 1000, 1, 2000, NULL, 7000, NULL, NULL, NULL, NULL, false)`,
+      [gid, ids[2], obs],
+    );
+    // The first two messages (the third would pass 7,000 bytes), then the header of (0, second id].
+    expect(rows.map((r) => r.id)).toEqual([ids[0], ids[1], null]);
+    expect(JSON.parse(rows[0].payload as string)).toEqual({ s: "a".repeat(3_000) });
+    expect(rows[2]).toMatchObject({ low: "0", high: ids[1] });
+    expect(rows[2].lease_ms).toBeGreaterThan(0);
+    expect(await count(t, `claim_lease_${sid}`)).toBe(1);
   });
 
   it("a 128 MB heap drains 16 messages of about 4.5 MB each (a child process with --max-old-space-size=128)", async () => {

@@ -137,10 +137,22 @@ export function instrumentedPool(connectionString, max, stats) {
     const orig = client.query.bind(client);
     client.query = function (...args) {
       const first = args[0];
-      // Submittables (cursors, streams) are passed through uncounted: nobody here uses them.
-      if (first && typeof first === "object" && typeof first.submit === "function") return orig(...args);
-      const text = typeof first === "string" ? first : first?.text;
       const t0 = performance.now();
+      // A submittable with a callback: the library's claim, which carries the read of its range in
+      // the same round trip (docs/poll-cycle.md#the-claims-answer). Counted as one round trip, under
+      // the claim's text, with the rows of both statements.
+      if (first && typeof first === "object" && typeof first.submit === "function") {
+        const done = first.callback;
+        if (typeof done === "function") {
+          first.callback = (err, res) => {
+            const rows = Array.isArray(res) ? res.reduce((n, r) => n + (r?.rows?.length ?? 0), 0) : res?.rows?.length;
+            stats.record(first.text, performance.now() - t0, rows);
+            done(err, res);
+          };
+        }
+        return orig(...args);
+      }
+      const text = typeof first === "string" ? first : first?.text;
       const last = args[args.length - 1];
       if (typeof last === "function") {
         args[args.length - 1] = (err, res) => {

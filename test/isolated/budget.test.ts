@@ -1,5 +1,6 @@
 // Structural budgets of ARCHITECTURE.md, counted (never timed): a poll's range costs one round trip
-// to claim and one to record and advance; in a drain's steady state a full range costs one round
+// to claim (the claim and the read of its range, docs/poll-cycle.md#the-claims-answer) and one to
+// record and advance; in a drain's steady state a full range costs one round
 // trip that records it and claims the next (docs/poll-cycle.md#the-steady-state); a caught-up poll
 // is one read-only statement; the happy path writes no per-message row.
 import { describe, expect, it } from "vitest";
@@ -19,11 +20,34 @@ async function warmed(t: TestClient, name: string, config: Record<string, unknow
   return { s, g, n: await streamIdOf(t, name) };
 }
 
-/** Each statement sent, named by the protocol function it calls (the text itself when none). */
-function kinds(t: TestClient, n: number | string): string[] {
-  return t.statements.map((q) =>
-    q.includes(`record_take_keys_${n}(`) ? "record+take" : q.includes(`take_keys_${n}(`) ? "take" : q.includes(`claim_${n}(`) ? "claim"
-      : q.includes("consumer_group_config g") ? "load" : q.includes(`record_range_${n}(`) ? "record" : q);
+/** A statement, named by the protocol function it calls (the text itself when none). */
+function kindOf(q: string, n: number | string): string {
+  return q.includes(`record_take_keys_${n}(`) ? "record+take" : q.includes(`take_keys_${n}(`) ? "take" : q.includes(`claim_${n}(`) ? "claim"
+    : q.includes("consumer_group_config g") ? "load" : q.includes(`record_range_${n}(`) ? "record"
+      : q.includes(`FROM "sqlstreams".claim_lease_${n} l WHERE l.consumer_group_id = $1 AND l.token = $2`) ? "read" : q;
+}
+
+/**
+ * Each round trip sent, named by its statement: a claim travels with the read of the range it
+ * leases behind it, in one round trip and transaction (docs/poll-cycle.md#the-claims-answer), so
+ * every claim must be followed by its read, and the pair counts once. Checked against the round
+ * trips the pool's connections actually carried since `from` (t.roundTrips then).
+ */
+function kinds(t: TestClient, n: number | string, from?: number): string[] {
+  const out: string[] = [];
+  let pairs = 0;
+  for (const [i, q] of t.statements.entries()) {
+    const k = kindOf(q, n);
+    if (k === "read") continue;
+    if (k === "claim") {
+      expect(kindOf(t.statements[i + 1] ?? "", n)).toBe("read");
+      pairs++;
+    }
+    out.push(k);
+  }
+  expect(t.statements.length - pairs).toBe(out.length);
+  if (from !== undefined) expect(t.roundTrips - from).toBe(out.length);
+  return out;
 }
 
 describe("round-trip budgets", () => {
@@ -38,12 +62,12 @@ describe("round-trip budgets", () => {
     expect(t.statements).toHaveLength(1);
 
     t.statements.length = 0;
+    let from = t.roundTrips;
     const r = await g.poll(() => {}, { batchLimit: 100 });
     expect(r.succeeded).toBe(100);
     expect(r.rangesClaimed).toBe(1);
-    expect(t.statements).toHaveLength(3);
-    expect(t.statements[1]).toContain(`claim_${n}(`);
-    expect(t.statements[2]).toContain(`record_range_${n}(`);
+    // The claim and the read of its range go in one round trip.
+    expect(kinds(t, n, from)).toEqual(["load", "claim", "record"]);
     expect(await count(t, `exception_queue_${n}`)).toBe(0);
     expect(await count(t, `delivery_log_${n}`)).toBe(0);
     expect(await count(t, `claim_lease_${n}`)).toBe(0);
@@ -51,9 +75,11 @@ describe("round-trip budgets", () => {
     const before = await cursor(t, n, gid);
     const stamp = await t.sql(`SELECT updated_at FROM sqlstreams.consumer_group_cursor_${n}`);
     t.statements.length = 0;
+    from = t.roundTrips;
     const idle = await g.poll(() => {});
     expect(idle.idle).toBe(true);
     expect(t.statements).toHaveLength(1);
+    expect(t.roundTrips - from).toBe(1);
     expect(t.statements[0].trim().startsWith("SELECT")).toBe(true);
     expect(await cursor(t, n, gid)).toEqual(before);
     expect(await t.sql(`SELECT updated_at FROM sqlstreams.consumer_group_cursor_${n}`)).toEqual(stamp);
@@ -66,11 +92,12 @@ describe("round-trip budgets", () => {
     await s.produceBatch(Array.from({ length: 300 }, (_, i) => ({ payload: { i } })));
 
     t.statements.length = 0;
+    const from = t.roundTrips;
     const seen: number[] = [];
     const sentBefore: number[] = [];
     const r = await g.drain((m) => {
       seen.push((m.payload as { i: number }).i);
-      sentBefore.push(t.statements.length);
+      sentBefore.push(t.roundTrips - from);
     }, { batchLimit: 100 });
     expect(seen).toEqual(Array.from({ length: 300 }, (_, i) => i));
     // The second range's handlers run after the claim of the third was sent; the first's before.
@@ -82,7 +109,7 @@ describe("round-trip budgets", () => {
     // runs, the record of (100, 200] travels with the next claim ahead, which finds nothing
     // (caught up); so (200, 300] is recorded on its own; caught-up load. One statement per range,
     // plus one per chain.
-    expect(kinds(t, n)).toEqual(["load", "claim", "claim", "claim", "claim", "record", "load"]);
+    expect(kinds(t, n, from)).toEqual(["load", "claim", "claim", "claim", "claim", "record", "load"]);
     expect(await count(t, `claim_lease_${n}`)).toBe(0);
     expect(await count(t, `exception_queue_${n}`)).toBe(0);
     const c = await t.sql(`SELECT committed::int AS committed FROM sqlstreams.consumer_group_cursor_${n}`);
@@ -97,11 +124,12 @@ describe("round-trip budgets", () => {
     await s.produceBatch(Array.from({ length: 300 }, (_, i) => ({ payload: { i }, key: `k${i % 7}` })));
 
     t.statements.length = 0;
+    const from = t.roundTrips;
     const seen: number[] = [];
     const sentBefore: number[] = [];
     const r = await g.drain((m) => {
       seen.push((m.payload as { i: number }).i);
-      sentBefore.push(t.statements.length);
+      sentBefore.push(t.roundTrips - from);
     }, { batchLimit: 100 });
     expect([...seen].sort((a, b) => a - b)).toEqual(Array.from({ length: 300 }, (_, i) => i));
     for (let k = 0; k < 7; k++) {
@@ -114,7 +142,7 @@ describe("round-trip budgets", () => {
     // so (100, 200] takes its keys and (200, 300] is claimed ahead, sent right after; when
     // (200, 300] starts, (100, 200]'s record goes with (200, 300]'s keys and the next claim ahead
     // finds nothing; (200, 300] records alone; caught-up load.
-    expect(kinds(t, n)).toEqual(["load", "claim", "take", "claim", "take", "claim", "record+take", "claim", "record", "load"]);
+    expect(kinds(t, n, from)).toEqual(["load", "claim", "take", "claim", "take", "claim", "record+take", "claim", "record", "load"]);
     // (200, 300]'s handlers ran after its keys were answered, with the record of (100, 200].
     expect(sentBefore[seen.indexOf(200)]).toBe(8);
     expect(await count(t, `claim_lease_${n}`)).toBe(0);

@@ -10,6 +10,11 @@ export interface TestClient {
   client: SqlStreams;
   events: LogEvent[];
   statements: string[];
+  /**
+   * Round trips sent on the pool's connections (each call of a connection's `query`, whatever it
+   * carries: one statement, or a claim with the read of its range behind it).
+   */
+  roundTrips: number;
   pool: pg.Pool;
   sql<R extends pg.QueryResultRow = Record<string, unknown>>(text: string, values?: unknown[]): Promise<R[]>;
 }
@@ -19,6 +24,13 @@ export function testClient(url: string, opts: { schema?: string } = {}): TestCli
   const events: LogEvent[] = [];
   const statements: string[] = [];
   const pool = new pg.Pool({ connectionString: url, max: 8 });
+  pool.on("connect", (c) => {
+    const send = c.query.bind(c) as (...a: unknown[]) => unknown;
+    (c as unknown as { query: (...a: unknown[]) => unknown }).query = (...a: unknown[]) => {
+      t.roundTrips++;
+      return send(...a);
+    };
+  });
   const client = new SqlStreams({
     pool,
     schema: opts.schema,
@@ -29,6 +41,7 @@ export function testClient(url: string, opts: { schema?: string } = {}): TestCli
     client,
     events,
     statements,
+    roundTrips: 0,
     pool,
     async sql(text, values) {
       return (await pool.query(text, values)).rows;

@@ -163,31 +163,99 @@ export function connect(db: Db, ms: number = statementBound(db)): Promise<pg.Poo
   );
 }
 
-async function send<R extends pg.QueryResultRow>(c: pg.PoolClient, text: string, values: unknown[] | undefined, ms: number): Promise<pg.QueryResult<R>> {
+/**
+ * A statement sent behind another in the same round trip and transaction (see PairQuery), and how
+ * its result joins the first's into the one answer the caller gets.
+ */
+export interface Then {
+  text: string;
+  values: unknown[];
+  join: (first: pg.QueryResult, second: pg.QueryResult) => pg.QueryResult;
+}
+
+/** A parameter as the wire carries it in text format (what pg's own Query sends for these types). */
+function wire(v: unknown): string | Buffer | null {
+  if (v === null || v === undefined) return null;
+  if (typeof v === "string" || Buffer.isBuffer(v)) return v;
+  if (typeof v === "object") return JSON.stringify(v);
+  return String(v as number | bigint | boolean);
+}
+
+interface Wire {
+  parse(m: { text: string }): void;
+  bind(m: { values: (string | Buffer | null)[] }): void;
+  describe(m: { type: "P"; name: string }): void;
+  execute(m: object): void;
+  sync(): void;
+}
+type PgQueryClass = new (config: { text: string; values: unknown[]; callback: (err: Error | null, res: unknown) => void }) => { text: string; values: unknown[] };
+const PgQuery = (pg as unknown as { Query: PgQueryClass }).Query;
+
+/**
+ * Two statements in one round trip and one transaction: pg's Query, whose extended-protocol
+ * messages (Parse, Bind, Describe, Execute) are written for both statements before the one Sync
+ * that ends them. Without a Sync between them they run in one implicit transaction: the second
+ * runs only if the first succeeded, sees what the first wrote, and (READ COMMITTED) takes a newer
+ * snapshot. pg answers such a query with one result per statement. Used by the claim and its read
+ * (docs/poll-cycle.md#the-claims-answer).
+ */
+class PairQuery extends PgQuery {
+  constructor(text: string, values: unknown[], private readonly then: Then, callback: (err: Error | null, res: unknown) => void) {
+    super({ text, values, callback });
+  }
+
+  /** Called by pg's Query.submit (corked) in place of its own single-statement prepare. */
+  prepare(connection: Wire): void {
+    for (const [text, values] of [[this.text, this.values], [this.then.text, this.then.values]] as const) {
+      connection.parse({ text });
+      connection.bind({ values: values.map(wire) });
+      connection.describe({ type: "P", name: "" });
+      connection.execute({});
+    }
+    connection.sync();
+  }
+}
+
+function sendPair(c: pg.PoolClient, text: string, values: unknown[], then: Then): Promise<pg.QueryResult> {
+  return new Promise((resolve, reject) => {
+    const q = new PairQuery(text, values, then, (err, res) => {
+      if (err) return reject(err);
+      const both = res as pg.QueryResult[];
+      if (!Array.isArray(both) || both.length !== 2) return reject(new Error(`expected two results from a statement pair, got ${Array.isArray(both) ? both.length : 1}`));
+      resolve(then.join(both[0], both[1]));
+    });
+    (c as unknown as { query(q: object): void }).query(q);
+  });
+}
+
+async function send<R extends pg.QueryResultRow>(c: pg.PoolClient, text: string, values: unknown[] | undefined, ms: number, then?: Then): Promise<pg.QueryResult<R>> {
   if (destroyed.has(c)) throw timeoutError("the connection was abandoned after an earlier statement timed out", 0, false);
   return within(
-    c.query<R>(text, values),
+    then ? (sendPair(c, text, values ?? [], then) as Promise<pg.QueryResult<R>>) : c.query<R>(text, values),
     ms,
     () => destroy(c),
     () => timeoutError(`no answer from the database within ${ms} ms; the connection was discarded and the outcome of the statement is unknown`, ms, true),
   );
 }
 
+/** Sends one statement, or with `then` two in one round trip and transaction (PairQuery); onQuery sees each. */
 export async function query<R extends pg.QueryResultRow = pg.QueryResultRow>(
   db: Db,
   on: Queryable,
   text: string,
   values?: unknown[],
+  then?: Then,
 ): Promise<pg.QueryResult<R>> {
   const ms = statementBound(db);
   db.onQuery?.(text, values);
+  if (then) db.onQuery?.(then.text, then.values);
   // A connection given by the caller (a transaction's client, produceInTx's pg.Client or PoolClient).
-  if (on !== db.pool) return send<R>(on as pg.PoolClient, text, values, ms);
+  if (on !== db.pool) return send<R>(on as pg.PoolClient, text, values, ms, then);
   const started = performance.now();
   const c = await connect(db, ms);
   let broken: Error | undefined;
   try {
-    return await send<R>(c, text, values, Math.max(1, ms - Math.floor(performance.now() - started)));
+    return await send<R>(c, text, values, Math.max(1, ms - Math.floor(performance.now() - started)), then);
   } catch (e) {
     broken = e as Error;
     throw e;
@@ -222,10 +290,11 @@ export async function queryRetry<R extends pg.QueryResultRow = pg.QueryResultRow
   text: string,
   values?: unknown[],
   state?: RetryState,
+  then?: Then,
 ): Promise<pg.QueryResult<R>> {
   for (let attempt = 0; ; attempt++) {
     try {
-      return await query<R>(db, db.pool, text, values);
+      return await query<R>(db, db.pool, text, values, then);
     } catch (e) {
       if (attempt >= RETRY_PAUSES.length || !isTransient(e)) throw e;
       if (state) state.retried = true;

@@ -114,6 +114,25 @@ function claimParams<T>(ctx: Ctx<T>, token: string, head: string | null, obs: st
   ];
 }
 
+/**
+ * claim_N and the read of the range it leased, in one round trip and one transaction
+ * (docs/poll-cycle.md#the-claims-answer); answered as one list in claim_N's order: the record row
+ * when the claim recorded a range, the messages, then the header (or the fence holders).
+ */
+function sendClaim<T>(ctx: Ctx<T>, token: string, params: unknown[], retry: RetryState): Promise<pg.QueryResult<ClaimRow>> {
+  return queryRetry<ClaimRow>(ctx.db, S.claim(ctx.t), params, retry, {
+    text: S.claimRead(ctx.t),
+    values: [ctx.groupId, token, params[1]],
+    join: (claim, read) => {
+      const rows = claim.rows as ClaimRow[];
+      const msgs = read.rows as ClaimRow[];
+      if (msgs.length === 0) return claim;
+      const rec = rows.length > 0 && typeof rows[0].recorded === "boolean" ? 1 : 0;
+      return { ...claim, rows: [...rows.slice(0, rec), ...msgs, ...rows.slice(rec)], rowCount: rows.length + msgs.length };
+    },
+  });
+}
+
 /** The claim after a load, asked again a few times while the fence holds it. Null: nothing claimed. */
 async function freshClaim<T>(ctx: Ctx<T>, L: LoadRow): Promise<Claim | null> {
   const token = randomUUID();
@@ -121,9 +140,7 @@ async function freshClaim<T>(ctx: Ctx<T>, L: LoadRow): Promise<Claim | null> {
   let r: pg.QueryResult<ClaimRow>;
   for (let wait = 0; ; wait++) {
     sentAt = now();
-    r = await queryRetry<ClaimRow>(ctx.db, S.claim(ctx.t), claimParams(ctx, token, L.head, L.obs, null), {
-      retried: false, recover: () => ownClaim(ctx, token),
-    });
+    r = await sendClaim(ctx, token, claimParams(ctx, token, L.head, L.obs, null), { retried: false, recover: () => ownClaim(ctx, token) });
     // No range with a non-idle observation means the fence could not prove the head yet: a
     // transaction of this stream's producers is still open (docs/poll-cycle.md#the-fence). They
     // are usually milliseconds from committing, so ask again a few times before giving up.
@@ -229,9 +246,7 @@ function mayClaimAhead<T>(ctx: Ctx<T>, run: RangeRun<T>): boolean {
 async function claimAhead<T>(ctx: Ctx<T>): Promise<Claim | null> {
   const token = randomUUID();
   const sentAt = now();
-  const r = await queryRetry<ClaimRow>(ctx.db, S.claim(ctx.t), claimParams(ctx, token, null, null, null), {
-    retried: false, recover: () => ownClaim(ctx, token),
-  });
+  const r = await sendClaim(ctx, token, claimParams(ctx, token, null, null, null), { retried: false, recover: () => ownClaim(ctx, token) });
   return claimed(r.rows) ? { token, sentAt, rows: r.rows } : null;
 }
 
@@ -844,7 +859,7 @@ class RangeRun<T> {
     const token = randomUUID();
     const sentAt = now();
     const retry: RetryState = { retried: false, recover: () => ownClaim(ctx, token) };
-    const r = await queryRetry<ClaimRow>(ctx.db, S.claim(ctx.t), claimParams(ctx, token, null, null, rec), retry);
+    const r = await sendClaim(ctx, token, claimParams(ctx, token, null, null, rec), retry);
     const first = r.rows[0];
     if (typeof first.recorded !== "boolean") {
       // The recovery found the lease the lost attempt took: it committed, and the record with it.

@@ -78,13 +78,36 @@ export function advance(t: Tables): string {
  * $11 cap ms (or NULL), $12 batchBytes; $13 the previous range's token (NULL: claim only), $14 its
  * exception rows, $15 its delivery-log rows, $16 its key leases (JSON arrays, as recordRange); $17
  * true: claim even when the record finds due exception rows (docs/poll-cycle.md#due-rows-and-the-chain).
+ * The answer holds no messages (p_rows false): claimRead, sent behind it in the same transaction,
+ * reads them (docs/poll-cycle.md#the-claims-answer).
  */
 export function claim(t: Tables): string {
   return `SELECT r_low::text AS low, r_high::text AS high, id::text AS id, message_key,
                  compaction_rank::text AS compaction_rank, payload, options, created_ms AS created_at,
                  lease_ms::float8 AS lease_ms, recorded, committed::text AS committed, paused,
                  reclaimable, expirable, reservable
-            FROM ${t.fn("claim")}($1, $2, $3, $4::xid8, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15::jsonb, $16::jsonb, $17)`;
+            FROM ${t.fn("claim")}($1, $2, $3, $4::xid8, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15::jsonb, $16::jsonb, $17, false)`;
+}
+
+/**
+ * The messages of the range a claim just leased, read by the statement after the claim in the same
+ * transaction (docs/poll-cycle.md#the-claims-answer): $1 group, $2 the claim's token, $3 the claim's
+ * batchLimit. No rows when the claim leased nothing. Payloads as JSON text and creation times as
+ * epoch ms, as claim_N's rows. A range spans at most batchLimit ids, so the LIMIT never cuts it;
+ * it makes the planner read the id index in order even on a partition without statistics yet
+ * (without it, a new partition's default estimates chose a bitmap scan and a sort of the range's
+ * payloads, twice the time).
+ */
+export function claimRead(t: Tables): string {
+  return `SELECT m.id::text AS id, m.message_key, m.compaction_rank::text AS compaction_rank, m.payload::text AS payload,
+                 m.options, date_part('epoch', m.created_at) * 1000 AS created_at
+            FROM ${t.ml} m
+           WHERE m.id > (SELECT l.low FROM ${t.cl} l WHERE l.consumer_group_id = $1 AND l.token = $2)
+             AND m.id <= (SELECT l.high FROM ${t.cl} l WHERE l.consumer_group_id = $1 AND l.token = $2)
+             AND (m.compaction_rank IS NULL OR EXISTS (
+                   SELECT 1 FROM ${t.ch} h WHERE h.compaction_key = m.message_key AND h.message_id = m.id))
+           ORDER BY m.id
+           LIMIT $3`;
 }
 
 export function recordRange(t: Tables): string {
