@@ -210,12 +210,15 @@ describe.each(adapters)("produce inside a %s transaction", (name, make) => {
       expect(await codeOf(s.produceInTx(tx, { big: 1n } as never))).toBe("SQL0016");
       expect(await codeOf(s.produceBatchInTx(tx, [{ payload: 1, idempotencyKey: "x" } as never]))).toBe("SQL0015");
       await s.produceBatchInTx(tx, [{ payload: { line: 1 }, key: "c", compaction: { rank: 2 } }, { payload: { line: 2 } }]);
+      // A batch without compaction goes as JSON arrays, one string parameter each, whatever the driver.
+      await s.produceBatchInTx(tx, [{ payload: { q: 'a"b\\{,}' } }, { payload: "NULL", key: 'k"\\' }]);
       first = r.id;
     });
     expect(await appRows(base + 2)).toBe(1);
-    expect(await count(t, `message_log_${n}`)).toBe(3);
+    expect(await count(t, `message_log_${n}`)).toBe(5);
     expect(await t.sql(`SELECT message_id::text AS id FROM ${S}.idempotency_key_${n}`)).toEqual([{ id: first }]);
-    expect(await consumeAll(s, "g")).toEqual([{ order: base + 2 }, { line: 1 }, { line: 2 }]);
+    expect(await consumeAll(s, "g")).toEqual([{ order: base + 2 }, { line: 1 }, { line: 2 }, { q: 'a"b\\{,}' }, "NULL"]);
+    expect(await t.sql(`SELECT message_key FROM ${S}.message_log_${n} ORDER BY id DESC LIMIT 1`)).toEqual([{ message_key: 'k"\\' }]);
     // The rolled-back key was never stored, the committed one dedupes a later produce.
     expect((await s.produce({ x: 1 }, { idempotencyKey: `${name}:1` })).duplicate).toBe(false);
     expect(await s.produce({ x: 2 }, { idempotencyKey: `${name}:2` })).toEqual({ id: first, duplicate: true });

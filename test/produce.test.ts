@@ -166,6 +166,27 @@ describe("producing (docs/producing.md, C22–C24, C28)", () => {
     expect(await count(t, `message_log_${n}`)).toBe(1000);
   });
 
+  it("produceBatch: payloads, keys and options with quotes, backslashes, brackets, commas and null-like text arrive as sent", async () => {
+    // The batch travels as JSON arrays joined from the items' JSON texts (sql/produce.ts
+    // jsonArray, keys JSON-encoded): every character must come back unchanged, with and without
+    // keys and options, and a key or payload spelled "null" stays a string.
+    const t = testClient(url());
+    const s = t.client.stream("batches.text");
+    await s.register();
+    const n = await streamIdOf(t, "batches.text");
+    const odd = ['a"b', "back\\slash\\", "{x,y}", "[1,2]", "NULL", "null", "", " lead", "tail ", "é 中 😀", "\\\"", "a\nb\tc"];
+    const plain = await s.produceBatch(odd.map((v) => ({ payload: { v, [v]: [v] } })));
+    const meta = await s.produceBatch(odd.map((v, i) => ({ payload: v, key: v === "" ? "k" : v, ...(i % 2 ? { message: { timeout: 1000 + i } } : {}) })));
+    expect(meta.map((x) => Number(x.id))).toEqual(plain.map((x) => Number(x.id) + odd.length));
+    const rows = await t.sql<{ payload: unknown; message_key: string | null; options: unknown }>(
+      `SELECT payload, message_key, options FROM ${S}.message_log_${n} ORDER BY id`,
+    );
+    expect(rows).toEqual([
+      ...odd.map((v) => ({ payload: { v, [v]: [v] }, message_key: null, options: null })),
+      ...odd.map((v, i) => ({ payload: v, message_key: v === "" ? "k" : v, options: i % 2 ? { timeout: 1000 + i } : null })),
+    ]);
+  });
+
   it("stores keys, sparse options and compaction ranks as docs/ says", async () => {
     const t = testClient(url());
     const s = t.client.stream("stored.rows");

@@ -159,7 +159,7 @@ function prepareBatch<T>(items: BatchItem<T>[]): Prepared[] {
   });
 }
 
-/** The one statement of a batch: a JSON document reduced in SQL with compaction, else multi-row VALUES. */
+/** The one statement of a batch: a JSON document reduced in SQL with compaction, else an insert from JSON arrays. */
 function batchStatement(q: string, streamId: string, prepared: Prepared[]): { text: string; values: unknown[] } {
   if (prepared.some((p) => p.rank !== null)) {
     // Compaction needs the batch's winners per key: one JSON document, reduced in SQL.
@@ -170,12 +170,11 @@ function batchStatement(q: string, streamId: string, prepared: Prepared[]): { te
     return { text: P.produceBatch(q, streamId), values: [`[${parts.join(",")}]`] };
   }
   const meta = prepared.some((p) => p.key !== null || p.options !== null);
-  const values: unknown[] = [];
-  for (const p of prepared) {
-    if (meta) values.push(p.key, p.payload, p.options);
-    else values.push(p.payload);
-  }
-  return { text: P.produceBatchValues(q, streamId, prepared.length, meta), values };
+  const payloads = P.jsonArray(prepared.map((p) => p.payload));
+  const values = meta
+    ? [payloads, P.jsonArray(prepared.map((p) => (p.key === null ? null : JSON.stringify(p.key)))), P.jsonArray(prepared.map((p) => p.options))]
+    : [payloads];
+  return { text: P.produceBatchArrays(q, streamId, meta), values };
 }
 
 export class Stream<T = unknown> {

@@ -92,32 +92,35 @@ export function produceBatch(q: string, n: string): string {
   SELECT id::text AS id FROM ins ORDER BY id`;
 }
 
-const valuesCache = new Map<string, string>();
-
 /**
- * A batch without compaction as one multi-row VALUES insert (the shape of a plain INSERT, which
- * is what the produce budget is measured against). With `meta`, each row carries key, payload
- * and options ($3i+1 .. $3i+3); without, only the payload ($i+1). Ids are drawn in row order.
+ * A batch without compaction as one INSERT from JSON arrays: without `meta`, $1 is the array of
+ * the payloads; with it, $1 the payloads, $2 the keys (strings or null), $3 the options (objects
+ * or null), zipped by position. Each array is one parameter the client joins from the JSON texts
+ * it has already made (jsonArray), so the statement's text and plan do not depend on the batch's
+ * size and no payload is re-encoded. A multi-row VALUES of one parameter per payload, used before
+ * 4 December 2026, made the planner fold 500 JSONB constants into the plan and copy them with it:
+ * 25 % (Postgres 18) to 58 % (Postgres 15) more server time per message in the bench's produce arm
+ * (bench/README.md, history of 4 December 2026). Ids are drawn in item order.
  */
-export function produceBatchValues(q: string, n: string, count: number, meta: boolean): string {
-  const k = `${q}.${n}.${count}.${meta}`;
-  let text = valuesCache.get(k);
-  if (text) return text;
+export function produceBatchArrays(q: string, n: string, meta: boolean): string {
   const ml = table(q, n, "message_log");
-  const rows: string[] = [];
-  for (let i = 0; i < count; i++) {
-    rows.push(meta ? `($${3 * i + 1}::text,$${3 * i + 2}::jsonb,$${3 * i + 3}::jsonb)` : `($${i + 1}::jsonb)`);
-  }
-  const cols = meta ? "v(k, p, o)" : "v(p)";
-  const sel = meta ? "v.k, v.p, v.o" : "NULL, v.p, NULL";
-  text = `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid),
+  const from = meta
+    ? "ROWS FROM (jsonb_array_elements($1::jsonb), jsonb_array_elements_text($2::jsonb), jsonb_array_elements($3::jsonb)) WITH ORDINALITY AS u(p, k, o, i)"
+    : "jsonb_array_elements($1::jsonb) WITH ORDINALITY AS u(p, i)";
+  const sel = meta ? "u.k, u.p, NULLIF(u.o, 'null'::jsonb)" : "NULL, u.p, NULL";
+  return `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid),
   ins AS (
     INSERT INTO ${ml} (message_key, payload, options)
-    SELECT ${sel} FROM x, (VALUES ${rows.join(",")}) AS ${cols}
+    SELECT ${sel} FROM x, ${from}
+     ORDER BY u.i
     RETURNING id
   )
-  SELECT id::text AS id FROM ins`;
-  if (valuesCache.size > 256) valuesCache.clear();
-  valuesCache.set(k, text);
-  return text;
+  SELECT id::text AS id FROM ins ORDER BY id`;
+}
+
+/** A JSON array of JSON texts already made (null: JSON null), sent as one parameter. */
+export function jsonArray(items: readonly (string | null)[]): string {
+  let out = "[";
+  for (let i = 0; i < items.length; i++) out += (i === 0 ? "" : ",") + (items[i] ?? "null");
+  return out + "]";
 }
