@@ -173,23 +173,17 @@ export interface Then {
   join: (first: pg.QueryResult, second: pg.QueryResult) => pg.QueryResult;
 }
 
-/** A parameter as the wire carries it in text format (what pg's own Query sends for these types). */
-function wire(v: unknown): string | Buffer | null {
-  if (v === null || v === undefined) return null;
-  if (typeof v === "string" || Buffer.isBuffer(v)) return v;
-  if (typeof v === "object") return JSON.stringify(v);
-  return String(v as number | bigint | boolean);
-}
-
 interface Wire {
   parse(m: { text: string }): void;
-  bind(m: { values: (string | Buffer | null)[] }): void;
+  bind(m: { values: unknown[]; valueMapper: (v: unknown) => unknown }): void;
   describe(m: { type: "P"; name: string }): void;
   execute(m: object): void;
   sync(): void;
 }
 type PgQueryClass = new (config: { text: string; values: unknown[]; callback: (err: Error | null, res: unknown) => void }) => { text: string; values: unknown[] };
 const PgQuery = (pg as unknown as { Query: PgQueryClass }).Query;
+/** pg's own mapping of a parameter to the wire, the one its Query binds with. */
+const prepareValue = (pg as unknown as { utils: { prepareValue(v: unknown): unknown } }).utils.prepareValue;
 
 /**
  * Two statements in one round trip and one transaction: pg's Query, whose extended-protocol
@@ -208,7 +202,7 @@ class PairQuery extends PgQuery {
   prepare(connection: Wire): void {
     for (const [text, values] of [[this.text, this.values], [this.then.text, this.then.values]] as const) {
       connection.parse({ text });
-      connection.bind({ values: values.map(wire) });
+      connection.bind({ values, valueMapper: prepareValue });
       connection.describe({ type: "P", name: "" });
       connection.execute({});
     }
