@@ -150,4 +150,52 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
     const [{ rows }] = await t.sql<{ rows: number }>(`SELECT count(*)::int AS rows FROM ${S}.message_key_lease_${n}`);
     expect(rows).toBe(4);
   });
+
+  it("record_take_keys_N releases every lease under the run's key token for \"all\", and only the keys named for an array (an abandoned run's lease stays)", async () => {
+    const t = testClient(url());
+    const s = t.client.stream<{ i: number }>("ordered.release");
+    await s.register();
+    await s.consumer("g").register({ concurrencyOverride: "ordered" });
+    for (let i = 0; i < 4; i++) await s.produce({ i }, { key: `r${i}` });
+    const n = await streamIdOf(t, "ordered.release");
+    const g = await groupIdOf(t, "g", "ordered.release");
+    const held = async () =>
+      (await t.sql<{ k: string; token: string }>(
+        `SELECT message_key AS k, token::text FROM ${S}.message_key_lease_${n} WHERE consumer_group_id = $1 ORDER BY message_key`,
+        [g],
+      )).map((l) => `${l.k}:${l.token === OWN ? "own" : l.token === STRANGER ? "stranger" : l.token}`);
+    // A recorded range's lease and key leases: three keys under the run's token, one a stranger's.
+    const setUp = async () => {
+      await t.sql(`DELETE FROM ${S}.message_key_lease_${n}`);
+      await t.sql(
+        `INSERT INTO ${S}.claim_lease_${n} (consumer_group_id, token, low, high, expires_at) VALUES ($1, $2, 0, 4, now() + interval '1 hour')`,
+        [g, OTHER],
+      );
+      await t.sql(
+        `INSERT INTO ${S}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at)
+         VALUES ($1, 'r0', $2, now() + interval '1 hour'), ($1, 'r1', $2, now() + interval '1 hour'),
+                ($1, 'r2', $2, now() + interval '1 hour'), ($1, 'r3', $3, now() + interval '1 hour')`,
+        [g, OWN, STRANGER],
+      );
+    };
+    const record = (keys: string | null) =>
+      t.sql<{ recorded: boolean | null }>(
+        `SELECT recorded FROM ${S}.record_take_keys_${n}($1, $2, NULL, NULL, $3, $4::jsonb, $5, 4, 4, NULL)`,
+        [g, OTHER, OWN, keys, STRANGER],
+      );
+
+    await setUp();
+    expect((await record('"all"'))[0].recorded).toBe(true);
+    expect(await held()).toEqual(["r3:stranger"]);
+
+    // r1 ran abandoned: the client names the others, and r1's lease (still renewed) stays.
+    await setUp();
+    expect((await record(JSON.stringify(["r0", "r2"])))[0].recorded).toBe(true);
+    expect(await held()).toEqual(["r1:own", "r3:stranger"]);
+
+    // No key taken: nothing released.
+    await setUp();
+    expect((await record(null))[0].recorded).toBe(true);
+    expect(await held()).toEqual(["r0:own", "r1:own", "r2:own", "r3:stranger"]);
+  });
 });

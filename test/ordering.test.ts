@@ -765,4 +765,48 @@ describe("concurrency > 1 inside one poll", () => {
     expect(await count(t, `message_key_lease_${n}`)).toBe(0);
     await checkInvariants(t, n);
   });
+  it("a drain's chain of keyed ranges passes its key leases on: each key's lease is written once for the chain, not once per range, and released at its end", async () => {
+    // docs/ordering.md#key-leases: 8 ranges of 50 over 7 keys in one drain. Before leases were
+    // passed on, every range inserted its 7 leases and its record deleted them: 56 of each. Now
+    // the first range (run before anything is claimed ahead) takes and releases its own, and the
+    // chain that starts with the second takes each key once and releases it at its end: 14.
+    const t = testClient(url());
+    const s = t.client.stream<{ i: number }>("ordered.pass");
+    await s.register();
+    const g = s.consumer("ord");
+    await g.register({ concurrencyOverride: "ordered" });
+    await s.produce({ i: -1 }, { key: "warm" });
+    await g.drain(() => {}); // warms the client's stream cache
+    const n = await streamIdOf(t, "ordered.pass");
+    const keys = Array.from({ length: 7 }, (_, k) => `k${k}`);
+    const items = Array.from({ length: 400 }, (_, i) => ({ payload: { i }, key: keys[i % 7] }));
+    const ids = (await s.produceBatch(items)).map((r) => BigInt(r.id));
+    const byKey = new Map<string, bigint[]>();
+    items.forEach((it, i) => byKey.set(it.key, [...(byKey.get(it.key) ?? []), ids[i]]));
+    // Every write to the lease table, counted by a trigger of the test's own.
+    await t.sql(`CREATE TABLE ${S}.lease_writes_${n} (op TEXT NOT NULL, k TEXT NOT NULL)`);
+    await t.sql(`CREATE FUNCTION ${S}.lease_writes_${n}() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        INSERT INTO ${S}.lease_writes_${n} VALUES (TG_OP, COALESCE(NEW.message_key, OLD.message_key));
+        RETURN NULL;
+      END $$`);
+    await t.sql(`CREATE TRIGGER lease_writes AFTER INSERT OR UPDATE OR DELETE ON ${S}.message_key_lease_${n}
+      FOR EACH ROW EXECUTE FUNCTION ${S}.lease_writes_${n}()`);
+    const ledger = new Ledger(byKey);
+    t.statements.length = 0;
+    const r = await g.drain((m: Message<{ i: number }>) => {
+      ledger.start(m.id, m.key, m.attempt);
+      ledger.end(m.id, m.key, true, m.attempt);
+    }, { batchLimit: 50 });
+    expect(r.succeeded).toBe(400);
+    expect(r.rangesClaimed).toBe(8);
+    expect(t.statements.filter((q) => q.includes(`record_take_keys_${n}(`)).length).toBeGreaterThan(0);
+    const writes = await t.sql<{ op: string; n: number }>(`SELECT op, count(*)::int AS n FROM ${S}.lease_writes_${n} GROUP BY op ORDER BY op`);
+    expect(writes).toEqual([{ op: "DELETE", n: 14 }, { op: "INSERT", n: 14 }]);
+    expect(ledger.overlaps).toEqual([]);
+    expect(ledger.orderViolations).toEqual([]);
+    expect(await count(t, `message_key_lease_${n}`)).toBe(0);
+    await t.sql(`DROP TABLE ${S}.lease_writes_${n}`);
+    await checkInvariants(t, n);
+  });
 });

@@ -2,4 +2,4 @@
 export const LIBRARY_VERSION = "0.1.0";
 /** Schema versions this library creates and understands. */
 export const SYSTEM_VERSION = 3;
-export const STREAM_VERSION = 17;
+export const STREAM_VERSION = 18;

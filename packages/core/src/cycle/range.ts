@@ -68,11 +68,26 @@ interface RecordArgs {
   keyToken: string | null;
   keys: string[];
   /**
+   * No abandoned run holds a lease under the key token: every lease under it goes, named by the
+   * token alone (record_take_keys_N's "all", stream migration 0018).
+   */
+  allKeys: boolean;
+  /**
    * Claim the next range even if due exception rows wait (docs/poll-cycle.md#due-rows-and-the-chain):
    * only after a range without keyed messages.
    */
   pastDue: boolean;
 }
+
+/**
+ * A drain's chain of keyed ranges passes its key leases on from range to range instead of
+ * releasing and taking them again; a lease taken there lasts this much beyond its run, so ranges a
+ * little later in the chain still find it long enough (docs/ordering.md#key-leases).
+ */
+export const CHAIN_KEY_HEADROOM_MS = 2_000;
+
+/** A held key counts as long enough for a range when it would still cover a run started this much later. */
+const HELD_ALLOWANCE_MS = 500;
 
 /** Pauses before asking the fence again while older write transactions are still open. */
 const FENCE_WAITS_MS = [5, 10, 20, 40, 80, 160, 320, 400];
@@ -458,6 +473,12 @@ function keyLeaseJson(rec: Pick<RecordArgs, "keyToken" | "keys">): string | null
   return t === null || rec.keys.length === 0 ? null : JSON.stringify(rec.keys.map((k) => ({ k, t })));
 }
 
+/** record_take_keys_N's p_rec_keys: none, every lease under the key token ("all"), or the keys named. */
+function releaseJson(rec: Pick<RecordArgs, "keys" | "allKeys">): string | null {
+  if (rec.keys.length === 0) return null;
+  return rec.allKeys ? '"all"' : JSON.stringify(rec.keys);
+}
+
 /** A key take's answer as a member's outcome: null (taken: the member runs), superseded or deferred. */
 function keyTakeOutcome(res: KeyTake): RunOutcome | null {
   if (res.kind === "taken") return null;
@@ -514,12 +535,15 @@ class RangeRun<T> {
   private readonly msgs: RangeMessage[];
   private readonly units: RangeMessage[][];
   private readonly outcomes = new Map<string, RunOutcome>();
-  /** Keys whose lease this range holds under its key token (released when it records). */
+  /**
+   * Keys whose lease this range holds under its key token (released when it records, or passed on
+   * to the next range of a drain's chain with the token: passKeys).
+   */
   private keyLeases: string[] = [];
-  private readonly keyToken: string | null;
-  /** Keys whose run in this range was abandoned: their leases outlive the range (abandoned.ts). */
-  private readonly abandonedKeys = new Set<string>();
-  private readonly keys = new Map<string, KeyState>();
+  private keyToken: string | null;
+  /** Keys whose run under this key token was abandoned: their leases outlive the range (abandoned.ts). */
+  private abandonedKeys = new Set<string>();
+  private keys = new Map<string, KeyState>();
   /** Whether the chains' first keys were asked for up front (takeFirstKeys). */
   private asked = false;
   private leaseExpiry: number;
@@ -559,11 +583,31 @@ class RangeRun<T> {
     return this.range.leaseMs;
   }
 
-  /** A lease covers one run: timeout + recordMargin, capped at deadline + recordMargin. */
-  private runMs(timeout: number): number {
+  /**
+   * A lease covers one run: timeout + recordMargin (+ `headroom`, for a key lease a chain passes
+   * on), capped at deadline + recordMargin.
+   */
+  private runMs(timeout: number, headroom = 0): number {
     const cap = leaseCap(this.ctx);
-    const ms = timeout + this.ctx.o.recordMargin;
+    const ms = timeout + this.ctx.o.recordMargin + headroom;
     return cap === null ? ms : Math.min(ms, cap);
+  }
+
+  /**
+   * Takes over the key leases of the range before this one in a drain's chain, whose record goes
+   * with this range's key take (docs/ordering.md#key-leases): its key token, the keys held under
+   * it and their expiries, and its abandoned runs' keys. The record then releases nothing; this
+   * range's record (or the next range's take) does. False when either range has no keyed member.
+   */
+  private passKeys(prev: RangeRun<T>): boolean {
+    if (prev.keyToken === null || this.keyToken === null) return false;
+    this.keyToken = prev.keyToken;
+    this.keys = prev.keys;
+    this.keyLeases = prev.releasedKeys();
+    this.abandonedKeys = prev.abandonedKeys;
+    prev.keyLeases = [];
+    prev.keys = new Map();
+    return true;
   }
 
   /** Whether a run of `timeout` started now would end after `expiry`. */
@@ -599,17 +643,32 @@ class RangeRun<T> {
    * head is checked at their start). Each lease covers one run; released when the range records.
    */
   async takeFirstKeys(prev: Pending<T> | null = null): Promise<void> {
-    const { ctx, keyToken } = this;
-    if (keyToken === null || ctx.stop || aborted(ctx)) {
+    const { ctx } = this;
+    if (this.keyToken === null || ctx.stop || aborted(ctx)) {
       if (prev !== null) await prev.run.record(false);
       return;
     }
+    // In a chain the leases pass from range to range (passKeys), taken with headroom for the
+    // ranges after this one; so are a chain's first range's.
+    const passed = prev !== null && this.passKeys(prev.run);
+    const headroom = passed || mayChain(ctx) ? CHAIN_KEY_HEADROOM_MS : 0;
+    const keyToken = this.keyToken;
+    // Held already and long enough for a run started a little later: checked, not written.
+    const heldUntil = now() + ctx.o.recordMargin - this.slack + HELD_ALLOWANCE_MS;
     const wanted = this.units
       .filter((u) => keyed(u[0]) && u[0].compaction_rank === null)
-      .map((u) => ({ k: u[0].message_key as string, id: u[0].id, ordered: u[0].resolved.concurrency === "ordered", ms: this.runMs(u[0].resolved.timeout) }));
+      .map((u) => {
+        const m = u[0];
+        const k = m.message_key as string;
+        const ks = this.keys.get(k);
+        const held = ks?.held === true && heldUntil + m.resolved.timeout <= ks.expiry;
+        const w = { k, id: m.id, ordered: m.resolved.concurrency === "ordered", ms: this.runMs(m.resolved.timeout, headroom) };
+        return held ? { ...w, held } : w;
+      });
     if (wanted.length > 0 || prev !== null) {
       const at = now();
       const ms = new Map(wanted.map((w) => [w.k, w.ms]));
+      const held = new Set(wanted.filter((w) => "held" in w).map((w) => w.k));
       let refused: KeyRefusal[];
       if (prev === null) {
         refused = (await queryRetry<KeyRefusal>(ctx.db, S.takeKeys(ctx.t), [
@@ -619,15 +678,21 @@ class RangeRun<T> {
         const { rec } = prev;
         const retry: RetryState = { retried: false };
         const r = await queryRetry<RecordTakeRow>(ctx.db, S.recordTakeKeys(ctx.t), [
-          ctx.groupId, rec.token, rec.eq, rec.dl, rec.keyToken, rec.keys.length ? JSON.stringify(rec.keys) : null,
+          ctx.groupId, rec.token, rec.eq, rec.dl, rec.keyToken, passed ? null : releaseJson(rec),
           keyToken, this.range.low, this.range.high, JSON.stringify(wanted),
         ], retry);
         await prev.run.recordedWithTake(r.rows[0], prev.rows, rec.pastDue, retry);
         refused = r.rows.slice(1) as KeyRefusal[];
       }
       for (const [k, result] of decodeKeyTakes([...ms.keys()], refused)) {
+        const before = this.keys.get(k);
+        if (before !== undefined && held.has(k)) {
+          // Nothing written: the lease and its expiry stay; only this range's answer is new.
+          before.result = result;
+          continue;
+        }
         this.keys.set(k, { held: result.kind === "taken", expiry: at + (ms.get(k) ?? 0), result });
-        if (result.kind === "taken") this.keyLeases.push(k);
+        if (result.kind === "taken" && before?.held !== true) this.keyLeases.push(k);
       }
     }
     this.asked = true;
@@ -799,6 +864,7 @@ class RangeRun<T> {
       dl: rows.dl.length ? JSON.stringify(rows.dl) : null,
       keyToken: this.keyToken,
       keys: this.releasedKeys(),
+      allKeys: this.abandonedKeys.size === 0,
       pastDue: !this.keyed,
     };
   }
