@@ -198,4 +198,47 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
     expect((await record(null))[0].recorded).toBe(true);
     expect(await held()).toEqual(["r0:own", "r1:own", "r2:own", "r3:stranger"]);
   });
+
+  it("take_keys_N ends no lease after the caller's range lease: new leases are capped at it, leases passed on are shortened to it", async () => {
+    const t = testClient(url());
+    const s = t.client.stream<{ i: number }>("ordered.cap");
+    await s.register();
+    await s.consumer("g").register({ concurrencyOverride: "ordered" });
+    for (let i = 0; i < 3; i++) await s.produce({ i }, { key: `c${i}` });
+    const n = await streamIdOf(t, "ordered.cap");
+    const g = await groupIdOf(t, "g", "ordered.cap");
+    await t.sql(`UPDATE ${S}.consumer_group_cursor_${n} SET claimed = 3 WHERE consumer_group_id = $1`, [g]);
+    // The caller's range (0, 3] expires in 10 s; c0's lease, passed on from the range before, in an hour.
+    await t.sql(
+      `INSERT INTO ${S}.claim_lease_${n} (consumer_group_id, token, low, high, expires_at) VALUES ($1, $2, 0, 3, now() + interval '10 seconds')`,
+      [g, OTHER],
+    );
+    await t.sql(
+      `INSERT INTO ${S}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at) VALUES ($1, 'c0', $2, now() + interval '1 hour')`,
+      [g, OWN],
+    );
+    const wanted = [
+      { k: "c0", id: "1", ordered: true, ms: 60_000, held: true },
+      { k: "c1", id: "2", ordered: true, ms: 60_000 },
+      { k: "c2", id: "3", ordered: true, ms: 1_000 },
+    ];
+    const refused = await t.sql(`SELECT k, kind FROM ${S}.take_keys_${n}($1, $2, 0, 3, $3::jsonb)`, [g, OWN, JSON.stringify(wanted)]);
+    expect(refused).toEqual([]);
+    const rows = await t.sql<{ k: string; capped: boolean; left_ms: number }>(
+      `SELECT k.message_key AS k, k.expires_at = l.expires_at AS capped,
+              round(extract(epoch FROM k.expires_at - now()) * 1000)::int AS left_ms
+         FROM ${S}.message_key_lease_${n} k, ${S}.claim_lease_${n} l
+        WHERE l.token = $1 ORDER BY k.message_key`,
+      [OTHER],
+    );
+    expect(rows.map((r) => [r.k, r.capped])).toEqual([["c0", true], ["c1", true], ["c2", false]]);
+    expect(rows[2].left_ms).toBeLessThanOrEqual(1_000);
+    // An exception start passes (0, 0]: no range lease, no cap.
+    const [take] = await t.sql<{ kind: string }>(`SELECT kind FROM ${S}.take_key_${n}($1, 'free', $2, 60000, 3, false, 0, 0, false)`, [g, STRANGER]);
+    expect(take.kind).toBe("taken");
+    const [{ left }] = await t.sql<{ left: number }>(
+      `SELECT round(extract(epoch FROM expires_at - now()))::int AS left FROM ${S}.message_key_lease_${n} WHERE message_key = 'free'`,
+    );
+    expect(left).toBeGreaterThan(30);
+  });
 });

@@ -83,14 +83,27 @@ $fn$;
 -- range passes its leases on to the next instead of releasing them). A held key still answers to
 -- the predecessor rule, in the same statement as every other key, but writes nothing: no INSERT
 -- (whose conflict with the caller's own row would send every key to the upsert), no upsert. Keys
--- without `held` (every key of an older client) are taken as before.
+-- without `held` (every key of an older client) are taken as before. And every lease it takes or
+-- holds ends no later than the caller's range lease (LEAST ignores a NULL cap), so a lease with
+-- headroom never outlives the range holding it (docs/crash-recovery.md: a reclaim finds its keys free).
 CREATE OR REPLACE FUNCTION {{schema}}.take_keys_{{N}}(
   p_group BIGINT, p_token UUID, p_own_low BIGINT, p_own_high BIGINT, p_keys JSONB)
 RETURNS TABLE (k TEXT, kind TEXT, pred_id BIGINT)
 LANGUAGE plpgsql VOLATILE AS $fn$
 DECLARE
   v_pred JSONB;
+  v_cap TIMESTAMPTZ;
 BEGIN
+  -- No key lease outlives the range lease of the range that holds it: a reclaim after a crash then
+  -- finds the keys free. The caller's range lease is the one within (p_own_low, p_own_high] (none
+  -- for an exception start, which passes (0, 0]). Leases passed on from the range before are
+  -- shortened to it where they would outlive it.
+  SELECT min(l.expires_at) INTO v_cap FROM {{schema}}.claim_lease_{{N}} l
+   WHERE l.consumer_group_id = p_group AND l.low >= p_own_low AND l.high <= p_own_high;
+  IF v_cap IS NOT NULL THEN
+    UPDATE {{schema}}.message_key_lease_{{N}} l SET expires_at = v_cap
+     WHERE l.consumer_group_id = p_group AND l.token = p_token AND l.expires_at > v_cap;
+  END IF;
   IF jsonb_array_length(p_keys) > 1 THEN
     BEGIN
       -- A data-modifying WITH runs to completion whether or not the SELECT reads it.
@@ -106,7 +119,7 @@ BEGIN
          GROUP BY x.k
       ), taken AS (
         INSERT INTO {{schema}}.message_key_lease_{{N}} (consumer_group_id, message_key, token, expires_at)
-        SELECT p_group, w.key, p_token, now() + w.ms * interval '1 millisecond'
+        SELECT p_group, w.key, p_token, LEAST(now() + w.ms * interval '1 millisecond', v_cap)
           FROM want w
          ORDER BY w.key
       )
@@ -135,7 +148,7 @@ BEGIN
      GROUP BY x.k
   ), taken AS (
     INSERT INTO {{schema}}.message_key_lease_{{N}} AS l (consumer_group_id, message_key, token, expires_at)
-    SELECT p_group, w.key, p_token, now() + w.ms * interval '1 millisecond'
+    SELECT p_group, w.key, p_token, LEAST(now() + w.ms * interval '1 millisecond', v_cap)
       FROM want w
      ORDER BY w.key
     ON CONFLICT (consumer_group_id, message_key) DO UPDATE

@@ -198,7 +198,11 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     await child.waitFor({ event: "start", id: "2" });
     expect((await child.kill()).signal).toBe("SIGKILL");
     const [l0] = await t.sql<{ created_at: Date; expires_at: Date }>(`SELECT created_at, expires_at FROM ${S}.claim_lease_${n}`);
-    const keys = await t.sql<{ ok: boolean }>(`SELECT expires_at <= $1::timestamptz AS ok FROM ${S}.message_key_lease_${n}`, [l0.expires_at]);
+    // Compared in SQL: a lease capped at the range lease's expiry equals it to the microsecond,
+    // which a JavaScript Date (milliseconds) would round below it.
+    const keys = await t.sql<{ ok: boolean }>(
+      `SELECT k.expires_at <= (SELECT max(l.expires_at) FROM ${S}.claim_lease_${n} l) AS ok FROM ${S}.message_key_lease_${n} k`,
+    );
     expect(keys).toEqual([{ ok: true }]); // the key lease never outlives the range lease
 
     await untilDbTime(t, l0.expires_at, 1);

@@ -687,11 +687,13 @@ class RangeRun<T> {
       for (const [k, result] of decodeKeyTakes([...ms.keys()], refused)) {
         const before = this.keys.get(k);
         if (before !== undefined && held.has(k)) {
-          // Nothing written: the lease and its expiry stay; only this range's answer is new.
+          // Nothing written but, where it would outlive this range's lease, the expiry: shortened to it.
           before.result = result;
+          before.expiry = Math.min(before.expiry, this.leaseExpiry);
           continue;
         }
-        this.keys.set(k, { held: result.kind === "taken", expiry: at + (ms.get(k) ?? 0), result });
+        // No key lease outlives the range lease (take_keys_N caps it at the range's).
+        this.keys.set(k, { held: result.kind === "taken", expiry: Math.min(at + (ms.get(k) ?? 0), this.leaseExpiry), result });
         if (result.kind === "taken" && before?.held !== true) this.keyLeases.push(k);
       }
     }
@@ -814,7 +816,7 @@ class RangeRun<T> {
     if (res.kind === "taken") {
       if (!ks.held) this.keyLeases.push(k);
       ks.held = true;
-      ks.expiry = at + ms;
+      ks.expiry = Math.min(at + ms, this.leaseExpiry); // capped at the range lease, as take_keys_N does
     }
     return res;
   }
