@@ -640,7 +640,8 @@ class RangeRun<T> {
 
   /**
    * The key leases of the chains' first members in one round trip (not the compacted ones: their
-   * head is checked at their start). Each lease covers one run; released when the range records.
+   * head is checked at their start). Each lease covers one run; released when the range records, or
+   * passed on with the record to the next range of a drain's chain (passKeys).
    */
   async takeFirstKeys(prev: Pending<T> | null = null): Promise<void> {
     const { ctx } = this;
@@ -687,17 +688,24 @@ class RangeRun<T> {
       for (const [k, result] of decodeKeyTakes([...ms.keys()], refused)) {
         const before = this.keys.get(k);
         if (before !== undefined && held.has(k)) {
-          // Nothing written but, where it would outlive this range's lease, the expiry: shortened to it.
-          before.result = result;
-          before.expiry = Math.min(before.expiry, this.leaseExpiry);
+          before.result = result; // nothing written (but the cap below)
           continue;
         }
-        // No key lease outlives the range lease (take_keys_N caps it at the range's).
-        this.keys.set(k, { held: result.kind === "taken", expiry: Math.min(at + (ms.get(k) ?? 0), this.leaseExpiry), result });
+        this.keys.set(k, { held: result.kind === "taken", expiry: at + (ms.get(k) ?? 0), result });
         if (result.kind === "taken" && before?.held !== true) this.keyLeases.push(k);
       }
+      this.capKeys();
     }
     this.asked = true;
+  }
+
+  /**
+   * After a take: take_keys_N ended every lease under the key token (those passed on and not
+   * wanted by this range too) no later than this range's lease. This side's view of each is capped
+   * the same way, at its own (earlier) view of the range lease.
+   */
+  private capKeys(): void {
+    for (const ks of this.keys.values()) if (ks.expiry > this.leaseExpiry) ks.expiry = this.leaseExpiry;
   }
 
   /**
@@ -816,8 +824,9 @@ class RangeRun<T> {
     if (res.kind === "taken") {
       if (!ks.held) this.keyLeases.push(k);
       ks.held = true;
-      ks.expiry = Math.min(at + ms, this.leaseExpiry); // capped at the range lease, as take_keys_N does
+      ks.expiry = at + ms;
     }
+    this.capKeys();
     return res;
   }
 
