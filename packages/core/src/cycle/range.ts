@@ -610,9 +610,9 @@ class RangeRun<T> {
     return true;
   }
 
-  /** Whether a run of `timeout` started now would end after `expiry`. */
-  private outlives(timeout: number, expiry: number): boolean {
-    return now() + timeout + this.ctx.o.recordMargin - this.slack > expiry;
+  /** Whether a run of `timeout` started at `at` (now by default) would end after `expiry`. */
+  private outlives(timeout: number, expiry: number, at = now()): boolean {
+    return at + timeout + this.ctx.o.recordMargin - this.slack > expiry;
   }
 
   /** Extends the range lease until a run of `timeout` fits; false when the lease was lost. */
@@ -655,21 +655,22 @@ class RangeRun<T> {
     const headroom = passed || mayChain(ctx) ? CHAIN_KEY_HEADROOM_MS : 0;
     const keyToken = this.keyToken;
     // Held already and long enough for a run started a little later: checked, not written.
-    const heldUntil = now() + ctx.o.recordMargin - this.slack + HELD_ALLOWANCE_MS;
+    const later = now() + HELD_ALLOWANCE_MS;
+    const held = new Set<string>();
     const wanted = this.units
       .filter((u) => keyed(u[0]) && u[0].compaction_rank === null)
       .map((u) => {
         const m = u[0];
         const k = m.message_key as string;
         const ks = this.keys.get(k);
-        const held = ks?.held === true && heldUntil + m.resolved.timeout <= ks.expiry;
         const w = { k, id: m.id, ordered: m.resolved.concurrency === "ordered", ms: this.runMs(m.resolved.timeout, headroom) };
-        return held ? { ...w, held } : w;
+        if (ks?.held !== true || this.outlives(m.resolved.timeout, ks.expiry, later)) return w;
+        held.add(k);
+        return { ...w, held: true };
       });
     if (wanted.length > 0 || prev !== null) {
       const at = now();
       const ms = new Map(wanted.map((w) => [w.k, w.ms]));
-      const held = new Set(wanted.filter((w) => "held" in w).map((w) => w.k));
       let refused: KeyRefusal[];
       if (prev === null) {
         refused = (await queryRetry<KeyRefusal>(ctx.db, S.takeKeys(ctx.t), [
