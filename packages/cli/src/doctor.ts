@@ -2,10 +2,10 @@
 // catalog and SQLStreams tables and returns findings with a fix (docs/operations.md#doctor).
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
-import { pathToFileURL } from "node:url";
 import pg from "pg";
-import { STREAM_VERSION, SYSTEM_VERSION } from "@sqlstreams/core";
+import { STREAM_VERSION, SYSTEM_VERSION, isSqlStreamsError } from "@sqlstreams/core";
 import type { Ctx, Values } from "./context.js";
+import { DEFAULT_GROUPS_FILES, findDeclaration, handlerFile, loadDeclaration } from "./dev/app.js";
 import { usageError } from "./errors.js";
 import { age, paint, parseDuration } from "./format.js";
 
@@ -33,8 +33,8 @@ interface DoctorOptions {
   holdMs: number;
   /** Quarantines and kills in this window are reported. */
   recentMs: number;
-  /** The deployment's declaration (built groups.mjs), or null to skip that check. */
-  groupsFile: string | null;
+  /** The app's declaration (--groups, or functions/groups.ts when present), or null to skip that check. */
+  declared: Declared | null;
   poolSize: number;
 }
 
@@ -51,9 +51,8 @@ export async function diagnose(db: pg.Pool, schema: string, o: DoctorOptions): P
   for (const s of streams) await checkFence(db, q, s, o, out);
   for (const s of streams) await checkLeases(db, q, s, o, out);
   for (const s of streams) await checkPartitions(db, q, s, out);
-  const declared = o.groupsFile === null ? null : await loadDeclaration(o.groupsFile);
-  await checkDeclaration(db, q, declared, out);
-  await checkConnections(db, declared, o, out);
+  await checkDeclaration(db, q, o.declared, out);
+  await checkConnections(db, o.declared, o, out);
   return out;
 }
 
@@ -171,22 +170,35 @@ async function checkPartitions(db: pg.Pool, q: string, s: StreamRow, out: Findin
 interface Declared {
   file: string;
   groups: { stream: string; group: string; parallelism: number; mode: string }[];
+  /** Groups whose handler file does not exist under the app's root, with the reason. */
+  missingHandlers: { stream: string; group: string; message: string }[];
 }
 
-async function loadDeclaration(file: string): Promise<Declared> {
-  const mod = (await import(pathToFileURL(file).href)) as { groups?: unknown };
-  if (!Array.isArray(mod.groups)) throw usageError(`${file} exports no \`groups\` array`, "doctor");
+async function declaration(file: string, root: string): Promise<Declared> {
+  const { resolvedDeclaration } = await import("@sqlstreams/aws");
+  const d = await loadDeclaration(file, root);
+  const missingHandlers: Declared["missingHandlers"] = [];
+  for (const g of d.groups) {
+    try {
+      handlerFile(root, g);
+    } catch (e) {
+      if (!isSqlStreamsError(e, "SQL0070")) throw e;
+      missingHandlers.push({ stream: g.stream, group: g.group, message: e.message });
+    }
+  }
   return {
-    file,
-    groups: (mod.groups as Record<string, unknown>[]).map((g) => ({
-      stream: String(g.stream), group: String(g.group), parallelism: typeof g.parallelism === "number" ? g.parallelism : 1, mode: typeof g.mode === "string" ? g.mode : "drain",
-    })),
+    file: d.shown,
+    groups: d.groups.map((g) => {
+      const r = resolvedDeclaration(g);
+      return { stream: g.stream, group: g.group, parallelism: r.parallelism, mode: r.mode };
+    }),
+    missingHandlers,
   };
 }
 
 async function checkDeclaration(db: pg.Pool, q: string, d: Declared | null, out: Finding[]): Promise<void> {
   if (d === null) {
-    out.push({ check: "declaration", severity: "ok", message: "declaration not checked: no built functions/groups.ts (run `npm run build`, or pass --groups PATH to a built groups.mjs)" });
+    out.push({ check: "declaration", severity: "ok", message: `declaration not checked: no ${DEFAULT_GROUPS_FILES[0]} here (pass --groups PATH, the file that exports your \`groups\`, from the app's root)` });
     return;
   }
   const r = await db.query<{ stream: string; group: string }>(
@@ -196,13 +208,21 @@ async function checkDeclaration(db: pg.Pool, q: string, d: Declared | null, out:
   const registered = new Set(r.rows.map(key));
   const declared = new Set(d.groups.map(key));
   let problems = 0;
+  for (const m of d.missingHandlers) {
+    problems++;
+    out.push({
+      check: "declaration", severity: "error", stream: m.stream, group: m.group,
+      message: `${m.stream}/${m.group}: its handler file is missing: ${m.message.replace(/^SQL0070 /, "").replace(/ \(fix: .*\)$/s, "")}`,
+      fix: "correct the group's `function` (<path from the app's root, no extension>.<export>), or run doctor in the app's root",
+    });
+  }
   for (const g of d.groups) {
     if (registered.has(key(g))) continue;
     problems++;
     out.push({
       check: "declaration", severity: "error", stream: g.stream, group: g.group,
       message: `${key(g)} is declared in ${d.file} but not registered: its poll function fails (SQL0010) and nothing consumes it`,
-      fix: "deploy (the migrate function registers every declared group), or run `sqlstreams dev` locally",
+      fix: `deploy (the migrate function registers every declared group), or locally: sqlstreams dev --groups ${d.file}`,
     });
   }
   for (const g of r.rows) {
@@ -260,16 +280,14 @@ export async function doctor(ctx: Ctx, v: Values): Promise<number> {
   };
   const poolSize = str("pool-size") === undefined ? 1 : Number(str("pool-size"));
   if (!Number.isInteger(poolSize) || poolSize < 1 || poolSize > 1000) throw usageError("--pool-size must be an integer 1 … 1000", "doctor");
-  let groupsFile: string | null = null;
-  if (str("groups") !== undefined) {
-    groupsFile = resolve(ctx.io.cwd, str("groups") as string);
-    if (!existsSync(groupsFile)) throw usageError(`--groups ${str("groups")}: no such file`, "doctor");
-  } else {
-    const dflt = resolve(ctx.io.cwd, str("build") ?? ".build", "functions", "groups.mjs");
-    if (existsSync(dflt)) groupsFile = dflt;
-  }
+  const cwd = ctx.io.cwd;
+  // An explicit --groups must load; without it the default file is checked when the app has one.
+  const option = str("groups");
+  const groupsFile = option !== undefined || DEFAULT_GROUPS_FILES.some((f) => existsSync(resolve(cwd, f))) ? findDeclaration(option, cwd, "doctor") : null;
+  // The declaration loads (and fails with its coded error) before the database is asked anything.
+  const declared = groupsFile === null ? null : await declaration(groupsFile, cwd);
   ctx.client();
-  const findings = await diagnose(ctx.db(), ctx.common.schema, { holdMs: dur("hold-threshold", 5_000), recentMs: dur("recent", 86_400_000), groupsFile, poolSize });
+  const findings = await diagnose(ctx.db(), ctx.common.schema, { holdMs: dur("hold-threshold", 5_000), recentMs: dur("recent", 86_400_000), declared, poolSize });
   const errors = findings.filter((f) => f.severity === "error").length;
   const warnings = findings.filter((f) => f.severity === "warning").length;
   if (ctx.json) {
