@@ -34,7 +34,11 @@ export class DemoProducer {
   async prepare(): Promise<void> {
     const { o, streams } = this;
     this.producedAt = Date.now();
-    if (!o.demo) return;
+    if (!o.demo) {
+      const first = streams[0] ?? "<stream>";
+      this.say(`no demo workload: dev produces nothing. Produce from your app, or: sqlstreams produce ${first} '{"hello":1}'   (--demo generates a workload)`);
+      return;
+    }
     if (streams.some((n) => SERVICE_STREAMS.includes(n))) {
       this.services = await startDemoServices(process.env);
       if (this.services.env.length > 0) this.say(`demo services (fail once per "fail-once" message) at ${this.services.url}: ${this.services.env.join(", ")}`);
