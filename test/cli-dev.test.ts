@@ -1,6 +1,7 @@
-// `sqlstreams dev`: the local stand-in for EventBridge. Runs the real bundles of functions/
-// (.build/functions, made by `npm run build`) and a fixture deployment of its own against the test
-// database, Ctrl-C, the error paths, and once the embedded-Postgres path (stopped afterwards).
+// `sqlstreams dev`: the local stand-in for EventBridge. Runs this repository's own declaration
+// (functions/groups.ts and its TypeScript handlers, no bundles) with --demo and a fixture app of
+// its own against the test database, Ctrl-C, the error paths, and once the embedded-Postgres path
+// (stopped afterwards). test/cli-dev-app.test.ts runs an app outside the repository.
 import { randomBytes } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -31,9 +32,10 @@ afterAll(() => {
   rmSync(fixtures, { recursive: true, force: true });
 });
 
-function dev(args: string[], env: Record<string, string | undefined> = {}) {
+function dev(args: string[], env: Record<string, string | undefined> = {}, cwd?: string) {
   return spawnNode({
-    script: "packages/cli/dist/bin.js",
+    script: join(repoRoot, "packages/cli/dist/bin.js"),
+    cwd,
     args: ["dev", "--json", "--log-file", join(scratch, `dev-${randomBytes(3).toString("hex")}.log`), ...args],
     env: { DATABASE_URL: url(), SQLSTREAMS_SCHEMA: undefined, FRAUD_REVIEW_URL: undefined, LEDGER_URL: undefined, CI: "true", ...env },
   });
@@ -45,7 +47,7 @@ function summaryOf(messages: ChildMessage[]): Record<string, unknown> & { groups
   return s as Record<string, unknown> & { groups: Record<string, unknown>[] };
 }
 
-/** A deployment of our own, shaped like the bundles of scripts/bundle.mjs. */
+/** An app of our own: functions/groups.mjs and functions/handlers/<name>.mjs, run with cwd = the app. */
 function fixture(name: string, groups: string, handlers: Record<string, string>): string {
   const dir = join(fixtures, name);
   mkdirSync(join(dir, "functions", "handlers"), { recursive: true });
@@ -69,8 +71,8 @@ export const poll = createPollHandler({
 `;
 
 describe("sqlstreams dev", () => {
-  it("--once drives the bundles of functions/ on compressed schedules until every group is caught up, then exits 0", async () => {
-    const child = dev(["--once", "--tick", "500", "--messages", "120", "--timeout", "100"]);
+  it("--once --demo drives functions/groups.ts (the default declaration) on compressed schedules until every group is caught up, then exits 0", async () => {
+    const child = dev(["--once", "--demo", "--tick", "500", "--messages", "120", "--timeout", "100"]);
     const exit = await child.waitForExit(110_000);
     expect(exit.code, child.stderr()).toBe(0);
     const s = summaryOf(child.messages);
@@ -85,6 +87,7 @@ describe("sqlstreams dev", () => {
     // The fail-once orders were retried by the handler's exception path.
     expect(byName["orders.placed/fraud-scoring"].failed).toBeGreaterThanOrEqual(4);
     expect(child.messages.find((m) => m.event === "dev.migrated")).toMatchObject({
+      declaration: "functions/groups.ts",
       streams: ["orders.placed", "ledger.adjustments"],
     });
     // The database agrees, read independently.
@@ -100,7 +103,7 @@ describe("sqlstreams dev", () => {
     }
   }, 120_000);
 
-  it("follows cron schedules on a sped-up clock (--speed), with a deployment of its own (no migrate or maintain bundle)", async () => {
+  it("follows cron schedules on a sped-up clock (--speed), with an app of its own (a .mjs declaration)", async () => {
     const dir = fixture(
       "cron",
       `export const groups = [{
@@ -111,7 +114,7 @@ describe("sqlstreams dev", () => {
       export const streams = { "fx.events": {} };`,
       { fx: FIXTURE_HANDLER },
     );
-    const child = dev(["--once", "--speed", "60", "--messages", "60", "--build", dir, "--timeout", "60"]);
+    const child = dev(["--once", "--speed", "60", "--demo", "--messages", "60", "--groups", "functions/groups.mjs", "--timeout", "60"], {}, dir);
     const exit = await child.waitForExit(70_000);
     expect(exit.code, child.stderr()).toBe(0);
     const s = summaryOf(child.messages);
@@ -123,7 +126,7 @@ describe("sqlstreams dev", () => {
   }, 80_000);
 
   it("Ctrl-C stops scheduling, lets running invocations finish and exits 0", async () => {
-    const child = dev(["--tick", "300", "--messages", "40"]);
+    const child = dev(["--tick", "300", "--demo", "--messages", "40"]);
     await child.waitFor((m) => m.event === "dev.progress", { timeoutMs: 60_000 });
     // dev serves the operator dashboard on loopback and prints its URL.
     const dashboard = child.messages.find((m) => m.event === "dev.dashboard");
@@ -139,12 +142,13 @@ describe("sqlstreams dev", () => {
     expect(summaryOf(child.messages)).toMatchObject({ exitCode: 0, reason: "stopped (Ctrl-C)" });
   }, 90_000);
 
-  it("error paths: no bundles, an unreadable schedule, conflicting flags — a code, a fix, exit 1", async () => {
-    const noBuild = dev(["--once", "--build", join(scratch, "nothing-here")]);
-    expect((await noBuild.waitForExit(30_000)).code).toBe(1);
-    const e1 = JSON.parse(noBuild.lines.join("\n")) as { error: { message: string; fix: string } };
-    expect(e1.error.message).toContain("no bundled groups declaration");
-    expect(e1.error.fix).toContain("npm run build");
+  it("error paths: no declaration, an unreadable schedule, conflicting flags — a code, a fix, exit 1", async () => {
+    const noDeclaration = dev(["--once"], {}, scratch);
+    expect((await noDeclaration.waitForExit(30_000)).code).toBe(1);
+    const e1 = JSON.parse(noDeclaration.lines.join("\n")) as { error: { code: string; message: string; fix: string } };
+    expect(e1.error).toMatchObject({ code: "SQL0070", message: expect.stringContaining("functions/groups.ts") });
+    expect(e1.error.fix).toContain("--groups");
+    expect(e1.error.fix).not.toContain("npm run build");
 
     const dir = fixture(
       "bad-schedule",
@@ -152,7 +156,7 @@ describe("sqlstreams dev", () => {
         config: { message: { timeout: 3000 } } }];`,
       { fx: FIXTURE_HANDLER },
     );
-    const badSchedule = dev(["--once", "--build", dir]);
+    const badSchedule = dev(["--once"], {}, dir);
     expect((await badSchedule.waitForExit(30_000)).code).toBe(1);
     expect(JSON.parse(badSchedule.lines.join("\n"))).toMatchObject({ error: { code: "SQL0015" } });
     expect(badSchedule.lines.join("\n")).toContain("fortnights");
@@ -165,7 +169,7 @@ describe("sqlstreams dev", () => {
   it("without DATABASE_URL: an embedded Postgres in --data-dir, initialised once, reused, always stopped", async () => {
     const dataDir = join(scratch, "pg", "dev-pg");
     const env = { DATABASE_URL: undefined };
-    const first = dev(["--once", "--tick", "500", "--messages", "20", "--data-dir", dataDir], env);
+    const first = dev(["--once", "--tick", "500", "--demo", "--messages", "20", "--data-dir", dataDir], env);
     const e1 = await first.waitForExit(110_000);
     expect(e1.code, first.stderr() + first.lines.join("\n")).toBe(0);
     expect(first.messages.find((m) => m.event === "dev.database")).toMatchObject({ embedded: true, reused: false });
@@ -176,7 +180,7 @@ describe("sqlstreams dev", () => {
     // The password is never printed: the URL shown is masked.
     expect(String(first.messages.find((m) => m.event === "dev.database")?.url)).toMatch(/^postgres:\/\/postgres:\*\*\*@127\.0\.0\.1:\d+\/postgres$/);
 
-    const second = dev(["--once", "--tick", "500", "--messages", "10", "--data-dir", dataDir], env);
+    const second = dev(["--once", "--tick", "500", "--demo", "--messages", "10", "--data-dir", dataDir], env);
     const e2 = await second.waitForExit(110_000);
     expect(e2.code, second.stderr() + second.lines.join("\n")).toBe(0);
     expect(second.messages.find((m) => m.event === "dev.database")).toMatchObject({ embedded: true, reused: true });

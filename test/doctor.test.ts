@@ -1,16 +1,18 @@
 // `sqlstreams doctor` as a child process against a fresh database: it names a deliberately held
 // producer transaction (pid, application_name, query), a missing partition, expired leases and
 // quarantines, declaration drift both ways, and exits 1 on an error, 0 once everything is fixed.
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { useFreshDatabase } from "./support/db.js";
-import { spawnNode } from "./support/processes.js";
+import { repoRoot, spawnNode } from "./support/processes.js";
 import { groupIdOf, streamIdOf, testClient, type TestClient } from "./support/streams.js";
 
 const url = useFreshDatabase();
+/** The app doctor runs in: its declaration and the handler files it names. */
+const dir = mkdtempSync(join(tmpdir(), "sqlstreams-doctor-"));
 
 interface Finding {
   check: string;
@@ -23,7 +25,7 @@ interface Finding {
 }
 
 async function doctor(args: string[] = []): Promise<{ code: number | null; stdout: string; stderr: string; findings: () => Finding[] }> {
-  const child = spawnNode({ script: "packages/cli/dist/bin.js", args: ["doctor", ...args], env: { DATABASE_URL: url(), SQLSTREAMS_SCHEMA: undefined } });
+  const child = spawnNode({ script: join(repoRoot, "packages/cli/dist/bin.js"), args: ["doctor", ...args], cwd: dir, env: { DATABASE_URL: url(), SQLSTREAMS_SCHEMA: undefined } });
   const exit = await child.waitForExit(60_000);
   const stdout = child.lines.join("\n");
   return { code: exit.code, stdout, stderr: child.stderr(), findings: () => (JSON.parse(stdout) as { findings: Finding[] }).findings };
@@ -32,11 +34,12 @@ async function doctor(args: string[] = []): Promise<{ code: number | null; stdou
 describe("sqlstreams doctor", () => {
   let t: TestClient;
   let holder: pg.Client | undefined;
-  const dir = mkdtempSync(join(tmpdir(), "sqlstreams-doctor-"));
   const groupsFile = join(dir, "groups.mjs");
 
   beforeAll(() => {
     t = testClient(url());
+    mkdirSync(join(dir, "functions", "handlers"), { recursive: true });
+    for (const h of ["f", "d"]) writeFileSync(join(dir, "functions", "handlers", `${h}.mjs`), "export const handler = async () => ({});\n");
     writeFileSync(
       groupsFile,
       `export const groups = [

@@ -38,8 +38,9 @@ import { groups } from "../groups.mjs";
 export const poll = createPollHandler({ stream: "fx.woken", group: "fx-wake", groups, handle() {} });`,
     );
     const child = spawnNode({
-      script: "packages/cli/dist/bin.js",
-      args: ["dev", "--json", "--no-demo", "--speed", "1", "--build", dir, "--timeout", "300", "--log-file", join(dir, "dev.log")],
+      script: join(repoRoot, "packages/cli/dist/bin.js"),
+      cwd: dir,
+      args: ["dev", "--json", "--groups", "functions/groups.mjs", "--speed", "1", "--timeout", "300", "--log-file", join(dir, "dev.log")],
       env: { DATABASE_URL: url(), SQLSTREAMS_SCHEMA: undefined, CI: "true" },
     });
     const waker = wakerFromEnv({ SQLSTREAMS_WAKE: "notify" });

@@ -194,48 +194,65 @@ Back replays history for this group; forward skips messages. Refused while the g
   },
   doctor: {
     summary: "find why a group is stuck: migrations, fence holders, leases, declaration, connections, partitions",
-    usage: "sqlstreams doctor [--groups PATH] [--hold-threshold 5s] [--recent 24h] [--pool-size N] [--quiet]",
+    usage: "sqlstreams doctor [--groups FILE] [--hold-threshold 5s] [--recent 24h] [--pool-size N] [--quiet]",
     help: `Checks, each finding with a fix; exit code 1 when any finding is an error:
   migrations     the control plane and every stream family at this library's versions
   fence          open transactions holding a stream's fence (pid, age, application_name, query)
   leases         expired range and row leases; quarantines and kill-backstop deaths (--recent)
-  declaration    groups declared in functions/groups.ts but not registered, and the reverse
+  declaration    groups declared in your app but not registered, and the reverse; a declared
+                 group whose handler file does not exist
   connections    max_connections against pollers × parallelism × pool size of the declaration
   partitions     the partition of the next id and the one after it exist
 
-  --groups PATH        the built declaration (default .build/functions/groups.mjs when present;
-                       \`npm run build\` writes it); without one the declaration check is skipped
-  --build DIR          where the bundles are (default .build)
+Run it in your app's root (where sst.config.ts is), e.g.
+  sqlstreams doctor --groups src/streams/groups.ts
+
+  --groups FILE        your app's declaration: a .ts, .mts, .js or .mjs module that exports
+                       \`groups\` (GroupDeclaration[]); TypeScript is loaded directly, no build
+                       step. Default: functions/groups.ts (or .mts/.js/.mjs) when present,
+                       else the declaration check is skipped. Handler paths (\`function\`) are
+                       resolved from the current directory
   --hold-threshold D   a fence holder at least this old is an error (default 5s)
   --recent D           window for quarantines and kills (default 24h)
   --pool-size N        connections per poller (default 1, as @sqlstreams/aws)
   --quiet              print only warnings and errors`,
     options: {
-      groups: { type: "string" }, build: { type: "string" }, "hold-threshold": { type: "string" }, recent: { type: "string" },
+      groups: { type: "string" }, "hold-threshold": { type: "string" }, recent: { type: "string" },
       "pool-size": { type: "string" }, quiet: { type: "boolean" },
     },
     run: async (ctx, v) => (await import("./doctor.js")).doctor(ctx, v),
   },
   dev: {
-    summary: "run functions/groups.ts locally: migrate, demo workload, handlers on their schedules",
-    usage: "sqlstreams dev [--once] [--tick MS | --speed N] [--messages N] [--no-demo]",
-    help: `The local stand-in for EventBridge. Loads the bundles of \`npm run build\` (.build/functions), migrates,
-registers the streams and groups of groups.ts (through the migrate function), produces a demo
-workload, and invokes each group's handler with { stream, group } and a fake Lambda context on
-its schedule, and the maintain function on its own, with a live progress view. Ctrl-C stops
+    summary: "run your app's groups locally: migrate, register, invoke each handler on its schedule",
+    usage: "sqlstreams dev [--groups FILE] [--once] [--tick MS | --speed N] [--demo [--messages N]]",
+    help: `The local stand-in for EventBridge. Run it in your app's root (where sst.config.ts is), e.g.
+  sqlstreams dev --groups src/streams/groups.ts            keep running until Ctrl-C
+  sqlstreams dev --groups src/streams/groups.ts --once     run until every group is idle, then exit
+
+Loads your declaration and the handlers it names (TypeScript or JavaScript, no build step),
+migrates, registers its streams and groups as the deployed migrate function does, and invokes
+each group's handler with { stream, group } and a fake Lambda context on its schedule (and
+maintenance on its own), with a live progress view. It produces nothing: send messages from
+your app or \`sqlstreams produce\`, or pass --demo for a generated workload. Ctrl-C stops
 scheduling, lets running invocations finish, stops the embedded Postgres and exits 0.
 Without DATABASE_URL it runs an embedded Postgres kept in --data-dir (reused across runs).
 
-  --once               run the demo to completion and exit 0 when every group has lag 0 and no
-                       ready/deferred/inflight rows (dead rows are fine); exit 1 after --timeout
+  --groups FILE        your app's declaration: a .ts, .mts, .js or .mjs module that exports
+                       \`groups\` (GroupDeclaration[]), optionally \`streams\` and
+                       \`maintainSchedule\`. Default: functions/groups.ts (or .mts/.js/.mjs).
+                       A group's \`function\` "src/handlers/orders.handler" is the file
+                       src/handlers/orders.ts (or .mts/.tsx/.js/.mjs/…) under the current
+                       directory and its export \`handler\`
+  --once               exit 0 once every group has run, has lag 0 and no ready/deferred/
+                       inflight rows (dead rows are fine); exit 1 after --timeout
   --timeout S          --once gives up after S seconds (default 120)
   --tick MS            invoke every group every MS milliseconds (default 2000)
   --speed N            follow the declared schedules (rate and cron) on a clock N times faster;
                        --speed 1 is the deployed timing
   --budget MS          invocation budget of the fake context (default: the group's timeout)
-  --messages N         demo messages per stream (default 300)
-  --no-demo            produce nothing and start no demo services; just drive the handlers
-  --build DIR          where the bundles are (default .build)
+  --demo               produce a demo workload into every declared stream (writes messages!),
+                       some meant to fail once or end dead; off by default
+  --messages N         demo messages per stream (default 300; with --demo)
   --data-dir DIR       embedded Postgres data directory (default .sqlstreams/dev-pg)
   --port N             embedded Postgres port (default 54329, or a free one)
   --log-file PATH      handler and library log lines (default .sqlstreams/dev.log)
@@ -243,8 +260,8 @@ Without DATABASE_URL it runs an embedded Postgres kept in --data-dir (reused acr
                        listens on 127.0.0.1 and its URL is printed)
   --no-dashboard       do not start the dashboard`,
     options: {
-      once: { type: "boolean" }, timeout: { type: "string" }, tick: { type: "string" }, speed: { type: "string" },
-      budget: { type: "string" }, messages: { type: "string" }, "no-demo": { type: "boolean" }, build: { type: "string" },
+      groups: { type: "string" }, once: { type: "boolean" }, timeout: { type: "string" }, tick: { type: "string" },
+      speed: { type: "string" }, budget: { type: "string" }, demo: { type: "boolean" }, messages: { type: "string" },
       "data-dir": { type: "string" }, port: { type: "string" }, "log-file": { type: "string" },
       "dashboard-port": { type: "string" }, "no-dashboard": { type: "boolean" },
     },

@@ -1,6 +1,7 @@
 // The operator commands: migrate, status, failures, redrive, seek, pause, resume, destroy,
 // maintain. Each takes the parsed options and prints a table (or JSON with --json).
 import { SqlStreamsError, type FailureRow, type Progress, type ProgressSample, type RedriveSelector } from "@sqlstreams/core";
+import { registeredGroups } from "@sqlstreams/core/internal";
 import type { Ctx, Values } from "./context.js";
 import { deadSelector, failureFilter, progressLine, rateOption } from "./operate.js";
 import { usageError } from "./errors.js";
@@ -34,15 +35,8 @@ export async function listGroups(ctx: Ctx, stream?: string, group?: string): Pro
   if (stream !== undefined && !names.includes(stream)) {
     throw new SqlStreamsError("SQL0009", `stream ${JSON.stringify(stream)} is not registered`, { stream, registered: names });
   }
-  const q = ctx.q();
-  const r = await ctx.db().query<{ stream: string; group: string }>(
-    `SELECT s.name AS stream, g.name AS "group"
-       FROM ${q}.stream_config s JOIN ${q}.consumer_group_config g ON g.stream_id = s.id
-      WHERE ($1::text IS NULL OR s.name = $1) AND ($2::text IS NULL OR g.name = $2)
-      ORDER BY s.name, g.name`,
-    [stream ?? null, group ?? null],
-  );
-  if (group !== undefined && r.rows.length === 0) {
+  const rows = await registeredGroups(ctx.db(), ctx.common.schema, { stream, group });
+  if (group !== undefined && rows.length === 0) {
     throw new SqlStreamsError(
       "SQL0010",
       stream !== undefined
@@ -51,7 +45,7 @@ export async function listGroups(ctx: Ctx, stream?: string, group?: string): Pro
       { stream, group },
     );
   }
-  return r.rows;
+  return rows;
 }
 
 export async function migrate(ctx: Ctx): Promise<void> {

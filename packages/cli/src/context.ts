@@ -121,12 +121,6 @@ export class Ctx {
     return this.clientInstance;
   }
 
-  /** The schema quoted for SQL (the client validated the name). */
-  q(): string {
-    this.client();
-    return pg.escapeIdentifier(this.common.schema);
-  }
-
   async close(): Promise<void> {
     await this.clientInstance?.close().catch(() => {});
     const p = this.pool;

@@ -2,10 +2,13 @@
 // catalog and SQLStreams tables and returns findings with a fix (docs/operations.md#doctor).
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
-import { pathToFileURL } from "node:url";
 import pg from "pg";
-import { STREAM_VERSION, SYSTEM_VERSION } from "@sqlstreams/core";
+import { STREAM_VERSION, SYSTEM_VERSION, isSqlStreamsError } from "@sqlstreams/core";
+import {
+  type StreamFamily, connectionUse, controlPlanePresent, fenceHolders, leaseHealth, migrationState, partitionState, registeredGroups,
+} from "@sqlstreams/core/internal";
 import type { Ctx, Values } from "./context.js";
+import { DEFAULT_GROUPS_FILES, findDeclaration, handlerFile, loadDeclaration } from "./dev/app.js";
 import { usageError } from "./errors.js";
 import { age, paint, parseDuration } from "./format.js";
 
@@ -21,122 +24,75 @@ export interface Finding {
   details?: Record<string, unknown>;
 }
 
-interface StreamRow {
-  id: string;
-  name: string;
-  partition_size: string;
-  version: number;
-}
-
 interface DoctorOptions {
   /** A fence holder older than this is an error (claims of its stream wait for it). */
   holdMs: number;
   /** Quarantines and kills in this window are reported. */
   recentMs: number;
-  /** The deployment's declaration (built groups.mjs), or null to skip that check. */
-  groupsFile: string | null;
+  /** The app's declaration (--groups, or functions/groups.ts when present), or null to skip that check. */
+  declared: Declared | null;
   poolSize: number;
 }
 
-/** Runs every check; `q` is the quoted schema. */
+/** Runs every check against the control plane in `schema`. */
 export async function diagnose(db: pg.Pool, schema: string, o: DoctorOptions): Promise<Finding[]> {
-  const q = pg.escapeIdentifier(schema);
   const out: Finding[] = [];
-  const present = await db.query<{ ok: boolean }>("SELECT to_regclass($1) IS NOT NULL AS ok", [`${q}.migration_log`]);
-  if (!present.rows[0].ok) {
+  if (!(await controlPlanePresent(db, schema))) {
     out.push({ check: "migrations", severity: "error", message: `schema ${schema} has no SQLStreams control plane`, fix: "run `sqlstreams migrate` (or deploy: the migrate function runs it)" });
     return out;
   }
-  const streams = await checkMigrations(db, q, schema, out);
-  for (const s of streams) await checkFence(db, q, s, o, out);
-  for (const s of streams) await checkLeases(db, q, s, o, out);
-  for (const s of streams) await checkPartitions(db, q, s, out);
-  const declared = o.groupsFile === null ? null : await loadDeclaration(o.groupsFile);
-  await checkDeclaration(db, q, declared, out);
-  await checkConnections(db, declared, o, out);
+  const streams = await checkMigrations(db, schema, out);
+  for (const s of streams) await checkFence(db, schema, s, o, out);
+  for (const s of streams) await checkLeases(db, schema, s, o, out);
+  for (const s of streams) await checkPartitions(db, schema, s, out);
+  await checkDeclaration(db, schema, o.declared, out);
+  await checkConnections(db, o.declared, o, out);
   return out;
 }
 
-async function checkMigrations(db: pg.Pool, q: string, schema: string, out: Finding[]): Promise<StreamRow[]> {
-  const sys = await db.query<{ v: number }>(`SELECT COALESCE(max(version), 0)::int AS v FROM ${q}.migration_log WHERE scope = 'system' AND status = 'success'`);
-  const v = sys.rows[0].v;
+async function checkMigrations(db: pg.Pool, schema: string, out: Finding[]): Promise<StreamFamily[]> {
+  const { system: v, streams } = await migrationState(db, schema);
   if (v < SYSTEM_VERSION) out.push({ check: "migrations", severity: "error", message: `control plane of ${schema} is at version ${v}; this library needs ${SYSTEM_VERSION}`, fix: "run `sqlstreams migrate`" });
   else if (v > SYSTEM_VERSION) out.push({ check: "migrations", severity: "error", message: `control plane of ${schema} is at version ${v}, newer than this library (${SYSTEM_VERSION})`, fix: "upgrade @sqlstreams/*" });
-  const r = await db.query<StreamRow>(
-    `SELECT s.id::text, s.name, s.partition_size::text,
-            COALESCE((SELECT max(m.version) FROM ${q}.migration_log m WHERE m.scope = 'stream' AND m.stream_id = s.id AND m.status = 'success'), 0)::int AS version
-       FROM ${q}.stream_config s ORDER BY s.id`,
-  );
-  const behind = r.rows.filter((s) => s.version < STREAM_VERSION);
+  const behind = streams.filter((s) => s.version < STREAM_VERSION);
   for (const s of behind) {
     out.push({ check: "migrations", severity: "error", stream: s.name, message: `stream ${s.name}: table family at version ${s.version}; this library needs ${STREAM_VERSION}`, fix: "run `sqlstreams migrate`" });
   }
-  if (v === SYSTEM_VERSION && behind.length === 0) out.push({ check: "migrations", severity: "ok", message: `no pending migrations (control plane ${v}, ${r.rows.length} stream famil${r.rows.length === 1 ? "y" : "ies"} at ${STREAM_VERSION})` });
-  return r.rows;
-}
-
-function fam(q: string, s: StreamRow, t: string): string {
-  if (!/^[1-9][0-9]{0,18}$/.test(s.id)) throw new Error(`invalid stream id ${s.id}`);
-  return `${q}.${t}_${s.id}`;
+  if (v === SYSTEM_VERSION && behind.length === 0) out.push({ check: "migrations", severity: "ok", message: `no pending migrations (control plane ${v}, ${streams.length} stream famil${streams.length === 1 ? "y" : "ies"} at ${STREAM_VERSION})` });
+  return streams;
 }
 
 /** Open transactions holding RowExclusiveLock on the stream's log: claims cannot pass ids they may still commit (docs/poll-cycle.md#the-fence). */
-async function checkFence(db: pg.Pool, q: string, s: StreamRow, o: DoctorOptions, out: Finding[]): Promise<void> {
-  const fn = await db.query<{ ok: boolean }>("SELECT to_regprocedure($1) IS NOT NULL AS ok", [`${fam(q, s, "fence_holders")}()`]);
-  const text = fn.rows[0].ok
-    ? `SELECT pid, xact_age_ms, application_name, query FROM ${fam(q, s, "fence_holders")}()`
-    : `SELECT l.pid, date_part('epoch', clock_timestamp() - a.xact_start) * 1000 AS xact_age_ms, a.application_name, left(a.query, 200) AS query
-         FROM pg_catalog.pg_locks l LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
-        WHERE l.locktype = 'relation' AND l.mode = 'RowExclusiveLock' AND l.granted
-          AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = current_database())
-          AND l.relation IN (SELECT t.relid FROM pg_catalog.pg_partition_tree($1::regclass) t)
-          AND l.pid IS DISTINCT FROM pg_backend_pid()`;
-  const r = await db.query<{ pid: number; xact_age_ms: number | null; application_name: string | null; query: string | null }>(text, fn.rows[0].ok ? [] : [fam(q, s, "message_log")]);
-  // One row per lock (the log and each partition the transaction wrote): one finding per backend.
-  const byPid = new Map(r.rows.map((h) => [h.pid, h]));
-  const old = [...byPid.values()].filter((h) => (h.xact_age_ms ?? 0) >= o.holdMs);
+async function checkFence(db: pg.Pool, schema: string, s: StreamFamily, o: DoctorOptions, out: Finding[]): Promise<void> {
+  const holders = await fenceHolders(db, schema, s.id);
+  const old = holders.filter((h) => (h.xactAgeMs ?? 0) >= o.holdMs);
   for (const h of old) {
     out.push({
       check: "fence", severity: "error", stream: s.name,
-      message: `stream ${s.name}: backend ${h.pid} (${h.application_name || "no application_name"}) has held the stream's fence for ${age(h.xact_age_ms)} in an open transaction: every group's claims wait for it; last statement: ${(h.query ?? "").replace(/\s+/g, " ").slice(0, 200)}`,
+      message: `stream ${s.name}: backend ${h.pid} (${h.applicationName || "no application_name"}) has held the stream's fence for ${age(h.xactAgeMs)} in an open transaction: every group's claims wait for it; last statement: ${(h.query ?? "").replace(/\s+/g, " ").slice(0, 200)}`,
       fix: `commit or roll back that transaction; if it is abandoned: SELECT pg_terminate_backend(${h.pid})`,
-      details: { pid: h.pid, ageMs: Math.round(h.xact_age_ms ?? 0), applicationName: h.application_name, query: h.query },
+      details: { pid: h.pid, ageMs: Math.round(h.xactAgeMs ?? 0), applicationName: h.applicationName, query: h.query },
     });
   }
-  if (old.length === 0) out.push({ check: "fence", severity: "ok", stream: s.name, message: `stream ${s.name}: no transaction has held the fence for ${age(o.holdMs)} or more${byPid.size > 0 ? ` (${byPid.size} younger)` : ""}` });
+  if (old.length === 0) out.push({ check: "fence", severity: "ok", stream: s.name, message: `stream ${s.name}: no transaction has held the fence for ${age(o.holdMs)} or more${holders.length > 0 ? ` (${holders.length} younger)` : ""}` });
 }
 
-async function checkLeases(db: pg.Pool, q: string, s: StreamRow, o: DoctorOptions, out: Finding[]): Promise<void> {
-  const r = await db.query<{ group: string; expired_ranges: number; oldest_range_ms: number | null; expired_rows: number; quarantined: number; killed: number; quarantined_ids: string[] | null }>(
-    `SELECT g.name AS "group",
-            (SELECT count(*)::int FROM ${fam(q, s, "claim_lease")} l WHERE l.consumer_group_id = g.id AND l.expires_at < now() AND NOT l.released) AS expired_ranges,
-            (SELECT (EXTRACT(EPOCH FROM now() - min(l.expires_at)) * 1000)::float8 FROM ${fam(q, s, "claim_lease")} l
-              WHERE l.consumer_group_id = g.id AND l.expires_at < now() AND NOT l.released) AS oldest_range_ms,
-            (SELECT count(*)::int FROM ${fam(q, s, "exception_queue")} e WHERE e.consumer_group_id = g.id AND e.status = 'inflight' AND e.lease_expires_at < now()) AS expired_rows,
-            (SELECT count(*)::int FROM ${fam(q, s, "exception_queue")} e WHERE e.consumer_group_id = g.id AND e.last_error LIKE 'quarantined:%'
-                AND e.created_at > now() - $2 * interval '1 millisecond') AS quarantined,
-            (SELECT array_agg(x.message_id::text) FROM (SELECT e.message_id FROM ${fam(q, s, "exception_queue")} e WHERE e.consumer_group_id = g.id
-                AND e.last_error LIKE 'quarantined:%' AND e.created_at > now() - $2 * interval '1 millisecond' ORDER BY e.message_id LIMIT 10) x) AS quarantined_ids,
-            (SELECT count(*)::int FROM ${fam(q, s, "delivery_log")} d WHERE d.consumer_group_id = g.id AND d.status = 'killed'
-                AND d.attempted_at > now() - $2 * interval '1 millisecond') AS killed
-       FROM ${q}.consumer_group_config g WHERE g.stream_id = $1 ORDER BY g.name`,
-    [s.id, o.recentMs],
-  );
-  for (const g of r.rows) {
-    if (g.expired_ranges > 0 || g.expired_rows > 0) {
+async function checkLeases(db: pg.Pool, schema: string, s: StreamFamily, o: DoctorOptions, out: Finding[]): Promise<void> {
+  for (const g of await leaseHealth(db, schema, s.id, o.recentMs)) {
+    if (g.expiredRanges > 0 || g.expiredRows > 0) {
       out.push({
         check: "leases", severity: "warning", stream: s.name, group: g.group,
-        message: `${s.name}/${g.group}: ${g.expired_ranges} expired range lease(s)${g.oldest_range_ms !== null ? ` (oldest expired ${age(g.oldest_range_ms)} ago)` : ""} and ${g.expired_rows} expired row lease(s): a poll crashed or ran past its timeout`,
+        message: `${s.name}/${g.group}: ${g.expiredRanges} expired range lease(s)${g.oldestRangeMs !== null ? ` (oldest expired ${age(g.oldestRangeMs)} ago)` : ""} and ${g.expiredRows} expired row lease(s): a poll crashed or ran past its timeout`,
         fix: "nothing is lost: the next poll reclaims them. If it keeps happening, raise the function timeout or the message timeout, or lower batchLimit; look for crashes in the function's logs",
-        details: { expiredRanges: g.expired_ranges, expiredRows: g.expired_rows },
+        details: { expiredRanges: g.expiredRanges, expiredRows: g.expiredRows },
       });
     }
     if (g.quarantined > 0 || g.killed > 0) {
       out.push({
         check: "quarantines", severity: "warning", stream: s.name, group: g.group,
-        message: `${s.name}/${g.group}: in the last ${age(o.recentMs)}, ${g.quarantined} message(s) quarantined out of a crash-looping range${g.quarantined_ids ? ` (ids ${g.quarantined_ids.join(", ")})` : ""} and ${g.killed} made dead by the kill backstop`,
+        message: `${s.name}/${g.group}: in the last ${age(o.recentMs)}, ${g.quarantined} message(s) quarantined out of a crash-looping range${g.quarantinedIds.length > 0 ? ` (ids ${g.quarantinedIds.join(", ")})` : ""} and ${g.killed} made dead by the kill backstop`,
         fix: `a message crashes the process: sqlstreams inspect ${s.name} --id <id> shows its attempts; fix the handler, then redrive`,
-        details: { quarantined: g.quarantined, ids: g.quarantined_ids ?? [], killed: g.killed },
+        details: { quarantined: g.quarantined, ids: g.quarantinedIds, killed: g.killed },
       });
     }
   }
@@ -145,16 +101,8 @@ async function checkLeases(db: pg.Pool, q: string, s: StreamRow, o: DoctorOption
 }
 
 /** Partition K (the next id's) and K+1 must exist before producers need them (docs/retention.md). */
-async function checkPartitions(db: pg.Pool, q: string, s: StreamRow, out: Finding[]): Promise<void> {
-  const seq = await db.query<{ last_value: string; is_called: boolean }>(`SELECT last_value::text, is_called FROM ${fam(q, s, "message_log")}_id_seq`);
-  const next = seq.rows[0].is_called ? BigInt(seq.rows[0].last_value) + 1n : BigInt(seq.rows[0].last_value);
-  const size = BigInt(s.partition_size);
-  const k = next / size;
-  const parts = await db.query<{ k: string; ok: boolean }>(
-    "SELECT k::text, to_regclass($1 || '_' || k::text) IS NOT NULL AS ok FROM unnest(ARRAY[$2::bigint, $2::bigint + 1]) AS k",
-    [fam(q, s, "message_log"), k.toString()],
-  );
-  const missing = parts.rows.filter((p) => !p.ok).map((p) => p.k);
+async function checkPartitions(db: pg.Pool, schema: string, s: StreamFamily, out: Finding[]): Promise<void> {
+  const { nextId: next, current: k, missing } = await partitionState(db, schema, s.id, s.partitionSize);
   if (missing.length === 0) {
     out.push({ check: "partitions", severity: "ok", stream: s.name, message: `stream ${s.name}: partitions ${k} and ${k + 1n} exist (next id ${next})` });
     return;
@@ -162,7 +110,7 @@ async function checkPartitions(db: pg.Pool, q: string, s: StreamRow, out: Findin
   const current = missing.includes(k.toString());
   out.push({
     check: "partitions", severity: current ? "error" : "warning", stream: s.name,
-    message: `stream ${s.name}: partition${missing.length > 1 ? "s" : ""} ${missing.join(" and ")} missing (next id ${next}, partition size ${size})${current ? ": the next produce must create it itself and fails with SQL0022 if it cannot" : ""}`,
+    message: `stream ${s.name}: partition${missing.length > 1 ? "s" : ""} ${missing.join(" and ")} missing (next id ${next}, partition size ${s.partitionSize})${current ? ": the next produce must create it itself and fails with SQL0022 if it cannot" : ""}`,
     fix: `run \`sqlstreams maintain --stream ${s.name}\` (and check that the maintain function is scheduled and has DDL rights)`,
     details: { nextId: next.toString(), missing },
   });
@@ -171,41 +119,60 @@ async function checkPartitions(db: pg.Pool, q: string, s: StreamRow, out: Findin
 interface Declared {
   file: string;
   groups: { stream: string; group: string; parallelism: number; mode: string }[];
+  /** Groups whose handler file does not exist under the app's root, with the reason. */
+  missingHandlers: { stream: string; group: string; message: string }[];
 }
 
-async function loadDeclaration(file: string): Promise<Declared> {
-  const mod = (await import(pathToFileURL(file).href)) as { groups?: unknown };
-  if (!Array.isArray(mod.groups)) throw usageError(`${file} exports no \`groups\` array`, "doctor");
+async function declaration(file: string, root: string): Promise<Declared> {
+  const { resolvedDeclaration } = await import("@sqlstreams/aws");
+  const d = await loadDeclaration(file, root);
+  const missingHandlers: Declared["missingHandlers"] = [];
+  for (const g of d.groups) {
+    try {
+      handlerFile(root, g);
+    } catch (e) {
+      if (!isSqlStreamsError(e, "SQL0070")) throw e;
+      missingHandlers.push({ stream: g.stream, group: g.group, message: e.message });
+    }
+  }
   return {
-    file,
-    groups: (mod.groups as Record<string, unknown>[]).map((g) => ({
-      stream: String(g.stream), group: String(g.group), parallelism: typeof g.parallelism === "number" ? g.parallelism : 1, mode: typeof g.mode === "string" ? g.mode : "drain",
-    })),
+    file: d.shown,
+    groups: d.groups.map((g) => {
+      const r = resolvedDeclaration(g);
+      return { stream: g.stream, group: g.group, parallelism: r.parallelism, mode: r.mode };
+    }),
+    missingHandlers,
   };
 }
 
-async function checkDeclaration(db: pg.Pool, q: string, d: Declared | null, out: Finding[]): Promise<void> {
+async function checkDeclaration(db: pg.Pool, schema: string, d: Declared | null, out: Finding[]): Promise<void> {
   if (d === null) {
-    out.push({ check: "declaration", severity: "ok", message: "declaration not checked: no built functions/groups.ts (run `npm run build`, or pass --groups PATH to a built groups.mjs)" });
+    out.push({ check: "declaration", severity: "ok", message: `declaration not checked: no ${DEFAULT_GROUPS_FILES[0]} here (pass --groups PATH, the file that exports your \`groups\`, from the app's root)` });
     return;
   }
-  const r = await db.query<{ stream: string; group: string }>(
-    `SELECT s.name AS stream, g.name AS "group" FROM ${q}.consumer_group_config g JOIN ${q}.stream_config s ON s.id = g.stream_id ORDER BY 1, 2`,
-  );
+  const registeredPairs = await registeredGroups(db, schema);
   const key = (x: { stream: string; group: string }) => `${x.stream}/${x.group}`;
-  const registered = new Set(r.rows.map(key));
+  const registered = new Set(registeredPairs.map(key));
   const declared = new Set(d.groups.map(key));
   let problems = 0;
+  for (const m of d.missingHandlers) {
+    problems++;
+    out.push({
+      check: "declaration", severity: "error", stream: m.stream, group: m.group,
+      message: `${m.stream}/${m.group}: its handler file is missing: ${m.message.replace(/^SQL0070 /, "").replace(/ \(fix: .*\)$/s, "")}`,
+      fix: "correct the group's `function` (<path from the app's root, no extension>.<export>), or run doctor in the app's root",
+    });
+  }
   for (const g of d.groups) {
     if (registered.has(key(g))) continue;
     problems++;
     out.push({
       check: "declaration", severity: "error", stream: g.stream, group: g.group,
       message: `${key(g)} is declared in ${d.file} but not registered: its poll function fails (SQL0010) and nothing consumes it`,
-      fix: "deploy (the migrate function registers every declared group), or run `sqlstreams dev` locally",
+      fix: `deploy (the migrate function registers every declared group), or locally: sqlstreams dev --groups ${d.file}`,
     });
   }
-  for (const g of r.rows) {
+  for (const g of registeredPairs) {
     if (declared.has(key(g))) continue;
     problems++;
     out.push({
@@ -223,11 +190,7 @@ async function checkDeclaration(db: pg.Pool, q: string, d: Declared | null, out:
  * (an invocation may still run when the next tick starts); plus maintain and migrate.
  */
 async function checkConnections(db: pg.Pool, d: Declared | null, o: DoctorOptions, out: Finding[]): Promise<void> {
-  const r = await db.query<{ max: number; reserved: number; used: number }>(
-    `SELECT current_setting('max_connections')::int AS max, current_setting('superuser_reserved_connections')::int AS reserved,
-            (SELECT count(*)::int FROM pg_catalog.pg_stat_activity WHERE backend_type = 'client backend') AS used`,
-  );
-  const { max, reserved, used } = r.rows[0];
+  const { max, reserved, used } = await connectionUse(db);
   const usable = max - reserved;
   const pollers = d === null ? null : d.groups.reduce((n, g) => n + g.parallelism * (g.mode === "continuous" ? 2 : 1), 0);
   const need = pollers === null ? null : (pollers + 2) * o.poolSize;
@@ -260,16 +223,14 @@ export async function doctor(ctx: Ctx, v: Values): Promise<number> {
   };
   const poolSize = str("pool-size") === undefined ? 1 : Number(str("pool-size"));
   if (!Number.isInteger(poolSize) || poolSize < 1 || poolSize > 1000) throw usageError("--pool-size must be an integer 1 … 1000", "doctor");
-  let groupsFile: string | null = null;
-  if (str("groups") !== undefined) {
-    groupsFile = resolve(ctx.io.cwd, str("groups") as string);
-    if (!existsSync(groupsFile)) throw usageError(`--groups ${str("groups")}: no such file`, "doctor");
-  } else {
-    const dflt = resolve(ctx.io.cwd, str("build") ?? ".build", "functions", "groups.mjs");
-    if (existsSync(dflt)) groupsFile = dflt;
-  }
+  const cwd = ctx.io.cwd;
+  // An explicit --groups must load; without it the default file is checked when the app has one.
+  const option = str("groups");
+  const groupsFile = option !== undefined || DEFAULT_GROUPS_FILES.some((f) => existsSync(resolve(cwd, f))) ? findDeclaration(option, cwd, "doctor") : null;
+  // The declaration loads (and fails with its coded error) before the database is asked anything.
+  const declared = groupsFile === null ? null : await declaration(groupsFile, cwd);
   ctx.client();
-  const findings = await diagnose(ctx.db(), ctx.common.schema, { holdMs: dur("hold-threshold", 5_000), recentMs: dur("recent", 86_400_000), groupsFile, poolSize });
+  const findings = await diagnose(ctx.db(), ctx.common.schema, { holdMs: dur("hold-threshold", 5_000), recentMs: dur("recent", 86_400_000), declared, poolSize });
   const errors = findings.filter((f) => f.severity === "error").length;
   const warnings = findings.filter((f) => f.severity === "warning").length;
   if (ctx.json) {

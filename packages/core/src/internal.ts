@@ -3,3 +3,7 @@
 export { formatAge } from "./format.js";
 export { isTransient } from "./db.js";
 export { POLL_OPTION_RANGES } from "./config.js";
+export {
+  type FenceHolder, type GroupLeaseHealth, type PartitionState, type StreamFamily,
+  connectionUse, controlPlanePresent, fenceHolders, leaseHealth, migrationState, partitionState, registeredGroups,
+} from "./operator/diagnostics.js";
