@@ -3,7 +3,7 @@
 // to the extracted blocks as prelude.ts; nothing here runs, it is only type-checked.
 import type pg from "pg";
 import type { Consumer, PrismaTx, SqlStreams, Stream } from "@sqlstreams/core";
-import type { GroupDeclaration } from "@sqlstreams/aws";
+import type { GroupDeclaration, StreamDeclarations } from "@sqlstreams/aws";
 
 /** The payload of the examples' `orders.placed` stream. */
 export interface OrderPlaced {
@@ -22,6 +22,8 @@ export declare const pool: pg.Pool;
 
 /** The app's group declaration (src/streams/groups.ts). */
 export declare const groups: GroupDeclaration[];
+/** The app's stream options, registered on deploy with the groups. */
+export declare const streams: StreamDeclarations;
 
 /** An order row of the app, as the ORM examples insert it. */
 export declare const order: { id: string; total: number; customerId: string };
