@@ -25,7 +25,7 @@ for (const file of files) {
   lines.forEach((line, i) => {
     const where = `${file}:${i + 1}`;
     if (/§\s?\d/.test(line) || /\bSPEC\b/.test(line)) problems.push(`${where}: cites a section of a document outside the repository (use docs/<part>/<page>.md#<section>)`);
-    for (const m of line.matchAll(/\b((?:docs\/(?:[a-z0-9-]+\/)*[a-z0-9-]+|README)\.md)(?:#([a-z0-9_-]+))?/g)) {
+    for (const m of line.matchAll(/\b((?:docs\/(?:[a-z0-9-]+\/)*(?:[a-z0-9-]+|README)|README)\.md)(?:#([a-z0-9_-]+))?/g)) {
       const set = anchorsOf(m[1]);
       if (set === null) problems.push(`${where}: ${m[1]} does not exist`);
       else if (m[2] && !set.has(m[2])) problems.push(`${where}: ${m[1]} has no section #${m[2]}`);
