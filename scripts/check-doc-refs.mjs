@@ -1,5 +1,5 @@
 // Every comment that cites the protocol cites a section that exists in this repository:
-// `docs/<page>.md#<anchor>` (or `README.md#<anchor>`) must name a real page and heading, and no
+// `docs/<part>/<page>.md#<anchor>` (or `README.md#<anchor>`) must name a real page and heading, and no
 // comment may cite section numbers of a document that is not here. Run by `npm run check`.
 import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
@@ -24,8 +24,8 @@ for (const file of files) {
   const lines = readFileSync(file, "utf8").split("\n");
   lines.forEach((line, i) => {
     const where = `${file}:${i + 1}`;
-    if (/§\s?\d/.test(line) || /\bSPEC\b/.test(line)) problems.push(`${where}: cites a section of a document outside the repository (use docs/<page>.md#<section>)`);
-    for (const m of line.matchAll(/\b((?:docs\/[a-z0-9-]+|README)\.md)(?:#([a-z0-9_-]+))?/g)) {
+    if (/§\s?\d/.test(line) || /\bSPEC\b/.test(line)) problems.push(`${where}: cites a section of a document outside the repository (use docs/<part>/<page>.md#<section>)`);
+    for (const m of line.matchAll(/\b((?:docs\/(?:[a-z0-9-]+\/)*(?:[a-z0-9-]+|README)|README)\.md)(?:#([a-z0-9_-]+))?/g)) {
       const set = anchorsOf(m[1]);
       if (set === null) problems.push(`${where}: ${m[1]} does not exist`);
       else if (m[2] && !set.has(m[2])) problems.push(`${where}: ${m[1]} has no section #${m[2]}`);
