@@ -13,6 +13,7 @@ import {
 import { type Plan, type RunOutcome, plan } from "./plan.js";
 import { runHandler } from "./run.js";
 import { keyAbandoned, watchRun } from "./abandoned.js";
+import { type FenceHolder, fenceEvents } from "./fence-warning.js";
 import { setTimeout as sleep } from "node:timers/promises";
 import { now } from "../clock.js";
 import { GROW_TIMEOUT_SHARE, emptySample } from "./sizer.js";
@@ -342,27 +343,12 @@ function claimed(rows: { low: string | null }[]): boolean {
   return rows.length > 0 && rows[rows.length - 1].low !== null;
 }
 
-type FenceHolder = { pid: number | null; age_ms: number | null; app: string | null; query: string | null };
-
-/** A producer transaction of this stream open longer than this is named when it holds a claim. */
-export const FENCE_WARN_MS = 2_000;
-
-/** SQL0043: names each backend of this stream's producers that has held the fence for long. */
+/** SQL0043: what to say about the holders a blocked claim reported is decided in fence-warning.ts. */
 function warnFenceHolders<T>(ctx: Ctx<T>, rows: ClaimRow[]): void {
-  for (const row of rows) {
-    if (row.options === null || row.id !== null || row.recorded != null) continue;
-    const h = JSON.parse(row.payload as string) as FenceHolder;
-    if (h.age_ms !== null && h.age_ms < FENCE_WARN_MS) continue;
-    const age = h.age_ms === null ? "unknown" : `${Math.round(h.age_ms / 100) / 10} s`;
-    const who = h.pid === null ? "a prepared transaction" : `backend pid ${h.pid}`;
-    ctx.db.events.emit({
-      level: "warn", code: "SQL0043",
-      message: `claims held by the fence: ${who} has a transaction open for ${age} that wrote to stream ${ctx.stream} ` +
-        `(application_name ${JSON.stringify(h.app ?? "")}, last statement ${JSON.stringify(h.query ?? "")})`,
-      stream: ctx.stream, group: ctx.group, pid: h.pid, xactAgeMs: h.age_ms === null ? null : Math.round(h.age_ms),
-      applicationName: h.app, lastStatement: h.query,
-    }, String(h.pid));
-  }
+  const holders = rows
+    .filter((row) => row.options !== null && row.id === null && row.recorded == null)
+    .map((row) => JSON.parse(row.payload as string) as FenceHolder);
+  for (const { event, collapse } of fenceEvents(holders, ctx.stream, ctx.group)) ctx.db.events.emit(event, collapse);
 }
 
 export async function reclaimPhase<T>(ctx: Ctx<T>): Promise<boolean> {
