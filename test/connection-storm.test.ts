@@ -64,6 +64,7 @@ describe("connection storm", () => {
     // The producer is a superuser: it takes a reserved slot and never competes with the pollers.
     const producer = new SqlStreams({ connectionString: superUrl, maxConnections: 1, logger: () => {} });
     const produced: string[] = [];
+    let slowestFirstServed: number | undefined;
     const served = (c: NodeChild) => of(c, "invocation").find((m) => m.ok === true && Number(m.started) > 0);
     try {
       // Messages keep arriving until every container was served (or the bound passed), and a while after.
@@ -78,7 +79,8 @@ describe("connection storm", () => {
       // From each container's first invocation (starting 14 processes on a small machine takes a while).
       const firstServed = pollers.map((c) => Number(served(c)?.doneAt ?? Number.NaN) - Number(of(c, "invocation")[0]?.at ?? Number.NaN));
       expect(unserved, `containers with no invocation that handled work (first served after ms: ${firstServed.join(", ")})`).toEqual([]);
-      expect(Math.max(...firstServed)).toBeLessThanOrEqual(SERVED_WITHIN_MS);
+      slowestFirstServed = Math.max(...firstServed);
+      expect(slowestFirstServed).toBeLessThanOrEqual(SERVED_WITHIN_MS);
 
       // Every message is delivered.
       const handled = () => new Set(pollers.flatMap((c) => of(c, "handled").map((m) => String(m.id))));
@@ -108,6 +110,6 @@ describe("connection storm", () => {
       await check.end();
     }
     const invocations = pollers.map((c) => of(c, "invocation").length);
-    console.log(`storm: ${produced.length} messages, ${invocations.reduce((a, b) => a + b, 0)} invocations, ${failures.length} refused`);
+    console.log(`storm: ${produced.length} messages, ${invocations.reduce((a, b) => a + b, 0)} invocations, ${failures.length} refused; every container served within ${slowestFirstServed} ms of its first invocation`);
   }, 150_000);
 });
