@@ -273,7 +273,23 @@ export class DatabaseProvider {
       const { pool } = await rt;
       // connect() hands out idle connections first; release(true) destroys instead of returning.
       const idle = await Promise.all(Array.from({ length: pool.idleCount }, () => pool.connect()));
+      // Wait until each has said goodbye ("remove" follows the socket's end): a Lambda container
+      // is frozen as soon as the invocation returns, and the server must see the close before.
+      const gone = idle.map((c) => new Promise<void>((resolve) => {
+        const timer = setTimeout(done, 1_000);
+        timer.unref();
+        function done() {
+          clearTimeout(timer);
+          pool.off("remove", onRemove);
+          resolve();
+        }
+        function onRemove(removed: pg.PoolClient) {
+          if (removed === c) done();
+        }
+        pool.on("remove", onRemove);
+      }));
       for (const c of idle) c.release(true);
+      await Promise.all(gone);
     } catch {
       // a runtime that never came up, or a connection that failed as it closed: nothing is held
     }
