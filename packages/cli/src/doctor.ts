@@ -5,6 +5,7 @@ import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import pg from "pg";
 import { STREAM_VERSION, SYSTEM_VERSION } from "@sqlstreams/core";
+import { staleFunctions } from "@sqlstreams/core/internal";
 import type { Ctx, Values } from "./context.js";
 import { usageError } from "./errors.js";
 import { age, paint, parseDuration } from "./format.js";
@@ -71,7 +72,12 @@ async function checkMigrations(db: pg.Pool, q: string, schema: string, out: Find
   for (const s of behind) {
     out.push({ check: "migrations", severity: "error", stream: s.name, message: `stream ${s.name}: table family at version ${s.version}; this library needs ${STREAM_VERSION}`, fix: "run `sqlstreams migrate`" });
   }
-  if (v === SYSTEM_VERSION && behind.length === 0) out.push({ check: "migrations", severity: "ok", message: `no pending migrations (control plane ${v}, ${r.rows.length} stream famil${r.rows.length === 1 ? "y" : "ies"} at ${STREAM_VERSION})` });
+  const stale = v === SYSTEM_VERSION ? await staleFunctions(db, q) : [];
+  if (stale.length > 0) {
+    const names = stale.map((f) => (f.streamId === null ? f.name : `${f.name}_${f.streamId}`));
+    out.push({ check: "migrations", severity: "error", message: `${stale.length} function${stale.length === 1 ? " differs" : "s differ"} from this library's: ${names.slice(0, 5).join(", ")}${names.length > 5 ? ", …" : ""}`, fix: "run `sqlstreams migrate`" });
+  }
+  if (v === SYSTEM_VERSION && behind.length === 0 && stale.length === 0) out.push({ check: "migrations", severity: "ok", message: `no pending migrations (control plane ${v}, ${r.rows.length} stream famil${r.rows.length === 1 ? "y" : "ies"} at ${STREAM_VERSION})` });
   return r.rows;
 }
 
@@ -82,16 +88,9 @@ function fam(q: string, s: StreamRow, t: string): string {
 
 /** Open transactions holding RowExclusiveLock on the stream's log: claims cannot pass ids they may still commit (docs/poll-cycle.md#the-fence). */
 async function checkFence(db: pg.Pool, q: string, s: StreamRow, o: DoctorOptions, out: Finding[]): Promise<void> {
-  const fn = await db.query<{ ok: boolean }>("SELECT to_regprocedure($1) IS NOT NULL AS ok", [`${fam(q, s, "fence_holders")}()`]);
-  const text = fn.rows[0].ok
-    ? `SELECT pid, xact_age_ms, application_name, query FROM ${fam(q, s, "fence_holders")}()`
-    : `SELECT l.pid, date_part('epoch', clock_timestamp() - a.xact_start) * 1000 AS xact_age_ms, a.application_name, left(a.query, 200) AS query
-         FROM pg_catalog.pg_locks l LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
-        WHERE l.locktype = 'relation' AND l.mode = 'RowExclusiveLock' AND l.granted
-          AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = current_database())
-          AND l.relation IN (SELECT t.relid FROM pg_catalog.pg_partition_tree($1::regclass) t)
-          AND l.pid IS DISTINCT FROM pg_backend_pid()`;
-  const r = await db.query<{ pid: number; xact_age_ms: number | null; application_name: string | null; query: string | null }>(text, fn.rows[0].ok ? [] : [fam(q, s, "message_log")]);
+  const r = await db.query<{ pid: number; xact_age_ms: number | null; application_name: string | null; query: string | null }>(
+    `SELECT pid, xact_age_ms, application_name, query FROM ${fam(q, s, "fence_holders")}()`,
+  );
   // One row per lock (the log and each partition the transaction wrote): one finding per backend.
   const byPid = new Map(r.rows.map((h) => [h.pid, h]));
   const old = [...byPid.values()].filter((h) => (h.xact_age_ms ?? 0) >= o.holdMs);
