@@ -29,18 +29,23 @@ export function asPermissionError(e: unknown): unknown {
   return e;
 }
 
-/** Takes the schema-wide migration lock for the rest of the transaction. */
+/**
+ * Takes the schema-wide migration lock for the rest of the transaction, and pins its search_path
+ * to pg_catalog, pg_temp: the DDL that follows resolves every built-in its defaults and checks
+ * name (now(), nextval(…)) in pg_catalog, whatever the caller's search_path holds.
+ */
 export async function lockMigrations(db: Db, c: pg.PoolClient): Promise<void> {
+  await query(db, c, "SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true)");
   await query(db, c, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [`sqlstreams.migrate:${db.schema}`]);
 }
 
 export async function systemVersion(db: Db, c: pg.Pool | pg.PoolClient): Promise<number> {
-  const present = await query<{ ok: boolean }>(db, c, "SELECT to_regclass($1) IS NOT NULL AS ok", [`${db.q}.migration_log`]);
+  const present = await query<{ ok: boolean }>(db, c, "SELECT pg_catalog.to_regclass($1) IS NOT NULL AS ok", [`${db.q}.migration_log`]);
   if (!present.rows[0].ok) return 0;
   const r = await query<{ v: number }>(
     db,
     c,
-    `SELECT COALESCE(max(version), 0)::int AS v FROM ${db.q}.migration_log WHERE scope = 'system' AND status = 'success'`,
+    `SELECT COALESCE(pg_catalog.max(version), 0)::int AS v FROM ${db.q}.migration_log WHERE scope = 'system' AND status = 'success'`,
   );
   return r.rows[0].v;
 }
