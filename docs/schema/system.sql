@@ -148,6 +148,13 @@ BEGIN
     PERFORM "sqlstreams".raise_coded('SQL0016', 'payload cannot be stored as JSON: the payload is SQL NULL (use ''null''::jsonb for a JSON null) at payload',
       'convert the value at the named path to plain JSON');
   END IF;
+  -- The library's nesting limit: no object or array at depth 1000 (the payload itself is depth 0),
+  -- which takes at least 2,002 bytes of JSON text to reach.
+  v_bytes := octet_length(v_payload::TEXT);
+  IF v_bytes > 2000 AND jsonb_path_exists(v_payload, 'strict $.**{1000} ? (@.type() == "object" || @.type() == "array")') THEN
+    PERFORM "sqlstreams".raise_coded('SQL0016', 'payload cannot be stored as JSON: nesting is deeper than 1000 levels (flatten the structure) at payload',
+      'convert the value at the named path to plain JSON');
+  END IF;
   IF v_key IS NOT NULL THEN PERFORM "sqlstreams".check_key('key', v_key); END IF;
   IF v_idem IS NOT NULL THEN
     PERFORM "sqlstreams".check_key('idempotencyKey', v_idem);
@@ -188,7 +195,6 @@ BEGIN
   IF NOT FOUND THEN
     PERFORM "sqlstreams".raise_coded('SQL0009', format('stream %s is not registered', to_jsonb(v_stream)), 'call stream.register() first', '42704');
   END IF;
-  v_bytes := octet_length(v_payload::TEXT);
   IF v_bytes > v_max THEN
     PERFORM "sqlstreams".raise_coded('SQL0017', format('payload is %s bytes of JSON; stream %s accepts at most %s', v_bytes, v_stream, v_max),
       'store large data elsewhere and send a reference, or raise maxPayloadBytes');
