@@ -5,5 +5,5 @@ export { isTransient } from "./db.js";
 export { POLL_OPTION_RANGES } from "./config.js";
 export {
   type FenceHolder, type GroupLeaseHealth, type PartitionState, type StreamFamily,
-  connectionUse, controlPlanePresent, fenceHolders, leaseHealth, migrationState, partitionState, registeredGroups,
+  connectionUse, controlPlanePresent, fenceHolders, leaseHealth, migrationState, partitionState, registeredGroups, staleFunctions,
 } from "./operator/diagnostics.js";

@@ -1,5 +1,5 @@
 // Every statement of the poll cycle (docs/poll-cycle.md), built from the quoted schema and the numeric
-// stream id only. The protocol functions they call live in migrations/stream/ (the latest definition wins).
+// stream id only. The protocol functions they call live in migrations/stream/functions/, one file each.
 import { table } from "./names.js";
 
 export interface Tables {
@@ -78,7 +78,7 @@ export function advance(t: Tables): string {
  * $11 cap ms (or NULL), $12 batchBytes; $13 the previous range's token (NULL: claim only), $14 its
  * exception rows, $15 its delivery-log rows, $16 its key leases (JSON arrays, as recordRange); $17
  * true: claim even when the record finds due exception rows (docs/poll-cycle.md#due-rows-and-the-chain).
- * The answer holds no messages (p_rows false): claimRead, sent behind it in the same transaction,
+ * The answer holds no messages: claimRead, sent behind it in the same transaction,
  * reads them (docs/poll-cycle.md#the-claims-answer).
  */
 export function claim(t: Tables): string {
@@ -86,7 +86,7 @@ export function claim(t: Tables): string {
                  compaction_rank::text AS compaction_rank, payload, options, created_ms AS created_at,
                  lease_ms::float8 AS lease_ms, recorded, committed::text AS committed, paused,
                  reclaimable, expirable, reservable
-            FROM ${t.fn("claim")}($1, $2, $3, $4::xid8, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15::jsonb, $16::jsonb, $17, false)`;
+            FROM ${t.fn("claim")}($1, $2, $3, $4::xid8, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15::jsonb, $16::jsonb, $17)`;
 }
 
 /**
@@ -256,7 +256,7 @@ export function reserveExceptions(t: Tables): string {
 
 /**
  * One round trip of the exception phase (docs/poll-cycle.md#the-exception-phase): records the
- * outcomes $3 and starts the reserved rows $4 (JSON arrays, see 0010_exception_batches.sql), all
+ * outcomes $3 and starts the reserved rows $4 (JSON arrays, see migrations/stream/functions/exception_step.sql), all
  * under the reservation token $2, in one transaction. $1 group. Decoded by decodeExceptionStep.
  */
 export function exceptionStep(t: Tables): string {

@@ -1,6 +1,6 @@
 // The typed boundary between the protocol functions and the cycle: what each function returns,
 // decoded here once into a discriminated union, so the cycle code never parses result text.
-// The encodings are the functions' own (migrations/stream/*.sql, docs/poll-cycle.md).
+// The encodings are the functions' own (migrations/stream/functions/, docs/poll-cycle.md).
 
 /** take_key_N and take_keys_N: whether a key lease was taken, and why not. */
 export type KeyTake =
@@ -70,7 +70,7 @@ export type ExceptionStart =
  */
 export type ExceptionRecord = { kind: "lost" } | { kind: "recorded"; keyTakenOver: boolean } | { kind: "unknown" };
 
-/** One result row of exception_step_N (migrations/stream/0010_exception_batches.sql). */
+/** One result row of exception_step_N (migrations/stream/functions/exception_step.sql). */
 export interface ExceptionStepRow {
   step: string;
   message_id: string;

@@ -1,21 +1,28 @@
--- start_exceptions_N starts its plain rows with one UPDATE (docs/poll-cycle.md#batched-starts-and-records).
--- Placeholders as in 0001_family.sql: {{schema}} (validated, quoted) and {{N}} (numeric) only.
---
--- Restated from 0011_typed_take_key.sql. Most rows a batch starts need nothing but the status
--- change: no key lease to take (unkeyed, or `parallel`) and no compaction head to check. Before,
--- each went through the per-row loop (a locking SELECT, a message lookup and an UPDATE, about
--- 50 µs a row), and the loop's driving query joined the input to exception_queue_N with a plan that
--- read every row of the group's `due` index. Now:
---   1. the plain rows are looked up by primary key and locked in message id order (a row changed
---      meanwhile is read again and checked again, as a locking SELECT does), then made inflight in
---      one UPDATE; each answers 'started';
---   2. every other row (keyed, compacted, already inflight, or not under the token: 'lost') goes
---      through the loop, unchanged, in key order, looking its key up by primary key.
--- Same answers as before for every row; one transaction, as before.
+-- Start reserved rows, guarded per row by the reservation token p_token
+-- (docs/poll-cycle.md#batched-starts-and-records). p_rows is a JSON array of {id, key_token,
+-- run_ms}: the row, the key lease token its run would hold (NULL for rows without a key lease), and
+-- its run lease length. One result row per input row:
+--   kind 'lost'       the row is not reserved under p_token (any more): nothing written;
+--   kind 'started'    the row is inflight under p_token until now() + run_ms (and holds its key
+--                     lease): the caller may run its handler. A row found already inflight under
+--                     p_token was started by a repeat of this call whose reply was lost: started;
+--   kind 'superseded' a compacted message that is no longer its key's head; ref = the head id
+--                     (NULL: none);
+--   kind 'deferred'   reason 'busy' (another run holds the key) or 'pred' (ref = the unresolved
+--                     ordered predecessor, docs/ordering.md#the-predecessor-rule).
+-- A start that resolves a row without running it writes nothing: the caller records it like any
+-- other outcome, still under the reservation token. One transaction, in two steps:
+--   1. the plain rows (no key lease to take, no compaction head to check) are looked up by primary
+--      key and locked in message id order (a row changed meanwhile is read again and checked
+--      again, as a locking SELECT does), then made inflight in one UPDATE;
+--   2. every other row (keyed, compacted, already inflight, or not under the token) goes through
+--      a loop in key order, so concurrent callers take key leases in one order.
 CREATE OR REPLACE FUNCTION {{schema}}.start_exceptions_{{N}}(
   p_group BIGINT, p_token UUID, p_rows JSONB)
 RETURNS TABLE (message_id BIGINT, kind TEXT, reason TEXT, ref BIGINT)
-LANGUAGE plpgsql VOLATILE AS $fn$
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
 DECLARE
   x RECORD;
   r RECORD;

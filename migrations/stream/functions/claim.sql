@@ -1,24 +1,38 @@
--- claim_N of 0009_steady_state.sql restated with a cheaper delivery loop; nothing else changes
--- (the fence, the byte bound, the lease, the record path: docs/poll-cycle.md#the-steady-state).
--- The loop of 0005/0009 fetched each message into a record, then copied it field by field into
--- the output columns (and reset r_low, r_high, already NULL) before RETURN NEXT: about ten plpgsql
--- assignments per message. Fetching straight into the output columns leaves three, and the
--- byte bound is the same test (the first message always; then only while the running sum of
--- octet_length(payload::text) stays within p_bytes; the loop stops at the first message past it,
--- so payloads past the bound are still never read).
--- Placeholders as in 0001_family.sql: {{schema}} (validated, quoted) and {{N}} (numeric) only.
-
+-- A fresh range claim with the snapshot fence (docs/poll-cycle.md#the-fence), optionally after
+-- recording the previous range in the same transaction (docs/poll-cycle.md#the-steady-state).
+--
+-- With p_rec_token set, record_range_N(p_group, p_rec_token, NULL, NULL, p_rec_eq, p_rec_dl,
+-- p_rec_keys) first records the previous range whole; the observation is this transaction's id,
+-- assigned by that record, so every transaction that can still commit an id at or below the head
+-- has an older one, as the load's observation does. A record row comes first: recorded false when
+-- the range's lease was lost (nothing written, nothing claimed); otherwise committed (the cursor
+-- after the record) and what the load would say about the group: paused, an expired range lease to
+-- reclaim, exception runs to expire, exception rows due (reservable). Any of those stops here and
+-- the caller turns to them, except due rows when p_rec_past_due: then the next range is claimed
+-- all the same and the exception phase runs when the chain ends
+-- (docs/poll-cycle.md#due-rows-and-the-chain).
+--
+-- The claim answers without the range's messages (docs/poll-cycle.md#the-claims-answer): it
+-- measures the payloads against p_bytes (docs/poll-cycle.md#the-byte-bound), moves the cursor,
+-- writes the lease, and returns a header row (r_low, r_high, and lease_ms, the length of the lease
+-- written, NULL when no message needed one) or, when producers hold the fence, up to five fence
+-- holder rows (payload: {pid, age_ms, app, query}; options: {"fence": true}). The client reads
+-- the lease's messages with a plain SELECT in the same transaction and round trip (claimRead in
+-- packages/core/src/sql/cycle.ts), which sends rows as it reads them where a plpgsql function
+-- would buffer them all first.
 CREATE OR REPLACE FUNCTION {{schema}}.claim_{{N}}(
   p_group BIGINT, p_batch BIGINT, p_head BIGINT, p_obs XID8, p_token UUID,
   p_timeout_default BIGINT, p_timeout_min BIGINT, p_timeout_max BIGINT,
   p_concurrency INTEGER, p_margin BIGINT, p_cap_ms BIGINT, p_bytes BIGINT,
   p_rec_token UUID DEFAULT NULL, p_rec_eq JSONB DEFAULT NULL, p_rec_dl JSONB DEFAULT NULL,
-  p_rec_keys JSONB DEFAULT NULL)
+  p_rec_keys JSONB DEFAULT NULL, p_rec_past_due BOOLEAN DEFAULT false)
 RETURNS TABLE (r_low BIGINT, r_high BIGINT, id BIGINT, message_key TEXT,
                compaction_rank BIGINT, payload TEXT, options JSONB, created_ms FLOAT8,
                lease_ms BIGINT, recorded BOOLEAN, committed BIGINT, paused BOOLEAN,
                reclaimable BOOLEAN, expirable BOOLEAN, reservable BOOLEAN)
-LANGUAGE plpgsql VOLATILE AS $fn$
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
 #variable_conflict use_column
 DECLARE
   c RECORD;
@@ -36,6 +50,9 @@ DECLARE
   v_bytes BIGINT := 0;
   v_last BIGINT;
   v_ms BIGINT;
+  v_id BIGINT;
+  v_len BIGINT;
+  v_packed BOOLEAN;
 BEGIN
   IF p_rec_token IS NOT NULL THEN
     -- The head first: this statement's snapshot is older than the transaction id the record
@@ -55,7 +72,7 @@ BEGIN
         FROM {{schema}}.consumer_group_config g WHERE g.id = p_group;
     END IF;
     RETURN NEXT;
-    IF NOT recorded OR paused OR reclaimable OR expirable OR reservable THEN RETURN; END IF;
+    IF NOT recorded OR paused OR reclaimable OR expirable OR (reservable AND NOT p_rec_past_due) THEN RETURN; END IF;
     recorded := NULL; committed := NULL; paused := NULL; reclaimable := NULL; expirable := NULL; reservable := NULL;
     v_obs := pg_current_xact_id();
   END IF;
@@ -86,30 +103,46 @@ BEGIN
   v_high := GREATEST(v_low, LEAST(c.claimed + p_batch, v_gate));
   v_n := 0;
   IF v_high > v_low THEN
-    -- This query's fresh snapshot (taken after the cursor lock) sees every id <= the gate that will
-    -- ever commit. It stops at the byte bound, so payloads past it are never read.
-    -- Each row is fetched straight into the output columns and returned as it stands: no record
-    -- copied field by field (docs/poll-cycle.md#the-steady-state). The bound is checked as in 0005:
-    -- the first message always, then while the running sum stays within p_bytes.
-    FOR id, message_key, compaction_rank, payload, options, created_ms IN
-      SELECT l.id, l.message_key, l.compaction_rank, l.payload::text, l.options,
-             date_part('epoch', l.created_at) * 1000
-        FROM {{schema}}.message_log_{{N}} l
-       WHERE l.id > v_low AND l.id <= v_high
-         AND (l.compaction_rank IS NULL OR EXISTS (
-               SELECT 1 FROM {{schema}}.compaction_head_{{N}} h
-                WHERE h.compaction_key = l.message_key AND h.message_id = l.id))
-       ORDER BY l.id
-    LOOP
-      v_bytes := v_bytes + octet_length(payload);
-      IF v_bytes > p_bytes AND v_n > 0 THEN
-        v_high := v_last; -- the range ends at the last message handed out
-        EXIT;
-      END IF;
-      v_n := v_n + 1;
-      v_last := id;
-      RETURN NEXT;
-    END LOOP;
+    -- The range's deliverable rows in id order, each payload measured and not kept. This query's
+    -- fresh snapshot (taken after the cursor lock) sees every id <= the gate that will ever commit;
+    -- claimRead, after this statement, reads the lease's range with a newer snapshot that sees
+    -- every id this one saw (a row it no longer finds a compaction head for was superseded, and is
+    -- passed). A payload stored uncompressed counts its stored size, read from the row without
+    -- converting it to text; a compressed one (a large payload) counts its JSON text
+    -- (docs/poll-cycle.md#the-byte-bound). First the whole range in one pass: when nothing in it is
+    -- compressed and its stored sizes fit the bound, all of it goes.
+    SELECT count(*), COALESCE(sum(pg_column_size(l.payload)), 0), COALESCE(bool_or(pg_column_compression(l.payload) IS NOT NULL), false)
+      INTO v_n, v_bytes, v_packed
+      FROM {{schema}}.message_log_{{N}} l
+     WHERE l.id > v_low AND l.id <= v_high
+       AND (l.compaction_rank IS NULL OR EXISTS (
+             SELECT 1 FROM {{schema}}.compaction_head_{{N}} h
+              WHERE h.compaction_key = l.message_key AND h.message_id = l.id));
+    IF v_packed OR v_bytes > p_bytes THEN
+      -- Else row by row: the first message always, then while the running sum stays within
+      -- p_bytes; the range ends at the last message counted, and payloads past the bound are
+      -- never converted.
+      v_n := 0;
+      v_bytes := 0;
+      FOR v_id, v_len IN
+        SELECT l.id, CASE WHEN pg_column_compression(l.payload) IS NULL THEN pg_column_size(l.payload)
+                          ELSE octet_length(l.payload::text) END
+          FROM {{schema}}.message_log_{{N}} l
+         WHERE l.id > v_low AND l.id <= v_high
+           AND (l.compaction_rank IS NULL OR EXISTS (
+                 SELECT 1 FROM {{schema}}.compaction_head_{{N}} h
+                  WHERE h.compaction_key = l.message_key AND h.message_id = l.id))
+         ORDER BY l.id
+      LOOP
+        v_bytes := v_bytes + v_len;
+        IF v_bytes > p_bytes AND v_n > 0 THEN
+          v_high := v_last;
+          EXIT;
+        END IF;
+        v_n := v_n + 1;
+        v_last := v_id;
+      END LOOP;
+    END IF;
   END IF;
   UPDATE {{schema}}.consumer_group_cursor_{{N}}
      SET claimed = v_high, settled_head = v_gate,

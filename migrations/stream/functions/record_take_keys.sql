@@ -1,35 +1,39 @@
--- record_take_keys_N: the record of a keyed chain's previous range and the key leases of the range
--- after it, in one statement, one transaction (docs/poll-cycle.md#keyed-ranges-claimed-ahead).
--- Placeholders as in 0001_family.sql: {{schema}} (validated, quoted) and {{N}} (numeric) only.
---
--- When a keyed range was claimed ahead, its keys can only be taken once the range before it has
--- recorded: that record releases the earlier range's key leases and deletes its range lease, and
--- writes its exception rows, and the predecessor rule (docs/ordering.md#the-predecessor-rule) must
--- see all of that. Both happen here, in this order:
---   1. the record, as record_range_N does it for a range run whole (p_keep_from NULL), except the
---      key leases to release come as one key token and a JSON array of keys (a range's leases all
---      share its token; record_range_N's [{k, t}] repeated the token per key), and except the
---      cursor advance: the claim ahead of the range after this one may hold the group's cursor row
---      (claim_N locks it FOR UPDATE) while this statement runs on another connection, and the
---      advance would wait for it. The committed cursor moves with the chain's next record that
---      advances (every chain ends with one) or the poll's advance; nothing reads it in between
---      that needs it newer: the predecessor rule reads `claimed`, and retention only lags.
---   2. the record row: recorded (false: the range lease was lost; nothing was written but the key
+-- The record of a keyed chain's previous range and the key leases of the range after it, in one
+-- statement and one transaction (docs/poll-cycle.md#keyed-ranges-claimed-ahead). A range claimed
+-- ahead can only take its keys once the range before it has recorded: that record releases the
+-- earlier range's key leases, deletes its range lease and writes its exception rows, and the
+-- predecessor rule (docs/ordering.md#the-predecessor-rule) must see all of that. In this order:
+--   1. the key leases of the recorded range under p_rec_key_token: with p_rec_keys the JSON string
+--      "all", every lease under the token (found by the token alone, no key compared); with an
+--      array, the keys named (a run with an abandoned run leaves that run's lease, still renewed,
+--      out); NULL releases nothing (the next range takes the leases over);
+--   2. the record, as record_range_N does for a range run whole, except the cursor advance: the
+--      claim ahead of the range after this one may hold the group's cursor row (claim_N locks it
+--      FOR UPDATE) on another connection, and the advance would wait for it. The committed cursor
+--      moves with the chain's next record that advances (every chain ends with one) or the poll's
+--      advance; nothing in between needs it newer (the predecessor rule reads `claimed`);
+--   3. the record row: recorded (false: the range lease was lost; nothing was written but the key
 --      release), and what the load would say (paused, reclaimable, expirable, reservable); the
---      caller ends the chain on any of them, as claim_N does after a record.
---   3. take_keys_N for the range after (its own range lease is excluded from the rule as always),
+--      caller ends the chain on any of them, as claim_N does after a record;
+--   4. take_keys_N for the range after (its own range lease excluded from the rule as always),
 --      one row per key not taken.
 CREATE OR REPLACE FUNCTION {{schema}}.record_take_keys_{{N}}(
   p_group BIGINT, p_rec_token UUID, p_rec_eq JSONB, p_rec_dl JSONB, p_rec_key_token UUID, p_rec_keys JSONB,
   p_token UUID, p_own_low BIGINT, p_own_high BIGINT, p_keys JSONB)
 RETURNS TABLE (recorded BOOLEAN, paused BOOLEAN, reclaimable BOOLEAN, expirable BOOLEAN,
                reservable BOOLEAN, k TEXT, kind TEXT, pred_id BIGINT)
-LANGUAGE plpgsql VOLATILE AS $fn$
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
 #variable_conflict use_column
 BEGIN
-  IF p_rec_keys IS NOT NULL AND jsonb_array_length(p_rec_keys) > 0 THEN
-    -- = ANY (array): an index scan of the primary key whatever the table's statistics say (its
-    -- rows churn, and a join against the set-returning function could be planned as a scan).
+  IF p_rec_keys = '"all"'::jsonb THEN
+    -- Every lease the run took carries its key token, and none is to outlive the run: the token
+    -- alone names the rows.
+    DELETE FROM {{schema}}.message_key_lease_{{N}} l
+     WHERE l.consumer_group_id = p_group AND l.token = p_rec_key_token;
+  ELSIF jsonb_typeof(p_rec_keys) = 'array' AND jsonb_array_length(p_rec_keys) > 0 THEN
+    -- The keys named (an abandoned run's lease, still renewed, is left out).
     DELETE FROM {{schema}}.message_key_lease_{{N}} l
      WHERE l.consumer_group_id = p_group
        AND l.message_key = ANY (ARRAY(SELECT jsonb_array_elements_text(p_rec_keys)))
