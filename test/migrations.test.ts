@@ -42,7 +42,7 @@ describe("migrations", () => {
     ]);
     for (const f of streamFunctions) expect(await overloads(t, `${f.name}_${n}`)).toHaveLength(1);
     for (const f of systemFunctions) expect(await overloads(t, f.name)).toHaveLength(1);
-    expect(await staleFunctions(t.pool, `"${S}"`)).toEqual([]);
+    expect(await staleFunctions(t.pool, S)).toEqual([]);
   });
 
   it("re-creates exactly the functions whose hash differs, drops their other overloads and the functions no file defines", async () => {
@@ -59,7 +59,7 @@ describe("migrations", () => {
     await t.sql(`CREATE FUNCTION ${S}.retired_${n}() RETURNS INTEGER LANGUAGE sql AS 'SELECT 1'`);
     await t.sql(`INSERT INTO ${S}.function_version (stream_id, name, hash, library_version) VALUES ($1, 'retired', 'x', '0.0.0')`, [n]);
     await t.sql(`UPDATE ${S}.function_version SET hash = 'an older file' WHERE stream_id IS NULL AND name = 'produce'`);
-    expect(await staleFunctions(t.pool, `"${S}"`)).toEqual([{ streamId: null, name: "produce" }, { streamId: String(n), name: "claim" }]);
+    expect(await staleFunctions(t.pool, S)).toEqual([{ streamId: null, name: "produce" }, { streamId: String(n), name: "claim" }]);
 
     await t.client.migrate();
     expect(await overloads(t, `claim_${n}`)).toEqual(claimBefore);
@@ -70,7 +70,7 @@ describe("migrations", () => {
     ]);
     // A function whose file did not change is left alone (same pg_proc row).
     expect(await oid(`advance_${n}`)).toBe(advanceBefore);
-    expect(await staleFunctions(t.pool, `"${S}"`)).toEqual([]);
+    expect(await staleFunctions(t.pool, S)).toEqual([]);
     // And the stream still works end to end.
     const s = t.client.stream("mig.b");
     const g = s.consumer("g");
