@@ -4,14 +4,23 @@
 // Origin / Sec-Fetch-Site headers; read-only mode refuses them (docs/operations.md#dashboard).
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { SqlStreamsError, isSqlStreamsError, type FailureFilter, type Progress, type SqlStreams } from "@sqlstreams/core";
-import { age, esc, page, postForm, table } from "./html.js";
+import { SCRIPT_HASH, age, esc, page, postForm, table } from "./html.js";
 
 export interface DashboardOptions {
   client: SqlStreams;
   /** Refuse every action (SQL0061); pages hide their buttons. */
   readOnly?: boolean;
-  /** When set, every request needs it: HTTP basic auth (any user, this password) or `Authorization: Bearer`. */
+  /**
+   * When set, every request needs it: opening any page with `?token=…` once (which sets a cookie
+   * and redirects), HTTP basic auth (any user, this password) or `Authorization: Bearer`.
+   */
   token?: string;
+  /**
+   * The `Host` header values (`name:port`, as a browser sends them) the app answers; any other
+   * gets 421 (SQL0090), which defeats DNS rebinding. `Origin` is checked against the same list.
+   * Default: none checked, Origin compared with Host (behind a Function URL, AWS routes by Host).
+   */
+  hosts?: string[];
   /** Path prefix the app is mounted under (e.g. "/ops"); default none. */
   basePath?: string;
 }
@@ -37,7 +46,14 @@ function sameSecret(a: string, b: string): boolean {
   return timingSafeEqual(x, y);
 }
 
+/** The auth cookie's name: one per token, so dashboards on other ports of the same host don't clash. */
+function authCookieName(token: string): string {
+  return `sqlstreams_auth_${createHash("sha256").update(`cookie:${token}`).digest("hex").slice(0, 12)}`;
+}
+
 function authorized(req: Request, token: string): boolean {
+  const fromCookie = cookie(req, authCookieName(token));
+  if (fromCookie !== undefined && sameSecret(decodeURIComponent(fromCookie), token)) return true;
   const h = req.headers.get("authorization") ?? "";
   if (h.startsWith("Bearer ")) return sameSecret(h.slice(7).trim(), token);
   if (h.startsWith("Basic ")) {
@@ -65,19 +81,61 @@ function html(body: string, status = 200, headers: Record<string, string> = {}):
       "x-frame-options": "DENY",
       "x-content-type-options": "nosniff",
       "referrer-policy": "same-origin",
-      "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+      "content-security-policy": `default-src 'none'; style-src 'unsafe-inline'; script-src '${SCRIPT_HASH}'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'`,
       ...headers,
     },
   });
 }
 
+function plain(status: number, text: string, headers: Record<string, string> = {}): Response {
+  return new Response(`${text}\n`, { status, headers: { "content-type": "text/plain; charset=utf-8", "cache-control": "no-store", ...headers } });
+}
+
+/** The request's Origin is one of the app's own (its hosts, else the request's Host). */
+function allowedOrigin(origin: string, req: Request, url: URL, hosts: Set<string> | undefined): boolean {
+  try {
+    const o = new URL(origin);
+    if (o.protocol !== url.protocol) return false;
+    return hosts ? hosts.has(o.host.toLowerCase()) : o.host === (req.headers.get("host") ?? url.host);
+  } catch {
+    return false;
+  }
+}
+
 export function createDashboard(o: DashboardOptions): FetchHandler {
   const base = (o.basePath ?? "").replace(/\/+$/, "");
   const readOnly = o.readOnly === true;
+  const hosts = o.hosts ? new Set(o.hosts.map((h) => h.toLowerCase())) : undefined;
   return async (req) => {
     const url = new URL(req.url);
-    if (o.token !== undefined && !authorized(req, o.token)) {
-      return new Response("authentication required\n", { status: 401, headers: { "www-authenticate": 'Basic realm="sqlstreams dashboard", charset="UTF-8"', "content-type": "text/plain" } });
+    // DNS rebinding: a page of attacker.example that now resolves to this machine sends its own Host.
+    if (hosts && !hosts.has((req.headers.get("host") ?? "").toLowerCase())) {
+      return plain(421, "error SQL0090: this dashboard does not answer for that Host header; open it by the URL it printed");
+    }
+    // Another origin's page (another port, another name) may neither read nor act, GET or POST.
+    const origin = req.headers.get("origin");
+    if (origin !== null && origin !== "null" && !allowedOrigin(origin, req, url, hosts)) {
+      return plain(403, "error SQL0061: request from another origin refused");
+    }
+    if (o.token !== undefined) {
+      const given = url.searchParams.get("token");
+      if (given !== null && (req.method === "GET" || req.method === "HEAD") && sameSecret(given, o.token)) {
+        // The printed URL's token becomes a cookie; the redirect drops it from the address bar.
+        url.searchParams.delete("token");
+        const secure = url.protocol === "https:" ? "; Secure" : "";
+        return new Response(null, {
+          status: 303,
+          headers: {
+            location: `${url.pathname}${url.search}`,
+            "cache-control": "no-store",
+            "referrer-policy": "no-referrer",
+            "set-cookie": `${authCookieName(o.token)}=${encodeURIComponent(o.token)}; Path=${base || "/"}; HttpOnly; SameSite=Strict${secure}`,
+          },
+        });
+      }
+      if (!authorized(req, o.token)) {
+        return plain(401, "authentication required: open the dashboard with the URL it printed (…/?token=…), or send the token as the basic-auth password", { "www-authenticate": 'Basic realm="sqlstreams dashboard", charset="UTF-8"' });
+      }
     }
     // One random token per browser, in a cookie the page's forms repeat (double submit).
     const existing = cookie(req, CSRF_COOKIE);
@@ -306,17 +364,14 @@ ${table(`Delivery log of ${g.group}`, ["At", { text: "Attempt", num: true }, "St
   return page({ title: `${stream} message ${id ?? key}`, base: v.base, readOnly: v.readOnly, flash: v.url.searchParams.get("done") }, `<h1>${esc(stream)}</h1>${parts.join("\n")}`);
 }
 
-/** Cross-site requests are refused: the browser's Sec-Fetch-Site, else Origin against Host. */
+/**
+ * Cross-site requests are refused: the browser's Sec-Fetch-Site, and an Origin other than the
+ * app's own was already refused before any page or action ran; "null" (sandboxed, file:) is refused.
+ */
 function sameOrigin(req: Request): boolean {
   const site = req.headers.get("sec-fetch-site");
-  if (site !== null) return site === "same-origin" || site === "none";
-  const origin = req.headers.get("origin");
-  if (origin === null || origin === "null") return origin === null;
-  try {
-    return new URL(origin).host === (req.headers.get("host") ?? new URL(req.url).host);
-  } catch {
-    return false;
-  }
+  if (site !== null && site !== "same-origin" && site !== "none") return false;
+  return req.headers.get("origin") !== "null";
 }
 
 async function action(v: View, req: Request, path: string, cookieToken: string | undefined): Promise<Response | string> {
