@@ -3,3 +3,4 @@
 export { formatAge } from "./format.js";
 export { isTransient } from "./db.js";
 export { POLL_OPTION_RANGES } from "./config.js";
+export { WAKE_TIMEOUT_MS } from "./wake.js";
