@@ -97,3 +97,58 @@ describe("dashboard behind a Function URL", () => {
     }
   });
 });
+
+describe("createDashboardHandler: read-only unless read-write is asked for", () => {
+  const KEYS = ["SQLSTREAMS_DASHBOARD_READ_ONLY", "SQLSTREAMS_DASHBOARD_READ_WRITE"] as const;
+
+  /** The handler's mode under these variables, by whether its overview shows the read-only mark; or the error code. */
+  async function mode(env: Partial<Record<(typeof KEYS)[number], string>>, opts: Parameters<typeof createDashboardHandler>[0] = {}): Promise<string> {
+    const saved = KEYS.map((k) => process.env[k]);
+    for (const k of KEYS) {
+      if (env[k] === undefined) delete process.env[k];
+      else process.env[k] = env[k];
+    }
+    try {
+      const db = new DatabaseProvider({ env: { DATABASE_URL: url() } });
+      try {
+        const handler = createDashboardHandler({ database: db, ...opts });
+        const home = await handler(event("GET", "/"));
+        return home.body.includes('<span class="mode" role="status">read-only</span>') ? "ro" : "rw";
+      } catch (e) {
+        return (e as { code?: string }).code ?? String(e);
+      } finally {
+        await db.close();
+      }
+    } finally {
+      KEYS.forEach((k, i) => (saved[i] === undefined ? delete process.env[k] : (process.env[k] = saved[i])));
+    }
+  }
+
+  it("fails closed, parses its flags strictly and refuses contradictions (SQL0091)", async () => {
+    expect(await mode({})).toBe("ro");
+    expect(await mode({ SQLSTREAMS_DASHBOARD_READ_ONLY: "on" })).toBe("SQL0091");
+    expect(await mode({ SQLSTREAMS_DASHBOARD_READ_ONLY: "TRUE " })).toBe("SQL0091");
+    expect(await mode({ SQLSTREAMS_DASHBOARD_READ_WRITE: "on" })).toBe("SQL0091");
+    expect(await mode({ SQLSTREAMS_DASHBOARD_READ_ONLY: "1" })).toBe("ro");
+    expect(await mode({ SQLSTREAMS_DASHBOARD_READ_WRITE: "0" })).toBe("ro");
+    expect(await mode({ SQLSTREAMS_DASHBOARD_READ_WRITE: "1" })).toBe("rw");
+    expect(await mode({ SQLSTREAMS_DASHBOARD_READ_ONLY: "0" })).toBe("rw");
+    expect(await mode({ SQLSTREAMS_DASHBOARD_READ_WRITE: "1", SQLSTREAMS_DASHBOARD_READ_ONLY: "1" })).toBe("SQL0091");
+    expect(await mode({ SQLSTREAMS_DASHBOARD_READ_WRITE: "1" }, { readOnly: true })).toBe("ro");
+    expect(await mode({}, { readWrite: true })).toBe("rw");
+    expect(await mode({}, { readOnly: false })).toBe("rw");
+    expect(await mode({}, { readWrite: true, readOnly: true })).toBe("SQL0091");
+    expect(await mode({}, { readWrite: "yes" as unknown as boolean })).toBe("SQL0091");
+  });
+
+  it("this repository's functions/dashboard.ts follows the same rules", async () => {
+    const saved = process.env.SQLSTREAMS_DASHBOARD_READ_ONLY;
+    process.env.SQLSTREAMS_DASHBOARD_READ_ONLY = "on";
+    try {
+      await expect(import("../functions/dashboard.js")).rejects.toMatchObject({ code: "SQL0091" });
+    } finally {
+      if (saved === undefined) delete process.env.SQLSTREAMS_DASHBOARD_READ_ONLY;
+      else process.env.SQLSTREAMS_DASHBOARD_READ_ONLY = saved;
+    }
+  });
+});
