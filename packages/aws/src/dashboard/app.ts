@@ -30,7 +30,10 @@ export type FetchHandler = (req: Request) => Promise<Response>;
 const CSRF_COOKIE = "sqlstreams_csrf";
 const STATUSES = ["dead", "ready", "deferred", "inflight"] as const;
 const PAGE = 50;
+/** Rows one bulk redrive or discard acts on. */
+const BULK_LIMIT = 10_000;
 
+/** A request the dashboard refuses with a 4xx; shown as SQL0090. */
 class HttpError extends Error {
   constructor(
     readonly status: number,
@@ -38,6 +41,49 @@ class HttpError extends Error {
   ) {
     super(message);
   }
+}
+
+/** The status and the coded text of a failed request: 4xx for anything the request got wrong, 500 for the rest. */
+function describe(e: unknown): { status: number; message: string } {
+  if (e instanceof HttpError) return { status: e.status, message: `SQL0090 ${e.message}` };
+  if (isSqlStreamsError(e)) return { status: ["SQL0009", "SQL0010", "SQL0058"].includes(e.code) ? 404 : e.code === "SQL0061" ? 403 : e.code === "SQL0050" ? 503 : 400, message: e.message };
+  const code = (e as { code?: unknown } | null)?.code;
+  // Class 22, data exception: a value from the request Postgres cannot take (an id beyond bigint, a
+  // timestamp out of range, an unsupported escape in a JSON filter).
+  if (typeof code === "string" && code.startsWith("22")) return { status: 400, message: `SQL0090 the request carries a value the database cannot take: ${(e as Error).message}` };
+  return { status: 500, message: e instanceof Error ? e.message : String(e) };
+}
+
+/**
+ * The banners an action's redirect may show: fixed texts, filled with numbers only (`?done=code&n=1,0`),
+ * so a link cannot make the dashboard say words of someone else's choosing.
+ */
+const BANNERS = {
+  redriven: (n: string[]) => (n.length === 2 ? `redrove ${n[0]} dead message(s)${n[1] !== "0" ? `, skipped ${n[1]}` : ""}` : null),
+  discarded: (n: string[]) => (n.length === 2 ? `discarded ${n[0]} dead message(s)${n[1] !== "0" ? `, skipped ${n[1]}` : ""}; audit rows written` : null),
+  paused: (n: string[]) => (n.length === 0 ? "paused" : null),
+  resumed: (n: string[]) => (n.length === 0 ? "resumed" : null),
+  seek: (n: string[]) => (n.length === 5 ? `seek: claimed ${n[0]} → ${n[1]}, committed ${n[2]} → ${n[3]}; ${n[4]} exception row(s) above the new position deleted` : null),
+} as const;
+
+function banner(u: URL): string | null {
+  const code = u.searchParams.get("done") ?? "";
+  if (!Object.hasOwn(BANNERS, code)) return null;
+  const raw = u.searchParams.get("n") ?? "";
+  const n = raw === "" ? [] : raw.split(",");
+  if (n.some((x) => !/^[0-9]{1,20}$/.test(x))) return null;
+  return BANNERS[code as keyof typeof BANNERS](n);
+}
+
+/** U+0000 can be neither stored nor compared in Postgres text: refused in any parameter. */
+function noNul(params: URLSearchParams): void {
+  for (const [k, v] of params) if (k.includes("\u0000") || v.includes("\u0000")) throw new HttpError(400, `parameter ${JSON.stringify(k)} contains U+0000`);
+}
+
+/** A message id as Postgres stores it: a bigint, 0 … 9223372036854775807. */
+function messageId(x: string, what: string): string {
+  if (!/^[0-9]{1,19}$/.test(x) || BigInt(x) > 9_223_372_036_854_775_807n) throw new HttpError(400, `${what} must be a message id (0 … 9223372036854775807), got ${JSON.stringify(x.slice(0, 40))}`);
+  return x;
 }
 
 function sameSecret(a: string, b: string): boolean {
@@ -151,14 +197,14 @@ export function createDashboard(o: DashboardOptions): FetchHandler {
         return r instanceof Response ? r : html(r, 200, setCookie);
       }
       if (req.method !== "GET" && req.method !== "HEAD") throw new HttpError(405, `method ${req.method} not allowed`);
+      noNul(url.searchParams);
       if (path === "/") return html(await overview(ctx), 200, setCookie);
       if (path === "/group") return html(await groupPage(ctx), 200, setCookie);
       if (path === "/message") return html(await messagePage(ctx), 200, setCookie);
       if (path === "/healthz") return new Response("ok\n", { headers: { "content-type": "text/plain" } });
       throw new HttpError(404, `no page ${path}`);
     } catch (e) {
-      const status = e instanceof HttpError ? e.status : isSqlStreamsError(e) ? (["SQL0009", "SQL0010", "SQL0058"].includes(e.code) ? 404 : e.code === "SQL0061" ? 403 : 400) : 500;
-      const message = e instanceof Error ? e.message : String(e);
+      const { status, message } = describe(e);
       return html(page({ title: "error", base, readOnly, error: message }, `<p><a href="${esc(base)}/">Back to the overview</a></p>`), status, setCookie);
     }
   };
@@ -244,7 +290,7 @@ async function overview(v: View): Promise<string> {
 <button type="submit">Inspect</button></fieldset></form>`;
   const dead = progress.filter((p) => p.exceptions.dead > 0).length;
   return page(
-    { title: "overview", base: v.base, readOnly: v.readOnly, flash: v.url.searchParams.get("done"), refresh: true },
+    { title: "overview", base: v.base, readOnly: v.readOnly, flash: banner(v.url), refresh: true },
     `<h1>Streams and consumer groups</h1>
 <p>${progress.length} group(s)${dead > 0 ? `; <span class="bad">${dead} with dead messages</span> (lag 0 with dead rows is not success)` : ""}.</p>
 ${table(
@@ -317,7 +363,10 @@ async function groupPage(v: View): Promise<string> {
 <label for="f-payload">Payload contains (JSON)</label><input id="f-payload" name="payload" value="${esc(raw.payload)}" size="16">
 <button type="submit">Apply</button></fieldset></form>`;
   const matching = { ...sg, error: raw.error, key: raw.key, since: raw.since, payload: raw.payload };
-  const bulk = v.readOnly || f.status !== "dead" || total === 0 ? "" : `<p>${postForm(`${v.base}/action/redrive`, v.csrf, { ...matching, all: "1" }, `Redrive all ${total} matching`)} ${postForm(`${v.base}/action/discard`, v.csrf, { ...matching, all: "1" }, `Discard all ${total} matching`, { danger: true })}</p>`;
+  // One action handles at most BULK_LIMIT rows: the labels say how many this press acts on.
+  const many = total > BULK_LIMIT;
+  const howMany = many ? `${BULK_LIMIT.toLocaleString("en-US")} of the ${total.toLocaleString("en-US")} matching` : `all ${total.toLocaleString("en-US")} matching`;
+  const bulk = v.readOnly || f.status !== "dead" || total === 0 ? "" : `<p>${postForm(`${v.base}/action/redrive`, v.csrf, { ...matching, all: "1" }, `Redrive ${howMany}`)} ${postForm(`${v.base}/action/discard`, v.csrf, { ...matching, all: "1" }, `Discard ${howMany}`, { danger: true })}${many ? ` <span class="muted">(at most ${BULK_LIMIT.toLocaleString("en-US")} a press; press again for more)</span>` : ""}</p>`;
   const controls = v.readOnly ? "" : `<fieldset><legend>Group</legend>
 ${p.paused ? postForm(`${v.base}/action/resume`, v.csrf, sg, "Resume") : postForm(`${v.base}/action/pause`, v.csrf, sg, "Pause")}
 <form class="inline" method="post" action="${esc(v.base)}/action/seek"><input type="hidden" name="csrf" value="${esc(v.csrf)}"><input type="hidden" name="stream" value="${esc(stream)}"><input type="hidden" name="group" value="${esc(group)}">
@@ -326,7 +375,7 @@ ${p.paused ? postForm(`${v.base}/action/resume`, v.csrf, sg, "Resume") : postFor
   const next = f.offset + rows.length < total ? `<a href="${esc(link(v, "/group", { ...sg, ...raw, offset: String(f.offset + rows.length) }))}">Next page</a>` : "";
   const prev = f.offset > 0 ? `<a href="${esc(link(v, "/group", { ...sg, ...raw, offset: String(Math.max(0, f.offset - PAGE)) }))}">Previous page</a>` : "";
   return page(
-    { title: `${stream} / ${group}`, base: v.base, readOnly: v.readOnly, flash: v.url.searchParams.get("done"), refresh: true },
+    { title: `${stream} / ${group}`, base: v.base, readOnly: v.readOnly, flash: banner(v.url), refresh: true },
     `<h1>${esc(stream)} / ${esc(group)}</h1>
 <p>head ${esc(p.head)}, committed ${esc(p.committed)}, lag ${esc(p.lag)}; ready ${p.exceptions.ready}, deferred ${p.exceptions.deferred}, inflight ${p.exceptions.inflight},
 <span class="${p.exceptions.dead > 0 ? "bad" : ""}">dead ${p.exceptions.dead}</span>, superseded ${p.exceptions.superseded}; oldest unresolved ${esc(age(p.oldestUnresolvedAgeMs))}; ${p.paused ? '<span class="warn">paused</span>' : "running"}.</p>
@@ -339,7 +388,8 @@ ${table(`${f.status} rows ${total === 0 ? "" : `${f.offset + 1}–${f.offset + r
 
 async function messagePage(v: View): Promise<string> {
   const stream = need(v.url, "stream");
-  const id = v.url.searchParams.get("id") || undefined;
+  const rawId = v.url.searchParams.get("id") || undefined;
+  const id = rawId === undefined ? undefined : messageId(rawId, "id");
   const key = v.url.searchParams.get("key") || undefined;
   if ((id === undefined) === (key === undefined)) throw new HttpError(400, "give a message id or a key");
   const found = await v.client.stream(stream).inspect(id !== undefined ? { id } : { key });
@@ -361,7 +411,7 @@ ${table(`Delivery log of ${g.group}`, ["At", { text: "Attempt", num: true }, "St
 <p>key ${esc(m.key ?? "-")}; created ${esc(m.createdAt.toISOString())} (${esc(age(now - m.createdAt.getTime()))} ago); options ${esc(m.options === null ? "-" : JSON.stringify(m.options))}</p>
 <pre>${esc(JSON.stringify(m.payload, null, 2))}</pre>${groups.join("\n")}</article>`;
   });
-  return page({ title: `${stream} message ${id ?? key}`, base: v.base, readOnly: v.readOnly, flash: v.url.searchParams.get("done") }, `<h1>${esc(stream)}</h1>${parts.join("\n")}`);
+  return page({ title: `${stream} message ${id ?? key}`, base: v.base, readOnly: v.readOnly, flash: banner(v.url) }, `<h1>${esc(stream)}</h1>${parts.join("\n")}`);
 }
 
 /**
@@ -377,6 +427,7 @@ function sameOrigin(req: Request): boolean {
 async function action(v: View, req: Request, path: string, cookieToken: string | undefined): Promise<Response | string> {
   if (v.readOnly) throw new SqlStreamsError("SQL0061", "the dashboard is read-only: actions are disabled");
   const form = new URLSearchParams(await req.text());
+  noNul(form);
   const sent = form.get("csrf") ?? "";
   if (!sameOrigin(req) || cookieToken === undefined || sent === "" || !sameSecret(sent, cookieToken)) {
     throw new SqlStreamsError("SQL0061", "the request failed the cross-site check (missing or wrong form token, or another site's page)");
@@ -384,25 +435,26 @@ async function action(v: View, req: Request, path: string, cookieToken: string |
   const stream = need(form, "stream");
   const group = need(form, "group");
   const c = v.client.stream(stream).consumer(group);
-  const back = (done: string) => {
+  const back = (done: keyof typeof BANNERS, counts: (number | string | bigint)[] = []) => {
+    const n = counts.length > 0 ? counts.map(String).join(",") : undefined;
     const to = form.get("back") === "message" && form.get("ids")
-      ? link(v, "/message", { stream, id: form.get("ids") ?? undefined, done })
-      : link(v, "/group", { stream, group, done });
+      ? link(v, "/message", { stream, id: form.get("ids") ?? undefined, done, n })
+      : link(v, "/group", { stream, group, done, n });
     return new Response(null, { status: 303, headers: { location: to, "cache-control": "no-store" } });
   };
   const selector = () => {
-    if (form.get("ids")) return { ids: (form.get("ids") as string).split(",") };
+    if (form.get("ids")) return { ids: (form.get("ids") as string).split(",").map((x) => messageId(x, "ids")) };
     const f = filterOf(new URL(`http://x/?${new URLSearchParams({ error: form.get("error") ?? "", key: form.get("key") ?? "", since: form.get("since") ?? "", payload: form.get("payload") ?? "" }).toString()}`)).filter;
-    return { ...(f.errorContains ? { errorContains: f.errorContains } : {}), ...(f.key ? { key: f.key } : {}), ...(f.since ? { deadSince: f.since } : {}), ...(f.payloadContains !== undefined ? { payloadContains: f.payloadContains } : {}), all: true as const, limit: 10_000 };
+    return { ...(f.errorContains ? { errorContains: f.errorContains } : {}), ...(f.key ? { key: f.key } : {}), ...(f.since ? { deadSince: f.since } : {}), ...(f.payloadContains !== undefined ? { payloadContains: f.payloadContains } : {}), all: true as const, limit: BULK_LIMIT };
   };
   switch (path) {
     case "/action/redrive": {
       const r = await c.redrive(selector(), { reason: "dashboard" });
-      return back(`redrove ${r.redriven} dead message(s)${r.skipped ? `, skipped ${r.skipped}` : ""}`);
+      return back("redriven", [r.redriven, r.skipped]);
     }
     case "/action/discard": {
       const r = await c.discard(selector(), { reason: "dashboard" });
-      return back(`discarded ${r.discarded} dead message(s)${r.skipped ? `, skipped ${r.skipped}` : ""}; audit rows written`);
+      return back("discarded", [r.discarded, r.skipped]);
     }
     case "/action/pause":
       await c.pause();
@@ -411,12 +463,13 @@ async function action(v: View, req: Request, path: string, cookieToken: string |
       await c.resume();
       return back("resumed");
     case "/action/seek": {
-      const id = form.get("id") || undefined;
+      const rawId = form.get("id") || undefined;
+      const id = rawId === undefined ? undefined : messageId(rawId, "id");
       const time = form.get("time") || undefined;
       if ((id === undefined) === (time === undefined)) throw new HttpError(400, "seek needs an id or a time");
       if (form.get("confirm") !== "yes") return confirmSeek(v, stream, group, id, time);
       const r = await c.seek(id !== undefined ? { id } : { time }, { force: form.get("force") === "yes" });
-      return back(`seek: claimed ${r.previous.claimed} → ${r.claimed}, committed ${r.previous.committed} → ${r.committed}; ${r.deletedRows} exception row(s) above the new position deleted`);
+      return back("seek", [r.previous.claimed, r.claimed, r.previous.committed, r.committed, r.deletedRows]);
     }
     default:
       throw new HttpError(404, `no action ${path}`);

@@ -83,6 +83,9 @@ export function createDashboardHandler(o: DashboardHandlerOptions = {}): (event:
     const host = event.headers?.host ?? event.requestContext.domainName ?? "localhost";
     const url = `https://${host}${event.rawPath}${event.rawQueryString ? `?${event.rawQueryString}` : ""}`;
     const method = event.requestContext.http.method.toUpperCase();
+    if (method !== "GET" && method !== "HEAD" && method !== "POST") {
+      return { statusCode: 405, headers: { "content-type": "text/plain; charset=utf-8", allow: "GET, HEAD, POST" }, body: `error SQL0090: method ${JSON.stringify(method)} not allowed\n` };
+    }
     const body = event.body === undefined || method === "GET" || method === "HEAD" ? undefined : event.isBase64Encoded ? Buffer.from(event.body, "base64") : event.body;
     const res = await db.use(async (client) => {
       if (!app || appClient !== client) {
