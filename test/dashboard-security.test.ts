@@ -150,6 +150,24 @@ describe("dashboard: Host, Origin and token", () => {
     }
   }, 90_000);
 
+  it("too many requests without the token from one address: 429 for the rest of the minute, even with it", async () => {
+    const child = startDashboard();
+    try {
+      const m = await child.waitFor((x) => typeof x.url === "string", { timeoutMs: 60_000 });
+      const printed = new URL(String(m.url));
+      const p = Number(printed.port);
+      const own = { host: `127.0.0.1:${p}` };
+      for (let i = 0; i < 10; i++) expect((await raw(p, "GET", `/?token=guess-${i}`, own)).status).toBe(401);
+      const blocked = await raw(p, "GET", `/?token=guess-10`, own);
+      expect(blocked.status).toBe(429);
+      expect(blocked.body).toContain("SQL0090");
+      expect(Number(blocked.headers["retry-after"])).toBeGreaterThan(0);
+      expect((await raw(p, "GET", "/", { ...own, authorization: `Bearer ${printed.searchParams.get("token")}` })).status).toBe(429);
+    } finally {
+      await child.kill("SIGTERM");
+    }
+  }, 90_000);
+
   describe.skipIf(!existsSync(CHROMIUM) && !process.env.CI)("in chromium", () => {
     const others: Server[] = [];
     let otherPort = 0;

@@ -97,14 +97,24 @@ function refuse(res: ServerResponse, status: number, text: string): void {
  */
 export async function serve(make: (port: number) => FetchHandler, address: string, port: number): Promise<{ server: Server; port: number }> {
   const bound: { app?: FetchHandler; base: string } = { base: "" };
+  const throttle = new AuthThrottle();
   const server = createServer((req, res) => {
     const app = bound.app;
     if (app === undefined) return refuse(res, 503, "starting");
     if (!METHODS.has(req.method ?? "")) return refuse(res, 405, `method ${JSON.stringify(req.method)} not allowed`);
     if (!(req.url ?? "/").startsWith("/")) return refuse(res, 400, "the request target must be a path");
+    const from = req.socket.remoteAddress ?? "?";
+    const wait = throttle.blockedFor(from);
+    if (wait > 0) {
+      res.writeHead(429, { "content-type": "text/plain; charset=utf-8", "retry-after": String(Math.ceil(wait / 1_000)) });
+      return res.end(`error SQL0090: too many requests without the token from ${from}; try again in ${Math.ceil(wait / 1_000)} s\n`);
+    }
     toRequest(req, bound.base)
       .then((r) => app(r))
-      .then((r) => send(res, r))
+      .then((r) => {
+        if (r.status === 401) throttle.failed(from);
+        return send(res, r);
+      })
       .catch((e: unknown) => {
         if (res.headersSent) return res.end();
         if (e instanceof SqlStreamsError || e instanceof TypeError) return refuse(res, 400, (e as Error).message);
@@ -121,6 +131,37 @@ export async function serve(make: (port: number) => FetchHandler, address: strin
   bound.base = `http://${bracket(address)}:${actual}`;
   bound.app = make(actual);
   return { server, port: actual };
+}
+
+/** Failed token attempts per client address: past AUTH_FAILURES in AUTH_WINDOW_MS, 429 until the window ends. */
+export const AUTH_FAILURES = 10;
+export const AUTH_WINDOW_MS = 60_000;
+
+class AuthThrottle {
+  private readonly seen = new Map<string, { failures: number; until: number }>();
+
+  /** ms this address must wait (monotonic clock), 0 when it may try. */
+  blockedFor(from: string): number {
+    const e = this.seen.get(from);
+    if (!e) return 0;
+    const left = e.until - performance.now();
+    if (left <= 0) {
+      this.seen.delete(from);
+      return 0;
+    }
+    return e.failures >= AUTH_FAILURES ? left : 0;
+  }
+
+  failed(from: string): void {
+    const now = performance.now();
+    const e = this.seen.get(from);
+    if (e && e.until > now) e.failures++;
+    else {
+      // Bounded memory: a flood of addresses forgets the oldest first.
+      if (this.seen.size >= 10_000) this.seen.delete(this.seen.keys().next().value as string);
+      this.seen.set(from, { failures: 1, until: now + AUTH_WINDOW_MS });
+    }
+  }
 }
 
 /** Refuses a short token, and a host beyond loopback without a configured token, before anything starts. */
