@@ -10,7 +10,7 @@ import type { StreamDef } from "./typed.js";
 import { validateSchemaName, validateStreamName } from "./validate.js";
 import { SYSTEM_VERSION } from "./version.js";
 import { type MaintainOptions, type MaintainReport, maintainStreams } from "./maintain.js";
-import { DEFAULT_WAKE_WINDOW_MS, type Waker, claimWakes, notifyWaker, validateWakeOptions } from "./wake.js";
+import { DEFAULT_WAKE_WINDOW_MS, type Waker, boundWaker, claimWakes, notifyWaker, validateWakeOptions } from "./wake.js";
 
 export interface SqlStreamsOptions {
   connectionString?: string;
@@ -100,7 +100,7 @@ export class SqlStreams implements Runtime {
       c.on("error", () => {});
     });
     this.db = { pool, schema, q: quoteIdent(schema), onQuery: opts.onQuery, events, closed: false, statementTimeout };
-    this.waker = opts.waker === "notify" ? notifyWaker(this.db) : opts.waker;
+    this.waker = boundWaker(opts.waker === "notify" ? notifyWaker(this.db) : opts.waker);
   }
 
   get schema(): string {

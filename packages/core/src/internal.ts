@@ -1,9 +1,10 @@
 // What the other @sqlstreams packages share with core but is not the library's public API:
 // `@sqlstreams/core/internal`, for @sqlstreams/aws and @sqlstreams/cli only (no stability promise).
-export { formatAge } from "./format.js";
+export { escapeControls, formatAge } from "./format.js";
 export { isTransient } from "./db.js";
 export { POLL_OPTION_RANGES } from "./config.js";
 export {
   type FenceHolder, type GroupLeaseHealth, type PartitionState, type StreamFamily,
   connectionUse, controlPlanePresent, fenceHolders, leaseHealth, migrationState, partitionState, registeredGroups, staleFunctions,
 } from "./operator/diagnostics.js";
+export { WAKE_TIMEOUT_MS } from "./wake.js";
