@@ -3,7 +3,7 @@
 // one arm's timers, pools, JIT state and garbage out of the next arm's figures.
 import { floorInsert, floorRead, floorReadSetup, floorReadTwo } from "./arms/floors.mjs";
 import { graphileWorker, graphileWorker18, pgBoss, pgBoss12 } from "./arms/peers.mjs";
-import { enableProfiling, setBenchDatabase } from "./lib/common.mjs";
+import { enableProfiling, setBenchDatabase, setPayloadShape } from "./lib/common.mjs";
 
 const ours = () => import("./arms/ours.mjs");
 const curve = () => import("./arms/curve.mjs");
@@ -38,6 +38,7 @@ async function main() {
   ctx.errors = [];
   if (ctx.profile) enableProfiling(ctx.arm);
   setBenchDatabase(ctx.dbName, ctx.nice ?? null);
+  setPayloadShape(ctx.shape);
   const arm = ARMS[ctx.arm];
   if (!arm) throw new Error(`unknown arm ${ctx.arm}`);
   if (arm.setup) await arm.setup(ctx);

@@ -4,7 +4,7 @@
 //   [0] messages produced   [1] messages handled (first time)   [2] parties at the start line
 // Also "prefill", the untimed setup of the cost-curve arms (no shared counters).
 import { parentPort, workerData } from "node:worker_threads";
-import { CpuMeter, QueryStats, Tally, enableProfiling, makePayload, setBenchDatabase, sleep } from "./common.mjs";
+import { CpuMeter, QueryStats, Tally, enableProfiling, makePayload, setBenchDatabase, setPayloadShape, sleep } from "./common.mjs";
 import { STREAM, drainAll, openClient, produceRange } from "../arms/ours.mjs";
 import { floorRead } from "../arms/floors.mjs";
 
@@ -12,6 +12,7 @@ const d = workerData;
 const sh = new Int32Array(d.shared ?? new SharedArrayBuffer(16));
 const errors = [];
 setBenchDatabase(d.dbName, d.nice ?? null);
+setPayloadShape(d.shape);
 enableProfiling(d.profileLabel ? `${d.profileLabel}-${d.role}${d.group ? "-" + d.group : ""}` : null);
 
 async function startLine() {
