@@ -498,13 +498,13 @@ export function renderTable(results, ratioRows, meta) {
     }
   }
   out.push("");
-  out.push(`${pad("ratio / target", 40)}${pad("value", 10, true)}${pad("target", 10, true)}  result`);
-  out.push("-".repeat(70));
+  out.push(`${pad("ratio / target", 50)}${pad("value", 10, true)}${pad("target", 10, true)}  result`);
+  out.push("-".repeat(80));
   for (const r of ratioRows) {
     if (r.value == null && r.target == null) continue;
     const v = r.value == null ? "—" : r.kind === "rate" ? fmt(r.value) : r.kind === "max" || r.kind === "ms" ? r.value.toFixed(2) : r.value.toFixed(2) + "×";
     const t = r.target == null ? "" : r.kind === "rate" ? "≥ " + fmt(r.target) : r.kind === "max" ? "≤ " + r.target : "≥ " + r.target + "×";
-    out.push(`${pad(r.name, 40)}${pad(v, 10, true)}${pad(t, 10, true)}  ${r.met === null ? (r.target == null ? "" : "n/a") : r.met ? "met" : "MISSED"}`);
+    out.push(`${pad(r.name, 50)}${pad(v, 10, true)}${pad(t, 10, true)}  ${r.met === null ? (r.target == null ? "" : "n/a") : r.met ? "met" : "MISSED"}`);
   }
   out.push("");
   out.push("where the time goes (run nearest the median): wall; CPU of the Node process (all threads) and of the postgres backends serving the arm's database;");
@@ -689,14 +689,14 @@ async function sweepPeers(opts) {
 /** The ratios of every server side by side (only rows with a value somewhere). */
 function renderComparison(perServer) {
   const out = [`ratios on each server (${perServer.map((p) => p.meta.server).join(" | ")})`];
-  out.push(`${pad("ratio", 40)}${perServer.map((p) => pad(p.kind, 12, true)).join("")}${pad("target", 10, true)}`);
-  out.push("-".repeat(40 + 12 * perServer.length + 10));
-  for (const [i, row] of perServer[0].ratioRows.entries()) {
+  out.push(`${pad("ratio", 50)}${perServer.map((p) => pad(p.kind, 12, true)).join("")}${pad("target", 10, true)}`);
+  out.push("-".repeat(50 + 12 * perServer.length + 10));
+  for (const row of perServer[0].ratioRows) {
     const vals = perServer.map((p) => p.ratioRows.find((x) => x.name === row.name)?.value ?? null);
     if (vals.every((v) => v == null)) continue;
     const show = (v) => (v == null ? "—" : row.kind === "rate" ? fmt(v) : row.kind === "max" || row.kind === "ms" ? v.toFixed(2) : v.toFixed(2) + "×");
     const t = row.target == null ? "" : row.kind === "rate" ? "≥ " + fmt(row.target) : row.kind === "max" ? "≤ " + row.target : "≥ " + row.target + "×";
-    out.push(`${pad(row.name, 40)}${vals.map((v) => pad(show(v), 12, true)).join("")}${pad(t, 10, true)}`);
+    out.push(`${pad(row.name, 50)}${vals.map((v) => pad(show(v), 12, true)).join("")}${pad(t, 10, true)}`);
   }
   return out.join("\n");
 }
