@@ -1,18 +1,23 @@
 // Runs ONE arm in a fresh process (spawned by bench/run.mjs) against the database it was given,
 // and prints its result as one line `BENCH_RESULT {...}` on stdout. A fresh process per arm keeps
 // one arm's timers, pools, JIT state and garbage out of the next arm's figures.
-import { floorInsert, floorRead, floorReadSetup, floorReadTwo } from "./arms/floors.mjs";
+import { floorCopy, floorInsert, floorRead, floorReadSetup, floorReadTwo } from "./arms/floors.mjs";
 import { graphileWorker, graphileWorker18, pgBoss, pgBoss12 } from "./arms/peers.mjs";
 import { enableProfiling, setBenchDatabase, setPayloadShape } from "./lib/common.mjs";
 
 const ours = () => import("./arms/ours.mjs");
 const curve = () => import("./arms/curve.mjs");
 const intx = () => import("./arms/intx.mjs");
+const pgq = () => import("./arms/pgq.mjs");
+const streams = () => import("./arms/streams.mjs");
 
 export const ARMS = {
   "floor-insert": { run: floorInsert },
   "floor-read": { setup: floorReadSetup, run: floorRead },
   "floor-read-2x": { setup: floorReadSetup, run: floorReadTwo },
+  "floor-copy": { setup: floorReadSetup, run: floorCopy },
+  pgq: { run: async (ctx) => (await pgq()).pgqArm(ctx) },
+  streams: { run: async (ctx) => (await streams()).streamsArm(ctx) },
   produce: { run: async (ctx) => (await ours()).produce(ctx) },
   consume: { run: async (ctx) => (await ours()).consume(ctx) },
   "consume-defaults": { run: async (ctx) => (await ours()).consume({ ...ctx, defaults: true }) },

@@ -501,7 +501,7 @@ export function renderTable(results, ratioRows, meta) {
   out.push(`${pad("ratio / target", 50)}${pad("value", 10, true)}${pad("target", 10, true)}  result`);
   out.push("-".repeat(80));
   for (const r of ratioRows) {
-    if (r.value == null && r.target == null) continue;
+    if (r.value == null) continue;
     const v = r.value == null ? "—" : r.kind === "rate" ? fmt(r.value) : r.kind === "max" || r.kind === "ms" ? r.value.toFixed(2) : r.value.toFixed(2) + "×";
     const t = r.target == null ? "" : r.kind === "rate" ? "≥ " + fmt(r.target) : r.kind === "max" ? "≤ " + r.target : "≥ " + r.target + "×";
     out.push(`${pad(r.name, 50)}${pad(v, 10, true)}${pad(t, 10, true)}  ${r.met === null ? (r.target == null ? "" : "n/a") : r.met ? "met" : "MISSED"}`);

@@ -1,5 +1,6 @@
 // The raw Postgres floors: what plain SQL through the same driver does with the same rows.
 // Our arms are judged as a ratio of these.
+import { StringDecoder } from "node:string_decoder";
 import pg from "pg";
 import { CpuMeter, QueryStats, Tally, WriteMeter, beforeTimed, instrumentedPool, makePayload, parallel, rate } from "../lib/common.mjs";
 
@@ -166,4 +167,57 @@ export async function floorReadTwo(ctx) {
     errors: [a.error, b.error].filter(Boolean),
     settings: { range: ctx.batchLimit ?? READ_RANGE },
   };
+}
+
+/**
+ * The physical limit of reading the log: `COPY (SELECT id, payload FROM plain_log ORDER BY id) TO
+ * STDOUT` streamed (pg-copy-streams) and parsed into the same message objects (text format: split
+ * rows and columns, undo COPY's backslash escapes, JSON.parse the payload) for the same no-op
+ * handler. No cursor, no transaction per range: what no consumer of a log can beat on this driver.
+ */
+export async function floorCopy(ctx) {
+  const n = ctx.n;
+  const { to: copyTo } = await import("pg-copy-streams");
+  const client = new pg.Client({ connectionString: ctx.url });
+  await client.connect();
+  const tally = new Tally(n);
+  const handler = (msg) => {
+    tally.see(msg.payload.seq);
+  };
+  let where;
+  try {
+    await client.query("SELECT 1");
+    const cpu = new CpuMeter().start();
+    const stream = client.query(copyTo("COPY (SELECT id, payload FROM plain_log ORDER BY id) TO STDOUT"));
+    const decoder = new StringDecoder("utf8"); // a chunk may end inside a multi-byte character
+    let rest = "";
+    for await (const chunk of stream) {
+      const text = rest + decoder.write(chunk);
+      let start = 0;
+      for (;;) {
+        const nl = text.indexOf("\n", start);
+        if (nl < 0) break;
+        const tab = text.indexOf("\t", start);
+        const id = text.slice(start, tab);
+        const raw = text.slice(tab + 1, nl);
+        handler({ id, payload: JSON.parse(raw.includes("\\") ? unescapeCopy(raw) : raw) });
+        start = nl + 1;
+      }
+      rest = text.slice(start);
+    }
+    where = cpu.stop();
+  } finally {
+    await client.end();
+  }
+  return {
+    metrics: { consume: rate(n, where.wallMs) },
+    check: tally.result(),
+    where: { ...where, roundTrips: 1, roundTripsPerMsg: 1 / n },
+    settings: { format: "text", parse: "split + JSON.parse" },
+  };
+}
+
+/** COPY's text format escapes: \\ \t \n \r and friends. */
+function unescapeCopy(s) {
+  return s.replace(/\\(.)/g, (_, c) => ({ t: "\t", n: "\n", r: "\r", b: "\b", f: "\f", v: "\v" })[c] ?? c);
 }
