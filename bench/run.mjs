@@ -91,7 +91,8 @@ const PRIMARY = {
 const NICE = -15;
 const LOWER_IS_BETTER = new Set(["p50", "p90", "p99", "max", "pgCpuMsPerTick", "nodeCpuMsPerTick", "msPerTick", "stmtPerPoll"]);
 const isMs = (metric) => LOWER_IS_BETTER.has(metric) || /(^|_)(p50|p90|p99|max)$|Ms$|MsPer/.test(metric);
-const unitOf = (metric) => (/stmtPerPoll|^relations/.test(metric) ? "stmt" : isMs(metric) ? "ms" : "msg/s");
+const unitOf = (metric) =>
+  /stmtPerPoll/.test(metric) ? "stmt" : /relations/.test(metric) ? "rel" : /Spread$/.test(metric) ? "ratio" : isMs(metric) ? "ms" : "msg/s";
 const CURVE_ARMS = new Set(["consume-10k", "consume-100k", "consume-1m", "produce-1m", "idle"]);
 
 // ---------------------------------------------------------------------------------------------
@@ -467,7 +468,7 @@ function curveSpread(...xs) {
 const fmt = (x, unit) => {
   if (x == null || !Number.isFinite(x)) return "—";
   if (unit === "ms") return x < 10 ? x.toFixed(1) : Math.round(x).toLocaleString("en-US");
-  if (unit === "stmt") return x.toFixed(2);
+  if (unit === "stmt" || unit === "ratio") return x.toFixed(2);
   return Math.round(x).toLocaleString("en-US");
 };
 const pad = (s, w, right = false) => (right ? String(s).padStart(w) : String(s).padEnd(w));
@@ -478,8 +479,8 @@ export function renderTable(results, ratioRows, meta) {
   out.push(`load average (1 min) at start ${meta.loadAvgAtStart[0]}, at end ${meta.loadAvgAtEnd?.[0] ?? "?"}${Math.max(meta.loadAvgAtStart[0], meta.loadAvgAtEnd?.[0] ?? 0) > meta.cpus * 0.75 ? "  — WARNING: the machine was busy with other work; figures are noisy" : ""}`);
   out.push("");
   for (const s of meta.skipped ?? []) out.push(`skipped ${s.arm} on this server: ${s.why}`);
-  out.push(`${pad("arm", 22)}${pad("metric", 16)}${pad("median", 11, true)}  ${pad("[min – max]", 23)}${pad("unit", 7)}${pad("n", 9, true)}  ${pad("check", 7)}${pad("rt/msg", 9, true)}${pad("rows/msg", 10, true)}`);
-  out.push("-".repeat(114));
+  out.push(`${pad("arm", 22)}${pad("metric", 24)}${pad("median", 11, true)}  ${pad("[min – max]", 23)}${pad("unit", 7)}${pad("n", 9, true)}  ${pad("check", 7)}${pad("rt/msg", 9, true)}${pad("rows/msg", 10, true)}`);
+  out.push("-".repeat(122));
   for (const r of results) {
     const names = Object.keys(r.metrics);
     names.forEach((m, i) => {
@@ -488,7 +489,7 @@ export function renderTable(results, ratioRows, meta) {
       const rt = i === 0 && r.where?.roundTripsPerMsg != null ? r.where.roundTripsPerMsg.toFixed(4) : "";
       const rows = i === 0 && r.where?.rowsWrittenPerMsg != null ? r.where.rowsWrittenPerMsg.toFixed(4) : "";
       out.push(
-        `${pad(i === 0 ? r.label ?? r.arm : "", 22)}${pad(m, 16)}${pad(fmt(x.median, x.unit), 11, true)}  ${pad(`[${fmt(x.min, x.unit)} – ${fmt(x.max, x.unit)}]`, 23)}${pad(x.unit, 7)}${pad(i === 0 ? (r.n ?? "").toLocaleString("en-US") : "", 9, true)}  ${pad(check, 7)}${pad(rt, 9, true)}${pad(rows, 10, true)}`,
+        `${pad(i === 0 ? r.label ?? r.arm : "", 22)}${pad(m, 24)}${pad(fmt(x.median, x.unit), 11, true)}  ${pad(`[${fmt(x.min, x.unit)} – ${fmt(x.max, x.unit)}]`, 23)}${pad(x.unit, 7)}${pad(i === 0 ? (r.n ?? "").toLocaleString("en-US") : "", 9, true)}  ${pad(check, 7)}${pad(rt, 9, true)}${pad(rows, 10, true)}`,
       );
     });
     if (!r.ok) {

@@ -83,15 +83,15 @@ async function setup(ctx, { groups = [], produce = 0, keyed = 0 } = {}) {
  * exception row in flight, and exception counts as the arm expects (`unresolved`: ready + deferred
  * + dead; none in any arm without faults, and none left once the failing arm's retries succeeded).
  */
-export async function verifyGroups(url, groups, { unresolved = 0 } = {}) {
+export async function verifyGroups(url, groups, { unresolved = 0, stream = STREAM } = {}) {
   const { client, close } = await openClient(url, 1, null, []);
   const c = new pg.Client({ connectionString: url });
   await c.connect();
   try {
     const out = { ok: true };
-    const streamId = (await c.query("SELECT id::text AS id FROM sqlstreams.stream_config WHERE name = $1", [STREAM])).rows[0].id;
+    const streamId = (await c.query("SELECT id::text AS id FROM sqlstreams.stream_config WHERE name = $1", [stream])).rows[0].id;
     for (const g of groups) {
-      const p = await client.stream(STREAM).consumer(g).progress();
+      const p = await client.stream(stream).consumer(g).progress();
       const leases = (await c.query(
         `SELECT count(*)::int AS n FROM sqlstreams.claim_lease_${streamId} l JOIN sqlstreams.consumer_group_config g ON g.id = l.consumer_group_id WHERE g.name = $1`,
         [g],
@@ -174,9 +174,9 @@ export async function produce(ctx) {
 // consume: drain one group over a prefilled stream
 
 /** Drains `group` until every seq in 0..n-1 was handled; returns timings and the summed report. */
-export async function drainAll({ url, group, n, batchLimit, concurrency, poolMax, defaults = false, errors, timeoutMs, handler, tally, idleSleepMs = 5, stats, isDone, startSignal }) {
+export async function drainAll({ url, stream = STREAM, group, n, batchLimit, concurrency, poolMax, defaults = false, errors, timeoutMs, handler, tally, idleSleepMs = 5, stats, isDone, startSignal }) {
   const { client, pool, close } = await openClient(url, poolMax, stats, errors);
-  const consumer = client.stream(STREAM).consumer(group);
+  const consumer = client.stream(stream).consumer(group);
   const totals = { polls: 0, rangesClaimed: 0, started: 0, succeeded: 0, failed: 0, deferred: 0, dead: 0, leaseLost: 0, idlePolls: 0 };
   try {
     await Promise.all(Array.from({ length: poolMax }, () => pool.query("SELECT 1")));
