@@ -10,6 +10,7 @@ const curve = () => import("./arms/curve.mjs");
 const intx = () => import("./arms/intx.mjs");
 const pgq = () => import("./arms/pgq.mjs");
 const streams = () => import("./arms/streams.mjs");
+const latencyArms = () => import("./arms/latency.mjs");
 
 export const ARMS = {
   "floor-insert": { run: floorInsert },
@@ -25,7 +26,7 @@ export const ARMS = {
   "produce-consume": { run: async (ctx) => (await ours()).produceConsume(ctx) },
   ordered: { run: async (ctx) => (await ours()).ordered(ctx) },
   failing: { run: async (ctx) => (await ours()).failing(ctx) },
-  latency: { run: async (ctx) => (await ours()).latency(ctx) },
+  latency: { run: async (ctx) => (await latencyArms()).latencyArm(ctx) },
   "consume-10k": { run: async (ctx) => (await curve()).consumeCurve(ctx) },
   "consume-100k": { run: async (ctx) => (await curve()).consumeCurve(ctx) },
   "consume-1m": { run: async (ctx) => (await curve()).consumeCurve(ctx) },

@@ -74,7 +74,7 @@ const PRIMARY = {
   "produce-consume": "consume",
   ordered: "consume",
   failing: "consume",
-  latency: "p50",
+  latency: "wake_p50",
   "consume-10k": "consume",
   "consume-100k": "consume",
   "consume-1m": "consume",

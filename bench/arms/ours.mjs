@@ -2,7 +2,7 @@
 // sets up untimed, then measures one thing and checks that every message was handled.
 import pg from "pg";
 import { Worker } from "node:worker_threads";
-import { CpuMeter, QueryStats, Tally, WriteMeter, beforeTimed, getPayloadShape, instrumentedPool, makePayload, parallel, percentile, rate, sleep } from "../lib/common.mjs";
+import { CpuMeter, QueryStats, Tally, WriteMeter, beforeTimed, getPayloadShape, instrumentedPool, makePayload, parallel, rate, sleep } from "../lib/common.mjs";
 
 export const STREAM = "bench.orders";
 export const PRODUCE_CONNECTIONS = 4;
@@ -24,10 +24,10 @@ export function quietLogger(errors) {
 }
 
 /** A client over an instrumented pool: every statement counted and timed. */
-export async function openClient(url, max, stats, errors) {
+export async function openClient(url, max, stats, errors, options = {}) {
   const { SqlStreams } = await loadCore();
   const pool = instrumentedPool(url, max, stats ?? new QueryStats());
-  const client = new SqlStreams({ pool, logger: quietLogger(errors ?? []) });
+  const client = new SqlStreams({ pool, logger: quietLogger(errors ?? []), ...options });
   return { client, pool, async close() { await client.close().catch(() => {}); await pool.end().catch(() => {}); } };
 }
 
@@ -371,36 +371,5 @@ export async function failing(ctx) {
     where: whereFrom(cpu, stats, n, { ranges: totals.rangesClaimed, failed: totals.failed, ...writes }),
     report: totals,
     settings: { ...CONSUME, failingShare: 1 / everyNth },
-  };
-}
-
-// ---------------------------------------------------------------------------------------------
-// latency: a producer paced at 500 msg/s (single produce() calls), a consumer in continuous
-// mode (drain, then a short idle sleep); latency = handler start − the message's created_at.
-
-export async function latency(ctx) {
-  const perSecond = ctx.paceRate ?? 500;
-  const seconds = ctx.seconds ?? (ctx.quick ? 2 : 10);
-  const n = ctx.nLatency ?? perSecond * seconds;
-  await setup(ctx, { groups: [{ name: "g1" }] });
-  const shared = new SharedArrayBuffer(16);
-  const idleSleepMs = ctx.idleSleepMs ?? 20;
-  const [p, c] = await Promise.all([
-    runWorker("paced", { url: ctx.url, n, shared, parties: 2, perSecond, timeoutMs: ctx.timeoutMs }),
-    runWorker("drain", { url: ctx.url, n, group: "g1", ...CONSUME, shared, parties: 2, timeoutMs: ctx.timeoutMs, idleSleepMs, latency: true }),
-  ]);
-  const lat = c.latencies; // sorted ms
-  return {
-    metrics: {
-      p50: percentile(lat, 50),
-      p90: percentile(lat, 90),
-      p99: percentile(lat, 99),
-      max: lat.length ? lat[lat.length - 1] : null,
-      achievedRate: rate(n, p.cpu.wallMs),
-    },
-    check: { ...c.check, ok: c.check.ok && p.ok },
-    where: { consumerRoundTrips: c.roundTrips, roundTripsPerMsg: +(c.roundTrips / n).toFixed(4), polls: c.totals.polls, idlePolls: c.totals.idlePolls, producerRoundTrips: p.roundTrips, late: p.late, statements: c.statements, producer: p.cpu, consumer: c.cpu },
-    errors: [...p.errors, ...c.errors],
-    settings: { perSecond, seconds, idleSleepMs, batchLimit: CONSUME.batchLimit, concurrency: CONSUME.concurrency },
   };
 }
