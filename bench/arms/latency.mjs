@@ -3,7 +3,7 @@
 // runs it), ours in continuous mode (drain, then an idle wait, as the poll handler's
 // `mode: "continuous"` does), and graphile-worker 0.18's LISTEN/NOTIFY worker. The producer stamps
 // its send time into each payload; the handler subtracts it from its own start time.
-import { CpuMeter, percentile, rate, sleep } from "../lib/common.mjs";
+import { CpuMeter, Tally, beforeTimed, percentile, rate, sleep } from "../lib/common.mjs";
 import { CONSUME, loadCore, openClient, runWorker, verifyGroups } from "./ours.mjs";
 
 const PER_SECOND = 500;
@@ -29,6 +29,7 @@ async function oursMode(ctx, mode, n, seconds) {
       await close();
     }
   }
+  await beforeTimed(ctx.url);
   const shared = new SharedArrayBuffer(16);
   const consumerRole = mode === "wake"
     ? runWorker("wake", { url: ctx.url, stream, group: "g1", n, shared, parties: 2, poolMax: CONSUME.poolMax, batchLimit: CONSUME.batchLimit, concurrency: CONSUME.concurrency, timeoutMs: ctx.timeoutMs, scheduleMs: SCHEDULE_MS })
@@ -55,7 +56,7 @@ async function graphileMode(ctx, n) {
   const utils = await gw.makeWorkerUtils({ connectionString: ctx.url, logger });
   await utils.migrate();
   await utils.release();
-  const { Tally } = await import("../lib/common.mjs");
+  await beforeTimed(ctx.url);
   const tally = new Tally(n);
   const latencies = [];
   const shared = new SharedArrayBuffer(16);
