@@ -627,6 +627,7 @@ async function runOnServer(kind, opts) {
     }
     if (!opts.json) process.stdout.write(renderTable(results, ratioRows, meta) + "\n\n");
     for (const r of results) process.stdout.write(JSON.stringify({ ...r, server: kind, where: r.where ? { ...r.where, statements: undefined } : undefined }) + "\n");
+    for (const sk of skipped) process.stdout.write(JSON.stringify({ type: "skipped", server: kind, ...sk }) + "\n");
     process.stdout.write(JSON.stringify({ type: "ratios", server: kind, ratios: ratioRows }) + "\n");
     return { kind, meta, results, ratioRows, runs };
   } finally {
