@@ -10,7 +10,7 @@ import { RangeSizer, SIZER_CEILING, SIZER_START, emptySample } from "./cycle/siz
 import { type CycleReport, type Handler, type Message, emptyReport, mergeReports } from "./cycle/types.js";
 import { type SchemaIssue, type StandardSchema, schemaMismatch } from "./typed.js";
 import { Permanent } from "./outcome.js";
-import { query, queryRetry, transaction } from "./db.js";
+import { atEdge, query, queryRetry, transaction } from "./db.js";
 import { type DestroyGroupResult, destroyGroup } from "./destroy.js";
 import { retentionStatus } from "./sql/maintain.js";
 import { tracedHandler, tracedPoll } from "./otel.js";
@@ -173,13 +173,15 @@ export class Consumer<T = unknown> {
   }
 
   /** Creates the group or replaces its config as a whole; the cursor is created once and never moved here. */
-  async register(config: ConsumerConfig = {}): Promise<void> {
-    const cfg = validateConsumerConfig(config);
-    const db = this.client.db;
-    const { id, t } = await this.ctx();
-    await transaction(db, async (c) => {
-      const g = await query<{ id: string }>(db, c, A.upsertGroup(db.q), [id, this.name, JSON.stringify(cfg)]);
-      await query(db, c, A.createCursor(t), [g.rows[0].id, cfg.start === "head"]);
+  register(config: ConsumerConfig = {}): Promise<void> {
+    return atEdge(`register() of ${this.stream}/${this.name}`, async () => {
+      const cfg = validateConsumerConfig(config);
+      const db = this.client.db;
+      const { id, t } = await this.ctx();
+      await transaction(db, async (c) => {
+        const g = await query<{ id: string }>(db, c, A.upsertGroup(db.q), [id, this.name, JSON.stringify(cfg)]);
+        await query(db, c, A.createCursor(t), [g.rows[0].id, cfg.start === "head"]);
+      });
     });
   }
 
@@ -188,144 +190,162 @@ export class Consumer<T = unknown> {
    * true when a produce asked for another drain meanwhile (docs/producing.md#wake-on-produce).
    * Pollers that can be woken call it after an idle drain, and drain again when it returns true.
    */
-  async releaseWake(): Promise<boolean> {
-    await this.client.ready();
-    return releaseWake(this.client.db, this.stream, this.name);
+  releaseWake(): Promise<boolean> {
+    return atEdge(`releaseWake() of ${this.stream}/${this.name}`, async () => {
+      await this.client.ready();
+      return releaseWake(this.client.db, this.stream, this.name);
+    });
   }
 
   /** One bounded claim cycle (docs/poll-cycle.md). */
-  async poll(handler: Handler<T>, opts: PollOptions = {}): Promise<CycleReport> {
-    if (typeof handler !== "function") throw new SqlStreamsError("SQL0015", "handler must be a function (msg) => …");
-    const o = monotonicOptions(validatePollOptions(opts));
-    const h = tracedHandler(this.checked(handler), this.stream, this.name);
-    return tracedPoll(this.stream, this.name, () => pollOnce(this.client, this.stream, this.name, h, o));
+  poll(handler: Handler<T>, opts: PollOptions = {}): Promise<CycleReport> {
+    return atEdge(`poll() of ${this.stream}/${this.name}`, async () => {
+      if (typeof handler !== "function") throw new SqlStreamsError("SQL0015", "handler must be a function (msg) => …");
+      const o = monotonicOptions(validatePollOptions(opts));
+      const h = tracedHandler(this.checked(handler), this.stream, this.name);
+      return tracedPoll(this.stream, this.name, () => pollOnce(this.client, this.stream, this.name, h, o));
+    });
   }
 
   /** Repeats poll() until the group is idle or paused, the signal aborts, or the deadline is near. */
-  async drain(handler: Handler<T>, opts: PollOptions = {}): Promise<CycleReport> {
-    if (typeof handler !== "function") throw new SqlStreamsError("SQL0015", "handler must be a function (msg) => …");
-    const o = monotonicOptions(validatePollOptions(opts));
-    const h = tracedHandler(this.checked(handler), this.stream, this.name);
-    const started = now();
-    let total = emptyReport(this.stream, this.name);
-    // The range size adapts to the handlers (docs/poll-cycle.md#range-size-in-a-drain): without a
-    // batchLimit it starts at 10 and may grow to 1 000; an explicit batchLimit is where it starts
-    // and the most it takes. Range leases are bounded so a crash is recovered promptly.
-    const sizer = new RangeSizer(
-      opts.batchLimit === undefined ? SIZER_CEILING : o.batchLimit,
-      opts.batchLimit === undefined ? SIZER_START : o.batchLimit,
-    );
-    o.rangeLeaseBound = sizer.leaseBoundMs;
-    const state: PollState = { fenceBlocked: false, sizer };
-    let blockedSince: number | null = null;
-    for (;;) {
-      if (o.signal?.aborted) break;
-      if (o.deadline !== undefined && o.deadline - now() < 2 * o.recordMargin) break;
-      o.batchLimit = sizer.size;
-      state.sample = emptySample();
-      const r = await tracedPoll(this.stream, this.name, () => pollOnce(this.client, this.stream, this.name, h, o, state));
-      // The sample of the poll's last range (the poll's range phase fed the sizer the ones before it).
-      sizer.observe(state.sample);
-      total = mergeReports(total, r);
-      if (r.paused) break;
-      if (r.idle && state.fenceBlocked) {
-        // Messages are visible but not yet provably complete: an older write transaction is still
-        // open. Keep asking for a while (it usually ends within milliseconds) instead of leaving
-        // them to the next invocation; a long transaction ends the drain after FENCE_PATIENCE_MS.
-        blockedSince ??= now();
-        if (now() - blockedSince < FENCE_PATIENCE_MS) {
-          await sleep(50);
-          continue;
+  drain(handler: Handler<T>, opts: PollOptions = {}): Promise<CycleReport> {
+    return atEdge(`drain() of ${this.stream}/${this.name}`, async () => {
+      if (typeof handler !== "function") throw new SqlStreamsError("SQL0015", "handler must be a function (msg) => …");
+      const o = monotonicOptions(validatePollOptions(opts));
+      const h = tracedHandler(this.checked(handler), this.stream, this.name);
+      const started = now();
+      let total = emptyReport(this.stream, this.name);
+      // The range size adapts to the handlers (docs/poll-cycle.md#range-size-in-a-drain): without a
+      // batchLimit it starts at 10 and may grow to 1 000; an explicit batchLimit is where it starts
+      // and the most it takes. Range leases are bounded so a crash is recovered promptly.
+      const sizer = new RangeSizer(
+        opts.batchLimit === undefined ? SIZER_CEILING : o.batchLimit,
+        opts.batchLimit === undefined ? SIZER_START : o.batchLimit,
+      );
+      o.rangeLeaseBound = sizer.leaseBoundMs;
+      const state: PollState = { fenceBlocked: false, sizer };
+      let blockedSince: number | null = null;
+      for (;;) {
+        if (o.signal?.aborted) break;
+        if (o.deadline !== undefined && o.deadline - now() < 2 * o.recordMargin) break;
+        o.batchLimit = sizer.size;
+        state.sample = emptySample();
+        const r = await tracedPoll(this.stream, this.name, () => pollOnce(this.client, this.stream, this.name, h, o, state));
+        // The sample of the poll's last range (the poll's range phase fed the sizer the ones before it).
+        sizer.observe(state.sample);
+        total = mergeReports(total, r);
+        if (r.paused) break;
+        if (r.idle && state.fenceBlocked) {
+          // Messages are visible but not yet provably complete: an older write transaction is still
+          // open. Keep asking for a while (it usually ends within milliseconds) instead of leaving
+          // them to the next invocation; a long transaction ends the drain after FENCE_PATIENCE_MS.
+          blockedSince ??= now();
+          if (now() - blockedSince < FENCE_PATIENCE_MS) {
+            await sleep(50);
+            continue;
+          }
         }
+        if (r.idle) break;
+        blockedSince = null;
+        // The deadline (or an abort) refused to start a message: later polls would refuse it too.
+        if (r.notStarted > 0) break;
+        // A poll that only deferred or lost what it reserved made no progress: stop instead of spinning.
+        const moved = r.rangesClaimed + r.rangesReclaimed + r.rangesResumed + r.rangesQuarantined + r.started + r.superseded + r.expired + r.killed;
+        if (moved === 0) break;
       }
-      if (r.idle) break;
-      blockedSince = null;
-      // The deadline (or an abort) refused to start a message: later polls would refuse it too.
-      if (r.notStarted > 0) break;
-      // A poll that only deferred or lost what it reserved made no progress: stop instead of spinning.
-      const moved = r.rangesClaimed + r.rangesReclaimed + r.rangesResumed + r.rangesQuarantined + r.started + r.superseded + r.expired + r.killed;
-      if (moved === 0) break;
-    }
-    total.durationMs = Math.round(now() - started);
-    return total;
+      total.durationMs = Math.round(now() - started);
+      return total;
+    });
   }
 
-  async progress(): Promise<Progress> {
-    const db = this.client.db;
-    const { id, t } = await this.ctx();
-    const r = await queryRetry<{
-      paused: boolean; claimed: string; committed: string; head: string; open_leases: number; expired_leases: number;
-      counts: Partial<Record<ExceptionStatus, number>>; oldest_ms: number | null;
-    }>(db, A.progress(db.q, t), [id, this.name]);
-    if (r.rowCount === 0) throw groupNotRegistered(this.stream, this.name);
-    const x = r.rows[0];
-    const ret = await retentionStatus(db, id);
-    const lag = BigInt(x.head) - BigInt(x.committed);
-    return {
-      stream: this.stream, group: this.name, paused: x.paused, head: x.head, claimed: x.claimed, committed: x.committed,
-      lag: (lag < 0n ? 0n : lag).toString(), openLeases: x.open_leases, expiredLeases: x.expired_leases,
-      exceptions: { ready: 0, deferred: 0, inflight: 0, dead: 0, superseded: 0, ...x.counts },
-      oldestUnresolvedAgeMs: x.oldest_ms === null ? null : Math.max(0, Math.round(x.oldest_ms)),
-      retention: { floor: ret.floor.toString(), heldBy: ret.held ? ret.heldBy?.group ?? null : null, held: ret.held, heldForMs: ret.heldForMs },
-    };
+  progress(): Promise<Progress> {
+    return atEdge(`progress() of ${this.stream}/${this.name}`, async () => {
+      const db = this.client.db;
+      const { id, t } = await this.ctx();
+      const r = await queryRetry<{
+        paused: boolean; claimed: string; committed: string; head: string; open_leases: number; expired_leases: number;
+        counts: Partial<Record<ExceptionStatus, number>>; oldest_ms: number | null;
+      }>(db, A.progress(db.q, t), [id, this.name]);
+      if (r.rowCount === 0) throw groupNotRegistered(this.stream, this.name);
+      const x = r.rows[0];
+      const ret = await retentionStatus(db, id);
+      const lag = BigInt(x.head) - BigInt(x.committed);
+      return {
+        stream: this.stream, group: this.name, paused: x.paused, head: x.head, claimed: x.claimed, committed: x.committed,
+        lag: (lag < 0n ? 0n : lag).toString(), openLeases: x.open_leases, expiredLeases: x.expired_leases,
+        exceptions: { ready: 0, deferred: 0, inflight: 0, dead: 0, superseded: 0, ...x.counts },
+        oldestUnresolvedAgeMs: x.oldest_ms === null ? null : Math.max(0, Math.round(x.oldest_ms)),
+        retention: { floor: ret.floor.toString(), heldBy: ret.held ? ret.heldBy?.group ?? null : null, held: ret.held, heldForMs: ret.heldForMs },
+      };
+    });
   }
 
   /**
    * The group's progress samples written by maintain() (docs/data-model.md#progress-history),
    * oldest first: the newest `limit` (default 288, one day of 5-minute runs) since `since`.
    */
-  async history(opts: { since?: Date | string | number; limit?: number } = {}): Promise<ProgressSample[]> {
-    if (typeof opts !== "object" || opts === null) throw new SqlStreamsError("SQL0015", "history(options): options must be an object");
-    const limit = opts.limit ?? 288;
-    if (!Number.isInteger(limit) || limit < 1 || limit > HISTORY_MAX_ROWS) {
-      throw new SqlStreamsError("SQL0015", `history({ limit }) must be an integer between 1 and ${HISTORY_MAX_ROWS}, got ${String(limit)}`, { path: "limit" });
-    }
-    let since: Date | null = null;
-    if (opts.since !== undefined) {
-      since = opts.since instanceof Date ? opts.since : new Date(opts.since);
-      if (Number.isNaN(since.getTime())) throw new SqlStreamsError("SQL0015", `history({ since }) must be a Date, an ISO time or epoch ms, got ${String(opts.since)}`, { path: "since" });
-    }
-    const { streamId, groupId } = await this.groupId();
-    const db = this.client.db;
-    const r = await query<{
-      sampled_at: Date; head: string; committed: string; lag: string; ready: number; deferred: number; inflight: number;
-      dead: number; superseded: number; oldest_unresolved_ms: number | null;
-    }>(db, db.pool, H.readProgress(db.q, streamId), [groupId, since, limit]);
-    return r.rows.map((x) => ({
-      sampledAt: x.sampled_at, head: x.head, committed: x.committed, lag: x.lag,
-      exceptions: { ready: x.ready, deferred: x.deferred, inflight: x.inflight, dead: x.dead, superseded: x.superseded },
-      oldestUnresolvedAgeMs: x.oldest_unresolved_ms === null ? null : Math.max(0, Math.round(x.oldest_unresolved_ms)),
-    }));
+  history(opts: { since?: Date | string | number; limit?: number } = {}): Promise<ProgressSample[]> {
+    return atEdge(`history() of ${this.stream}/${this.name}`, async () => {
+      if (typeof opts !== "object" || opts === null) throw new SqlStreamsError("SQL0015", "history(options): options must be an object");
+      const limit = opts.limit ?? 288;
+      if (!Number.isInteger(limit) || limit < 1 || limit > HISTORY_MAX_ROWS) {
+        throw new SqlStreamsError("SQL0015", `history({ limit }) must be an integer between 1 and ${HISTORY_MAX_ROWS}, got ${String(limit)}`, { path: "limit" });
+      }
+      let since: Date | null = null;
+      if (opts.since !== undefined) {
+        since = opts.since instanceof Date ? opts.since : new Date(opts.since);
+        if (Number.isNaN(since.getTime())) throw new SqlStreamsError("SQL0015", `history({ since }) must be a Date, an ISO time or epoch ms, got ${String(opts.since)}`, { path: "since" });
+      }
+      const { streamId, groupId } = await this.groupId();
+      const db = this.client.db;
+      const r = await query<{
+        sampled_at: Date; head: string; committed: string; lag: string; ready: number; deferred: number; inflight: number;
+        dead: number; superseded: number; oldest_unresolved_ms: number | null;
+      }>(db, db.pool, H.readProgress(db.q, streamId), [groupId, since, limit]);
+      return r.rows.map((x) => ({
+        sampledAt: x.sampled_at, head: x.head, committed: x.committed, lag: x.lag,
+        exceptions: { ready: x.ready, deferred: x.deferred, inflight: x.inflight, dead: x.dead, superseded: x.superseded },
+        oldestUnresolvedAgeMs: x.oldest_unresolved_ms === null ? null : Math.max(0, Math.round(x.oldest_unresolved_ms)),
+      }));
+    });
   }
 
-  async failures(opts: FailureFilter = {}): Promise<FailureRow<T>[]> {
-    const f = validateFailureFilter(opts);
-    const { t, groupId } = await this.groupId();
-    const r = await queryRetry<{
-      message_id: string; message_key: string | null; status: ExceptionStatus; payload: T; attempts: number; delays: number;
-      last_error: string | null; can_run_after: Date; created_at: Date; updated_at: Date;
-    }>(this.client.db, O.filteredRows(t), [groupId, f.status, f.limit, f.errorContains, f.key, f.since, f.before, f.payload, f.offset]);
-    return r.rows.map((x) => ({
-      messageId: x.message_id, key: x.message_key, status: x.status, payload: x.payload, attempts: x.attempts, delays: x.delays,
-      lastError: x.last_error, canRunAfter: x.can_run_after, createdAt: x.created_at, updatedAt: x.updated_at,
-    }));
+  failures(opts: FailureFilter = {}): Promise<FailureRow<T>[]> {
+    return atEdge(`failures() of ${this.stream}/${this.name}`, async () => {
+      const f = validateFailureFilter(opts);
+      const { t, groupId } = await this.groupId();
+      const r = await queryRetry<{
+        message_id: string; message_key: string | null; status: ExceptionStatus; payload: T; attempts: number; delays: number;
+        last_error: string | null; can_run_after: Date; created_at: Date; updated_at: Date;
+      }>(this.client.db, O.filteredRows(t), [groupId, f.status, f.limit, f.errorContains, f.key, f.since, f.before, f.payload, f.offset]);
+      return r.rows.map((x) => ({
+        messageId: x.message_id, key: x.message_key, status: x.status, payload: x.payload, attempts: x.attempts, delays: x.delays,
+        lastError: x.last_error, canRunAfter: x.can_run_after, createdAt: x.created_at, updatedAt: x.updated_at,
+      }));
+    });
   }
 
   /** How many rows failures() with the same filter would page through. */
-  async countFailures(opts: Omit<FailureFilter, "limit" | "offset"> = {}): Promise<number> {
-    const f = validateFailureFilter(opts);
-    const { t, groupId } = await this.groupId();
-    const r = await queryRetry<{ n: number }>(this.client.db, O.countRows(t), [groupId, f.status, f.errorContains, f.key, f.since, f.before, f.payload]);
-    return r.rows[0].n;
+  countFailures(opts: Omit<FailureFilter, "limit" | "offset"> = {}): Promise<number> {
+    return atEdge(`countFailures() of ${this.stream}/${this.name}`, async () => {
+      const f = validateFailureFilter(opts);
+      const { t, groupId } = await this.groupId();
+      const r = await queryRetry<{ n: number }>(this.client.db, O.countRows(t), [groupId, f.status, f.errorContains, f.key, f.since, f.before, f.payload]);
+      return r.rows[0].n;
+    });
   }
 
   /** While paused, every poll returns at once with paused: true and writes nothing. */
-  async pause(): Promise<void> {
-    await this.setPaused(true);
+  pause(): Promise<void> {
+    return atEdge(`pause() of ${this.stream}/${this.name}`, async () => {
+      await this.setPaused(true);
+    });
   }
 
-  async resume(): Promise<void> {
-    await this.setPaused(false);
+  resume(): Promise<void> {
+    return atEdge(`resume() of ${this.stream}/${this.name}`, async () => {
+      await this.setPaused(false);
+    });
   }
 
   private async setPaused(paused: boolean): Promise<void> {
@@ -338,72 +358,76 @@ export class Consumer<T = unknown> {
    * Moves the group's position (docs/operations.md#seek): the next delivered message is the first existing id
    * ≥ `to.id`, or the first created at or after `to.time`. Refused while leases are open unless forced.
    */
-  async seek(to: SeekTarget, opts: { force?: boolean } = {}): Promise<{ claimed: string; committed: string; previous: { claimed: string; committed: string }; deletedRows: number }> {
-    if (typeof to !== "object" || to === null || (to.id === undefined) === (to.time === undefined)) {
-      throw new SqlStreamsError("SQL0015", "seek() takes exactly one of { id } or { time }");
-    }
-    const byId = to.id !== undefined ? asId(to.id, "seek id", "SQL0015") : null;
-    const byTime = to.time !== undefined ? asTime(to.time, "seek time", "SQL0015") : null;
-    const db = this.client.db;
-    const { t, groupId } = await this.groupId();
-    const out = await transaction(db, async (c) => {
-      const cur = await query<{ claimed: string; committed: string }>(db, c, A.lockCursor(t), [groupId]);
-      const head = BigInt((await query<{ head: string }>(db, c, A.visibleHead(t))).rows[0].head);
-      let p: bigint;
-      if (byId !== null) {
-        const want = BigInt(byId);
-        if (want < 0n || want > head) throw new SqlStreamsError("SQL0029", `seek id ${want} is outside the log (0 … head ${head})`, { id: byId, head: head.toString() });
-        const f = (await query<{ id: string | null }>(db, c, A.firstIdAtOrAfter(t), [byId])).rows[0].id;
-        p = f === null ? head : BigInt(f) - 1n;
-      } else {
-        const f = (await query<{ id: string | null }>(db, c, A.firstIdAtOrAfterTime(t), [byTime])).rows[0].id;
-        p = f === null ? head : BigInt(f) - 1n;
+  seek(to: SeekTarget, opts: { force?: boolean } = {}): Promise<{ claimed: string; committed: string; previous: { claimed: string; committed: string }; deletedRows: number }> {
+    return atEdge(`seek() of ${this.stream}/${this.name}`, async () => {
+      if (typeof to !== "object" || to === null || (to.id === undefined) === (to.time === undefined)) {
+        throw new SqlStreamsError("SQL0015", "seek() takes exactly one of { id } or { time }");
       }
-      if (p < 0n || p > head) throw new SqlStreamsError("SQL0029", `seek position ${p} is outside the log (0 … head ${head})`, { head: head.toString() });
-      const open = (await query<{ ranges: boolean; rows: boolean }>(db, c, A.openLeases(t), [groupId])).rows[0];
-      if ((open.ranges || open.rows) && !opts.force) {
-        throw new SqlStreamsError("SQL0028", `seek of ${this.stream}/${this.name} refused: the group has open leases; pause it and wait for them to end, or pass { force: true }`, { ranges: open.ranges, rows: open.rows });
-      }
-      if (opts.force) for (const s of A.forceRelease(t)) await query(db, c, s, [groupId]);
-      const del = await query(db, c, A.deleteRowsAbove(t), [groupId, p.toString()]);
-      const r = await query<{ claimed: string; committed: string }>(db, c, A.seekCursor(t), [groupId, p.toString()]);
-      return { ...r.rows[0], previous: cur.rows[0], deletedRows: del.rowCount ?? 0 };
+      const byId = to.id !== undefined ? asId(to.id, "seek id", "SQL0015") : null;
+      const byTime = to.time !== undefined ? asTime(to.time, "seek time", "SQL0015") : null;
+      const db = this.client.db;
+      const { t, groupId } = await this.groupId();
+      const out = await transaction(db, async (c) => {
+        const cur = await query<{ claimed: string; committed: string }>(db, c, A.lockCursor(t), [groupId]);
+        const head = BigInt((await query<{ head: string }>(db, c, A.visibleHead(t))).rows[0].head);
+        let p: bigint;
+        if (byId !== null) {
+          const want = BigInt(byId);
+          if (want < 0n || want > head) throw new SqlStreamsError("SQL0029", `seek id ${want} is outside the log (0 … head ${head})`, { id: byId, head: head.toString() });
+          const f = (await query<{ id: string | null }>(db, c, A.firstIdAtOrAfter(t), [byId])).rows[0].id;
+          p = f === null ? head : BigInt(f) - 1n;
+        } else {
+          const f = (await query<{ id: string | null }>(db, c, A.firstIdAtOrAfterTime(t), [byTime])).rows[0].id;
+          p = f === null ? head : BigInt(f) - 1n;
+        }
+        if (p < 0n || p > head) throw new SqlStreamsError("SQL0029", `seek position ${p} is outside the log (0 … head ${head})`, { head: head.toString() });
+        const open = (await query<{ ranges: boolean; rows: boolean }>(db, c, A.openLeases(t), [groupId])).rows[0];
+        if ((open.ranges || open.rows) && !opts.force) {
+          throw new SqlStreamsError("SQL0028", `seek of ${this.stream}/${this.name} refused: the group has open leases; pause it and wait for them to end, or pass { force: true }`, { ranges: open.ranges, rows: open.rows });
+        }
+        if (opts.force) for (const s of A.forceRelease(t)) await query(db, c, s, [groupId]);
+        const del = await query(db, c, A.deleteRowsAbove(t), [groupId, p.toString()]);
+        const r = await query<{ claimed: string; committed: string }>(db, c, A.seekCursor(t), [groupId, p.toString()]);
+        return { ...r.rows[0], previous: cur.rows[0], deletedRows: del.rowCount ?? 0 };
+      });
+      db.events.emit({
+        level: "info", code: "SEEK", message: `seek moved ${this.stream}/${this.name} from claimed ${out.previous.claimed}/committed ${out.previous.committed} to claimed ${out.claimed}/committed ${out.committed}; ${out.deletedRows} exception row(s) deleted`,
+        stream: this.stream, group: this.name, ...out,
+      }, false);
+      return out;
     });
-    db.events.emit({
-      level: "info", code: "SEEK", message: `seek moved ${this.stream}/${this.name} from claimed ${out.previous.claimed}/committed ${out.previous.committed} to claimed ${out.claimed}/committed ${out.committed}; ${out.deletedRows} exception row(s) deleted`,
-      stream: this.stream, group: this.name, ...out,
-    }, false);
-    return out;
   }
 
   /**
    * Puts dead rows back to work with a fresh budget (docs/operations.md#redrive); with `rate`, in
    * small paced transactions that can be stopped and run again (redriven rows are no longer dead).
    */
-  async redrive(selector: RedriveSelector, opts: BatchOptions = {}): Promise<{ redriven: number; skipped: number; batches?: number }> {
-    const b = validateBatch(opts, "SQL0030", "redrive");
-    const sel = validateSelector(selector, "SQL0030", "redrive", b.rate !== null);
-    const db = this.client.db;
-    const { t, groupId, config, streamId } = await this.groupId();
-    const g = groupResolution(config ?? {});
-    const modeRow = await query<{ mode: string }>(db, db.pool, `SELECT delivery_log_mode AS mode FROM ${db.q}.stream_config WHERE id = $1`, [streamId]);
-    const mode = modeRow.rows[0].mode;
-    const r = await this.onDead(t, groupId, sel, b, async (c, rows) => {
-      const live = rows.filter((x) => x.exists);
-      if (live.length > 0) {
-        const upd = live.map((x) => ({
-          message_id: x.message_id,
-          concurrency: resolveMessage(g, x.options, x.message_key !== null, x.compacted === true).resolved.concurrency,
-        }));
-        await query(db, c, A.redriveRows(t), [groupId, JSON.stringify(upd)]);
-        if (mode !== "off") {
-          const logs = live.map((x) => ({ message_id: x.message_id, attempt: x.attempts, status: "redriven", error: `redriven: ${b.reason}` }));
-          await query(db, c, insertDeliveryLog(t), [groupId, JSON.stringify(logs)]);
+  redrive(selector: RedriveSelector, opts: BatchOptions = {}): Promise<{ redriven: number; skipped: number; batches?: number }> {
+    return atEdge(`redrive() of ${this.stream}/${this.name}`, async () => {
+      const b = validateBatch(opts, "SQL0030", "redrive");
+      const sel = validateSelector(selector, "SQL0030", "redrive", b.rate !== null);
+      const db = this.client.db;
+      const { t, groupId, config, streamId } = await this.groupId();
+      const g = groupResolution(config ?? {});
+      const modeRow = await query<{ mode: string }>(db, db.pool, `SELECT delivery_log_mode AS mode FROM ${db.q}.stream_config WHERE id = $1`, [streamId]);
+      const mode = modeRow.rows[0].mode;
+      const r = await this.onDead(t, groupId, sel, b, async (c, rows) => {
+        const live = rows.filter((x) => x.exists);
+        if (live.length > 0) {
+          const upd = live.map((x) => ({
+            message_id: x.message_id,
+            concurrency: resolveMessage(g, x.options, x.message_key !== null, x.compacted === true).resolved.concurrency,
+          }));
+          await query(db, c, A.redriveRows(t), [groupId, JSON.stringify(upd)]);
+          if (mode !== "off") {
+            const logs = live.map((x) => ({ message_id: x.message_id, attempt: x.attempts, status: "redriven", error: `redriven: ${b.reason}` }));
+            await query(db, c, insertDeliveryLog(t), [groupId, JSON.stringify(logs)]);
+          }
         }
-      }
-      return live.length;
+        return live.length;
+      });
+      return { redriven: r.done, skipped: r.skipped, ...(b.rate === null ? {} : { batches: r.batches }) };
     });
-    return { redriven: r.done, skipped: r.skipped, ...(b.rate === null ? {} : { batches: r.batches }) };
   }
 
   /**
@@ -411,16 +435,18 @@ export class Consumer<T = unknown> {
    * `discarded: <reason>` row is written to the delivery log, whatever its mode, as the audit trail.
    * The message stays in the log (retention removes it); the group will not run it again.
    */
-  async discard(selector: DeadSelector, opts: BatchOptions = {}): Promise<{ discarded: number; skipped: number; batches?: number }> {
-    const b = validateBatch(opts, "SQL0059", "discard");
-    const sel = validateSelector(selector, "SQL0059", "discard", b.rate !== null);
-    const db = this.client.db;
-    const { t, groupId } = await this.groupId();
-    const r = await this.onDead(t, groupId, sel, b, async (c, rows) => {
-      const gone = await query(db, c, O.discardRows(t), [groupId, rows.map((x) => x.message_id), b.reason]);
-      return gone.rowCount ?? 0;
+  discard(selector: DeadSelector, opts: BatchOptions = {}): Promise<{ discarded: number; skipped: number; batches?: number }> {
+    return atEdge(`discard() of ${this.stream}/${this.name}`, async () => {
+      const b = validateBatch(opts, "SQL0059", "discard");
+      const sel = validateSelector(selector, "SQL0059", "discard", b.rate !== null);
+      const db = this.client.db;
+      const { t, groupId } = await this.groupId();
+      const r = await this.onDead(t, groupId, sel, b, async (c, rows) => {
+        const gone = await query(db, c, O.discardRows(t), [groupId, rows.map((x) => x.message_id), b.reason]);
+        return gone.rowCount ?? 0;
+      });
+      return { discarded: r.done, skipped: r.skipped, ...(b.rate === null ? {} : { batches: r.batches }) };
     });
-    return { discarded: r.done, skipped: r.skipped, ...(b.rate === null ? {} : { batches: r.batches }) };
   }
 
   /** Selects dead rows (all at once, or in paced batches walking up the ids) and applies `apply` to each selection in its transaction. */
@@ -468,8 +494,10 @@ export class Consumer<T = unknown> {
   }
 
   /** Deletes the group with its cursor and rows; refused while it has live work unless forced. */
-  async destroy(opts: { force?: boolean } = {}): Promise<DestroyGroupResult> {
-    return destroyGroup(this.client, this.stream, this.name, opts);
+  destroy(opts: { force?: boolean } = {}): Promise<DestroyGroupResult> {
+    return atEdge(`destroy() of ${this.stream}/${this.name}`, async () => {
+      return destroyGroup(this.client, this.stream, this.name, opts);
+    });
   }
 }
 

@@ -2,7 +2,7 @@ import type pg from "pg";
 import type { Runtime, StreamInfo } from "./runtime.js";
 import { type MessageOptions, validateMessageOptions, validateStreamOptions, type StreamOptions } from "./config.js";
 import { Consumer } from "./consumer.js";
-import { RETRY_PAUSES, connect, isPoolerAuthMessage, isPoolerNotSent, isTransient, query, transaction } from "./db.js";
+import { RETRY_PAUSES, atEdge, connect, isPoolerAuthMessage, isPoolerNotSent, isTransient, query, transaction } from "./db.js";
 import { SqlStreamsError, isSqlStreamsError } from "./errors.js";
 import { type InspectTarget, type InspectedMessage, inspectMessages } from "./operator.js";
 import { type MaintainOptions, type MaintainReport, maintainStream } from "./maintain.js";
@@ -205,55 +205,57 @@ export class Stream<T = unknown> {
   }
 
   /** Creates the stream_config row and the table family; on an existing stream replaces its settings. */
-  async register(opts: StreamOptions = {}): Promise<void> {
-    const o = validateStreamOptions(opts);
-    const db = this.client.db;
-    if ((await this.client.controlPlaneVersion()) === 0) await this.client.migrate();
-    else await this.client.ready();
-    try {
-      await transaction(db, async (c) => {
-        await lockMigrations(db, c);
-        const found = await query<{ id: string; partition_size: string }>(
-          db,
-          c,
-          `SELECT id::text, partition_size::text FROM ${db.q}.stream_config WHERE name = $1 FOR UPDATE`,
-          [this.name],
-        );
-        let id: string;
-        let size: string;
-        if (found.rowCount) {
-          id = found.rows[0].id;
-          size = found.rows[0].partition_size;
-          if (o.partitionSize !== undefined && String(o.partitionSize) !== size) {
-            throw new SqlStreamsError("SQL0011", `stream ${this.name} has partitionSize ${size}; it cannot change to ${o.partitionSize}`, {
-              stored: size,
-              given: o.partitionSize,
-            });
+  register(opts: StreamOptions = {}): Promise<void> {
+    return atEdge(`register() of stream ${this.name}`, async () => {
+      const o = validateStreamOptions(opts);
+      const db = this.client.db;
+      if ((await this.client.controlPlaneVersion()) === 0) await this.client.migrate();
+      else await this.client.ready();
+      try {
+        await transaction(db, async (c) => {
+          await lockMigrations(db, c);
+          const found = await query<{ id: string; partition_size: string }>(
+            db,
+            c,
+            `SELECT id::text, partition_size::text FROM ${db.q}.stream_config WHERE name = $1 FOR UPDATE`,
+            [this.name],
+          );
+          let id: string;
+          let size: string;
+          if (found.rowCount) {
+            id = found.rows[0].id;
+            size = found.rows[0].partition_size;
+            if (o.partitionSize !== undefined && String(o.partitionSize) !== size) {
+              throw new SqlStreamsError("SQL0011", `stream ${this.name} has partitionSize ${size}; it cannot change to ${o.partitionSize}`, {
+                stored: size,
+                given: o.partitionSize,
+              });
+            }
+            await query(
+              db,
+              c,
+              `UPDATE ${db.q}.stream_config SET retention_ms = $2, delivery_log_mode = $3, idempotency_key_ttl_ms = $4,
+                      max_payload_bytes = $5, updated_at = now() WHERE id = $1`,
+              [id, o.retentionMs, o.deliveryLog, o.idempotencyKeyTtlMs, o.maxPayloadBytes],
+            );
+          } else {
+            size = String(o.partitionSize ?? 1_000_000);
+            const ins = await query<{ id: string }>(
+              db,
+              c,
+              `INSERT INTO ${db.q}.stream_config (name, partition_size, retention_ms, delivery_log_mode, idempotency_key_ttl_ms, max_payload_bytes)
+               VALUES ($1, $2, $3, $4, $5, $6) RETURNING id::text`,
+              [this.name, size, o.retentionMs, o.deliveryLog, o.idempotencyKeyTtlMs, o.maxPayloadBytes],
+            );
+            id = ins.rows[0].id;
           }
-          await query(
-            db,
-            c,
-            `UPDATE ${db.q}.stream_config SET retention_ms = $2, delivery_log_mode = $3, idempotency_key_ttl_ms = $4,
-                    max_payload_bytes = $5, updated_at = now() WHERE id = $1`,
-            [id, o.retentionMs, o.deliveryLog, o.idempotencyKeyTtlMs, o.maxPayloadBytes],
-          );
-        } else {
-          size = String(o.partitionSize ?? 1_000_000);
-          const ins = await query<{ id: string }>(
-            db,
-            c,
-            `INSERT INTO ${db.q}.stream_config (name, partition_size, retention_ms, delivery_log_mode, idempotency_key_ttl_ms, max_payload_bytes)
-             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id::text`,
-            [this.name, size, o.retentionMs, o.deliveryLog, o.idempotencyKeyTtlMs, o.maxPayloadBytes],
-          );
-          id = ins.rows[0].id;
-        }
-        await migrateStream(db, c, id, size);
-      });
-    } catch (e) {
-      throw asPermissionError(e);
-    }
-    this.client.forgetStream(this.name);
+          await migrateStream(db, c, id, size);
+        });
+      } catch (e) {
+        throw asPermissionError(e);
+      }
+      this.client.forgetStream(this.name);
+    });
   }
 
   consumer(group: string): Consumer<T> {
@@ -261,12 +263,14 @@ export class Stream<T = unknown> {
   }
 
   /** Appends one message in its own transaction. */
-  async produce(payload: T, opts: ProduceOptions = {}): Promise<ProduceResult> {
-    const p = prepare(this.schema ? await this.typed(payload) : payload, opts, true);
-    const info = await this.client.streamInfo(this.name);
-    checkSize(p, info);
-    const trace = startTrace([p], this.name, "produce");
-    return trace ? inSpan(trace, () => this.produceStored(p, info)) : this.produceStored(p, info);
+  produce(payload: T, opts: ProduceOptions = {}): Promise<ProduceResult> {
+    return atEdge(`produce() of stream ${this.name}`, async () => {
+      const p = prepare(this.schema ? await this.typed(payload) : payload, opts, true);
+      const info = await this.client.streamInfo(this.name);
+      checkSize(p, info);
+      const trace = startTrace([p], this.name, "produce");
+      return trace ? inSpan(trace, () => this.produceStored(p, info)) : this.produceStored(p, info);
+    });
   }
 
   private async produceStored(p: Prepared, info: StreamInfo): Promise<ProduceResult> {
@@ -299,13 +303,15 @@ export class Stream<T = unknown> {
   }
 
   /** Appends up to 1000 messages in one transaction, all or nothing; ids ascend in item order. */
-  async produceBatch(items: BatchItem<T>[]): Promise<ProduceResult[]> {
-    const prepared = prepareBatch(this.schema ? await this.typedItems(items) : items);
-    if (prepared.length === 0) return [];
-    const info = await this.client.streamInfo(this.name);
-    for (const p of prepared) checkSize(p, info);
-    const trace = startTrace(prepared, this.name, "produceBatch");
-    return trace ? inSpan(trace, () => this.produceBatchStored(prepared, info)) : this.produceBatchStored(prepared, info);
+  produceBatch(items: BatchItem<T>[]): Promise<ProduceResult[]> {
+    return atEdge(`produceBatch() of stream ${this.name}`, async () => {
+      const prepared = prepareBatch(this.schema ? await this.typedItems(items) : items);
+      if (prepared.length === 0) return [];
+      const info = await this.client.streamInfo(this.name);
+      for (const p of prepared) checkSize(p, info);
+      const trace = startTrace(prepared, this.name, "produceBatch");
+      return trace ? inSpan(trace, () => this.produceBatchStored(prepared, info)) : this.produceBatchStored(prepared, info);
+    });
   }
 
   private async produceBatchStored(prepared: Prepared[], info: StreamInfo): Promise<ProduceResult[]> {
@@ -323,13 +329,15 @@ export class Stream<T = unknown> {
    * postgres.js or Prisma transaction, or any TxExecutor (docs/producing.md#producing-inside-your-transaction).
    * It becomes visible when the caller commits; a failed insert rolls back to a savepoint only.
    */
-  async produceInTx(tx: Transactional, payload: T, opts: ProduceOptions = {}): Promise<ProduceResult> {
-    const ex = toExecutor(tx, "produceInTx");
-    const p = prepare(this.schema ? await this.typed(payload) : payload, opts, true);
-    const info = await this.client.streamInfo(this.name);
-    checkSize(p, info);
-    const trace = startTrace([p], this.name, "produceInTx");
-    return trace ? inSpan(trace, () => this.produceInTxStored(ex, p, info)) : this.produceInTxStored(ex, p, info);
+  produceInTx(tx: Transactional, payload: T, opts: ProduceOptions = {}): Promise<ProduceResult> {
+    return atEdge(`produceInTx() of stream ${this.name}`, async () => {
+      const ex = toExecutor(tx, "produceInTx");
+      const p = prepare(this.schema ? await this.typed(payload) : payload, opts, true);
+      const info = await this.client.streamInfo(this.name);
+      checkSize(p, info);
+      const trace = startTrace([p], this.name, "produceInTx");
+      return trace ? inSpan(trace, () => this.produceInTxStored(ex, p, info)) : this.produceInTxStored(ex, p, info);
+    });
   }
 
   private async produceInTxStored(ex: TxExecutor, p: Prepared, info: StreamInfo): Promise<ProduceResult> {
@@ -357,14 +365,16 @@ export class Stream<T = unknown> {
    * Appends up to 1000 messages inside the caller's open transaction, like produceInTx; all of
    * them commit or roll back with it. Ids ascend in item order.
    */
-  async produceBatchInTx(tx: Transactional, items: BatchItem<T>[]): Promise<ProduceResult[]> {
-    const ex = toExecutor(tx, "produceBatchInTx");
-    const prepared = prepareBatch(this.schema ? await this.typedItems(items) : items);
-    if (prepared.length === 0) return [];
-    const info = await this.client.streamInfo(this.name);
-    for (const p of prepared) checkSize(p, info);
-    const trace = startTrace(prepared, this.name, "produceBatchInTx");
-    return trace ? inSpan(trace, () => this.produceBatchInTxStored(ex, prepared, info)) : this.produceBatchInTxStored(ex, prepared, info);
+  produceBatchInTx(tx: Transactional, items: BatchItem<T>[]): Promise<ProduceResult[]> {
+    return atEdge(`produceBatchInTx() of stream ${this.name}`, async () => {
+      const ex = toExecutor(tx, "produceBatchInTx");
+      const prepared = prepareBatch(this.schema ? await this.typedItems(items) : items);
+      if (prepared.length === 0) return [];
+      const info = await this.client.streamInfo(this.name);
+      for (const p of prepared) checkSize(p, info);
+      const trace = startTrace(prepared, this.name, "produceBatchInTx");
+      return trace ? inSpan(trace, () => this.produceBatchInTxStored(ex, prepared, info)) : this.produceBatchInTxStored(ex, prepared, info);
+    });
   }
 
   private async produceBatchInTxStored(ex: TxExecutor, prepared: Prepared[], info: StreamInfo): Promise<ProduceResult[]> {
@@ -415,9 +425,11 @@ export class Stream<T = unknown> {
   }
 
   /** Runs maintenance for this stream. */
-  async maintain(opts: MaintainOptions = {}): Promise<MaintainReport> {
-    await this.client.ready();
-    return maintainStream(this.client, this.name, opts);
+  maintain(opts: MaintainOptions = {}): Promise<MaintainReport> {
+    return atEdge(`maintain() of stream ${this.name}`, async () => {
+      await this.client.ready();
+      return maintainStream(this.client, this.name, opts);
+    });
   }
 
   /** Drops the stream and its whole table family; refused while it holds messages or groups unless forced. */
@@ -425,14 +437,18 @@ export class Stream<T = unknown> {
    * One message (by id) or a key's latest messages, each with where it stands in every consumer
    * group and its delivery-log timeline (docs/operations.md#inspect). SQL0058 when there is none.
    */
-  async inspect(target: InspectTarget): Promise<InspectedMessage<T>[]> {
-    return inspectMessages<T>(this.client, this.name, target);
+  inspect(target: InspectTarget): Promise<InspectedMessage<T>[]> {
+    return atEdge(`inspect() of stream ${this.name}`, async () => {
+      return inspectMessages<T>(this.client, this.name, target);
+    });
   }
 
-  async destroy(opts: { force?: boolean } = {}): Promise<DestroyStreamResult> {
-    const r = await destroyStream(this.client, this.name, opts);
-    this.client.forgetStream(this.name);
-    return r;
+  destroy(opts: { force?: boolean } = {}): Promise<DestroyStreamResult> {
+    return atEdge(`destroy() of stream ${this.name}`, async () => {
+      const r = await destroyStream(this.client, this.name, opts);
+      this.client.forgetStream(this.name);
+      return r;
+    });
   }
 
   /** Sends a produce statement with transient retries and missing-partition recovery (docs/producing.md#partitions, docs/producing.md#failures). */
