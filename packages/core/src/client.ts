@@ -4,12 +4,13 @@ import { SqlStreamsError } from "./errors.js";
 import { EventLog, type Logger, consoleLogger } from "./log.js";
 import { asPermissionError, migrateAll, systemVersion } from "./sql/migrate.js";
 import { quoteIdent } from "./sql/names.js";
+import * as Registry from "./sql/register.js";
 import type { Runtime, StreamInfo } from "./runtime.js";
 import { Stream } from "./stream.js";
 import type { StreamDef } from "./typed.js";
 import { validateSchemaName, validateStreamName } from "./validate.js";
 import { SYSTEM_VERSION } from "./version.js";
-import { type MaintainOptions, type MaintainReport, maintainStreams } from "./maintain.js";
+import { type MaintainOptions, type MaintainReport, maintainStreams } from "./maintain/maintain.js";
 import { DEFAULT_WAKE_WINDOW_MS, type Waker, claimWakes, notifyWaker, validateWakeOptions } from "./wake.js";
 
 export interface SqlStreamsOptions {
@@ -196,7 +197,7 @@ export class SqlStreams implements Runtime {
   streamNames(): Promise<string[]> {
     return atEdge("streamNames()", async () => {
       await this.ready();
-      const r = await query<{ name: string }>(this.db, this.db.pool, `SELECT name FROM ${this.db.q}.stream_config ORDER BY id`);
+      const r = await query<{ name: string }>(this.db, this.db.pool, Registry.streamNames(this.db.q));
       return r.rows.map((x) => x.name);
     });
   }
@@ -205,12 +206,7 @@ export class SqlStreams implements Runtime {
   consumerGroups(): Promise<{ stream: string; group: string }[]> {
     return atEdge("consumerGroups()", async () => {
       await this.ready();
-      const r = await query<{ stream: string; group: string }>(
-        this.db,
-        this.db.pool,
-        `SELECT s.name AS stream, g.name AS "group" FROM ${this.db.q}.stream_config s
-           JOIN ${this.db.q}.consumer_group_config g ON g.stream_id = s.id ORDER BY s.name, g.name`,
-      );
+      const r = await query<{ stream: string; group: string }>(this.db, this.db.pool, Registry.consumerGroups(this.db.q));
       return r.rows;
     });
   }
@@ -249,12 +245,7 @@ export class SqlStreams implements Runtime {
     const cached = this.streams.get(name);
     if (cached && !fresh && Date.now() - cached.maxPayloadFetchedAt < 60_000) return cached;
     await this.ready();
-    const r = await query<{ id: string; partition_size: string; max_payload_bytes: number }>(
-      this.db,
-      this.db.pool,
-      `SELECT id::text, partition_size::text, max_payload_bytes FROM ${this.db.q}.stream_config WHERE name = $1`,
-      [name],
-    );
+    const r = await query<{ id: string; partition_size: string; max_payload_bytes: number }>(this.db, this.db.pool, Registry.streamByName(this.db.q), [name]);
     if (r.rowCount === 0) {
       this.streams.delete(name);
       throw new SqlStreamsError("SQL0009", `stream ${JSON.stringify(name)} is not registered`, { stream: name });

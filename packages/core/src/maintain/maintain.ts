@@ -3,9 +3,9 @@
 // dev`, stream.maintain()); every step is bounded, independent and safe to run from several
 // invocations at once. The statements live in sql/maintain.ts.
 import { setTimeout as sleep } from "node:timers/promises";
-import type { Runtime } from "./runtime.js";
-import { type Db, RETRY_PAUSES, query, transaction } from "./db.js";
-import { SqlStreamsError } from "./errors.js";
+import type { Runtime } from "../runtime.js";
+import { type Db, RETRY_PAUSES, query, transaction } from "../db.js";
+import { SqlStreamsError } from "../errors.js";
 import {
   BATCH,
   type Floor,
@@ -24,11 +24,11 @@ import {
   retentionStatus,
   sweepBatchTx,
   sweepWindow,
-} from "./sql/maintain.js";
-import { ensurePartition } from "./sql/partitions.js";
-import * as H from "./sql/history.js";
-import { validateStreamName } from "./validate.js";
-import { monotonicDeadline, now } from "./clock.js";
+} from "../sql/maintain.js";
+import { ensurePartition } from "../sql/partitions.js";
+import * as H from "../sql/history.js";
+import { validateStreamName } from "../validate.js";
+import { monotonicDeadline, now } from "../clock.js";
 
 export interface MaintainOptions {
   /** Epoch ms. No step or batch starts when less than 2 000 ms remain. */

@@ -1,11 +1,11 @@
 // The operator's view of one message: the message itself and, for every consumer group of its
 // stream, where it stands and its delivery_log timeline (docs/operations.md#inspect).
-import { query } from "./db.js";
-import { SqlStreamsError } from "./errors.js";
-import type { Runtime } from "./runtime.js";
-import { tables } from "./sql/cycle.js";
-import * as O from "./sql/operator.js";
-import { validateKey } from "./validate.js";
+import { query } from "../db.js";
+import { SqlStreamsError } from "../errors.js";
+import type { Runtime } from "../runtime.js";
+import { tables } from "../sql/cycle.js";
+import * as O from "../sql/operator.js";
+import { validateKey } from "../validate.js";
 
 /**
  * Where a message stands for one group: `waiting` (above the claimed cursor, not yet reached),
