@@ -6,7 +6,7 @@ import type { Runtime } from "./runtime.js";
 import { type Db, RETRY_PAUSES, query, transaction } from "./db.js";
 import { SqlStreamsError } from "./errors.js";
 import * as Destroy from "./sql/destroy.js";
-import { retentionLockKey } from "./sql/maintain.js";
+import { retentionLockKey } from "./maintain/floor.js";
 import { lockMigrations } from "./sql/migrate.js";
 import { table } from "./sql/names.js";
 import { validateGroupName, validateStreamName } from "./validate.js";

@@ -1,7 +1,7 @@
 // The operator reads of a consumer group (docs/operations.md): progress(), history(), failures().
 import { queryRetry, query } from "../db.js";
 import { SqlStreamsError, groupNotRegistered } from "../errors.js";
-import { retentionStatus } from "../sql/maintain.js";
+import { retentionStatus } from "../maintain/floor.js";
 import * as A from "../sql/admin.js";
 import * as H from "../sql/history.js";
 import { HISTORY_MAX_ROWS } from "../sql/history.js";
