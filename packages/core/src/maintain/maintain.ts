@@ -7,7 +7,7 @@
 import type { Runtime } from "../runtime.js";
 import { type Db, query } from "../db.js";
 import { SqlStreamsError } from "../errors.js";
-import * as H from "../sql/history.js";
+import * as History from "../sql/history.js";
 import { validateStreamName } from "../validate.js";
 import { monotonicDeadline } from "../clock.js";
 import { dropExpired } from "./drop.js";
@@ -109,7 +109,7 @@ async function maintainOne(client: Runtime, s: MaintainedStream, deadline: numbe
   // (docs/data-model.md#progress-history). A deadlock with another maintain()'s partition DDL is
   // repeated by step(), like every step's.
   await run.step("history", async () => {
-    r.progressSampled = (await query(db, db.pool, H.sampleProgress(db.q, s.id), [s.id])).rowCount ?? 0;
+    r.progressSampled = (await query(db, db.pool, History.sampleProgress(db.q, s.id), [s.id])).rowCount ?? 0;
   });
   return r;
 }

@@ -56,7 +56,7 @@ export interface MaintainReport {
 /** Room a step or batch needs before the deadline (docs/retention.md#maintain). */
 const DEADLINE_MARGIN_MS = 2_000;
 
-function emptyReport(stream: string): MaintainReport {
+function emptyMaintainReport(stream: string): MaintainReport {
   return {
     stream,
     partitionsCreated: 0,
@@ -109,7 +109,7 @@ export class MaintainRun {
     private readonly deadline: number | undefined,
   ) {
     this.db = client.db;
-    this.report = emptyReport(s.name);
+    this.report = emptyMaintainReport(s.name);
   }
 
   /** The partition the producers last wrote into (holding id next − 1): never dropped or swept, so the visible head survives retention. */

@@ -2,10 +2,9 @@
 import { queryRetry, query } from "../db.js";
 import { SqlStreamsError, groupNotRegistered } from "../errors.js";
 import { retentionStatus } from "../maintain/floor.js";
-import * as A from "../sql/admin.js";
-import * as H from "../sql/history.js";
-import { HISTORY_MAX_ROWS } from "../sql/history.js";
-import * as O from "../sql/operator.js";
+import * as Admin from "../sql/admin.js";
+import * as History from "../sql/history.js";
+import * as OperatorSql from "../sql/operator.js";
 import { type GroupRef, lookupGroup, streamTables } from "./group.js";
 import type { ExceptionStatus, FailureFilter, FailureRow, Progress, ProgressSample } from "./types.js";
 import { validateFailureFilter } from "./validate.js";
@@ -17,7 +16,7 @@ export async function progress(ref: GroupRef): Promise<Progress> {
   const r = await queryRetry<{
     paused: boolean; claimed: string; committed: string; head: string; open_leases: number; expired_leases: number;
     counts: Partial<Record<ExceptionStatus, number>>; oldest_ms: number | null;
-  }>(db, A.progress(db.q, t), [id, ref.group]);
+  }>(db, Admin.progress(db.q, t), [id, ref.group]);
   if (r.rowCount === 0) throw groupNotRegistered(ref.stream, ref.group);
   const x = r.rows[0];
   const ret = await retentionStatus(db, id);
@@ -38,8 +37,8 @@ export async function progress(ref: GroupRef): Promise<Progress> {
 export async function history(ref: GroupRef, opts: { since?: Date | string | number; limit?: number }): Promise<ProgressSample[]> {
   if (typeof opts !== "object" || opts === null) throw new SqlStreamsError("SQL0015", "history(options): options must be an object");
   const limit = opts.limit ?? 288;
-  if (!Number.isInteger(limit) || limit < 1 || limit > HISTORY_MAX_ROWS) {
-    throw new SqlStreamsError("SQL0015", `history({ limit }) must be an integer between 1 and ${HISTORY_MAX_ROWS}, got ${String(limit)}`, { path: "limit" });
+  if (!Number.isInteger(limit) || limit < 1 || limit > History.HISTORY_MAX_ROWS) {
+    throw new SqlStreamsError("SQL0015", `history({ limit }) must be an integer between 1 and ${History.HISTORY_MAX_ROWS}, got ${String(limit)}`, { path: "limit" });
   }
   let since: Date | null = null;
   if (opts.since !== undefined) {
@@ -51,7 +50,7 @@ export async function history(ref: GroupRef, opts: { since?: Date | string | num
   const r = await query<{
     sampled_at: Date; head: string; committed: string; lag: string; ready: number; deferred: number; inflight: number;
     dead: number; superseded: number; oldest_unresolved_ms: number | null;
-  }>(db, db.pool, H.readProgress(db.q, streamId), [groupId, since, limit]);
+  }>(db, db.pool, History.readProgress(db.q, streamId), [groupId, since, limit]);
   return r.rows.map((x) => ({
     sampledAt: x.sampled_at, head: x.head, committed: x.committed, lag: x.lag,
     exceptions: { ready: x.ready, deferred: x.deferred, inflight: x.inflight, dead: x.dead, superseded: x.superseded },
@@ -66,7 +65,7 @@ export async function failures<T>(ref: GroupRef, opts: FailureFilter): Promise<F
   const r = await queryRetry<{
     message_id: string; message_key: string | null; status: ExceptionStatus; payload: T; attempts: number; delays: number;
     last_error: string | null; can_run_after: Date; created_at: Date; updated_at: Date;
-  }>(ref.client.db, O.filteredRows(t), [groupId, f.status, f.limit, f.errorContains, f.key, f.since, f.before, f.payload, f.offset]);
+  }>(ref.client.db, OperatorSql.filteredRows(t), [groupId, f.status, f.limit, f.errorContains, f.key, f.since, f.before, f.payload, f.offset]);
   return r.rows.map((x) => ({
     messageId: x.message_id, key: x.message_key, status: x.status, payload: x.payload, attempts: x.attempts, delays: x.delays,
     lastError: x.last_error, canRunAfter: x.can_run_after, createdAt: x.created_at, updatedAt: x.updated_at,
@@ -77,6 +76,6 @@ export async function failures<T>(ref: GroupRef, opts: FailureFilter): Promise<F
 export async function countFailures(ref: GroupRef, opts: Omit<FailureFilter, "limit" | "offset">): Promise<number> {
   const f = validateFailureFilter(opts);
   const { t, groupId } = await lookupGroup(ref);
-  const r = await queryRetry<{ n: number }>(ref.client.db, O.countRows(t), [groupId, f.status, f.errorContains, f.key, f.since, f.before, f.payload]);
+  const r = await queryRetry<{ n: number }>(ref.client.db, OperatorSql.countRows(t), [groupId, f.status, f.errorContains, f.key, f.since, f.before, f.payload]);
   return r.rows[0].n;
 }

@@ -68,7 +68,7 @@ function optionalText(v: unknown, code: "SQL0015" | "SQL0030" | "SQL0059", what:
   return v;
 }
 
-export interface Filter {
+export interface FailureQuery {
   status: string;
   limit: number;
   offset: number;
@@ -79,7 +79,7 @@ export interface Filter {
   payload: string | null;
 }
 
-export function validateFailureFilter(o: FailureFilter): Filter {
+export function validateFailureFilter(o: FailureFilter): FailureQuery {
   if (typeof o !== "object" || o === null) throw new SqlStreamsError("SQL0015", "failures() takes an options object");
   const allowed = ["status", "limit", "offset", "errorContains", "key", "since", "before", "payloadContains"];
   for (const k of Object.keys(o)) if (!allowed.includes(k)) throw new SqlStreamsError("SQL0015", `failures(): unknown option ${k}; allowed: ${allowed.join(", ")}`);

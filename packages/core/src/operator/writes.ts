@@ -4,9 +4,9 @@ import type { PoolClient } from "pg";
 import { groupResolution, resolveMessage, type MessageOptions } from "../config.js";
 import { query, transaction } from "../db.js";
 import { SqlStreamsError, groupNotRegistered } from "../errors.js";
-import * as A from "../sql/admin.js";
+import * as Admin from "../sql/admin.js";
 import { type Tables, insertDeliveryLog } from "../sql/cycle.js";
-import * as O from "../sql/operator.js";
+import * as OperatorSql from "../sql/operator.js";
 import * as Registry from "../sql/register.js";
 import { setTimeout as sleep } from "node:timers/promises";
 import { type GroupRef, lookupGroup, streamTables } from "./group.js";
@@ -26,7 +26,7 @@ interface DeadRow {
 /** While paused, every poll returns at once with paused: true and writes nothing. */
 export async function setPaused(ref: GroupRef, paused: boolean): Promise<void> {
   const { id } = await streamTables(ref);
-  const r = await query(ref.client.db, ref.client.db.pool, A.setPaused(ref.client.db.q), [id, ref.group, paused]);
+  const r = await query(ref.client.db, ref.client.db.pool, Admin.setPaused(ref.client.db.q), [id, ref.group, paused]);
   if (r.rowCount === 0) throw groupNotRegistered(ref.stream, ref.group);
 }
 
@@ -43,26 +43,26 @@ export async function seek(ref: GroupRef, to: SeekTarget, opts: { force?: boolea
   const db = ref.client.db;
   const { t, groupId } = await lookupGroup(ref);
   const out = await transaction(db, async (c) => {
-    const cur = await query<{ claimed: string; committed: string }>(db, c, A.lockCursor(t), [groupId]);
-    const head = BigInt((await query<{ head: string }>(db, c, A.visibleHead(t))).rows[0].head);
+    const cur = await query<{ claimed: string; committed: string }>(db, c, Admin.lockCursor(t), [groupId]);
+    const head = BigInt((await query<{ head: string }>(db, c, Admin.visibleHead(t))).rows[0].head);
     let p: bigint;
     if (byId !== null) {
       const want = BigInt(byId);
       if (want < 0n || want > head) throw new SqlStreamsError("SQL0029", `seek id ${want} is outside the log (0 … head ${head})`, { id: byId, head: head.toString() });
-      const f = (await query<{ id: string | null }>(db, c, A.firstIdAtOrAfter(t), [byId])).rows[0].id;
+      const f = (await query<{ id: string | null }>(db, c, Admin.firstIdAtOrAfter(t), [byId])).rows[0].id;
       p = f === null ? head : BigInt(f) - 1n;
     } else {
-      const f = (await query<{ id: string | null }>(db, c, A.firstIdAtOrAfterTime(t), [byTime])).rows[0].id;
+      const f = (await query<{ id: string | null }>(db, c, Admin.firstIdAtOrAfterTime(t), [byTime])).rows[0].id;
       p = f === null ? head : BigInt(f) - 1n;
     }
     if (p < 0n || p > head) throw new SqlStreamsError("SQL0029", `seek position ${p} is outside the log (0 … head ${head})`, { head: head.toString() });
-    const open = (await query<{ ranges: boolean; rows: boolean }>(db, c, A.openLeases(t), [groupId])).rows[0];
+    const open = (await query<{ ranges: boolean; rows: boolean }>(db, c, Admin.openLeases(t), [groupId])).rows[0];
     if ((open.ranges || open.rows) && !opts.force) {
       throw new SqlStreamsError("SQL0028", `seek of ${ref.stream}/${ref.group} refused: the group has open leases; pause it and wait for them to end, or pass { force: true }`, { ranges: open.ranges, rows: open.rows });
     }
-    if (opts.force) for (const s of A.forceRelease(t)) await query(db, c, s, [groupId]);
-    const del = await query(db, c, A.deleteRowsAbove(t), [groupId, p.toString()]);
-    const r = await query<{ claimed: string; committed: string }>(db, c, A.seekCursor(t), [groupId, p.toString()]);
+    if (opts.force) for (const s of Admin.forceRelease(t)) await query(db, c, s, [groupId]);
+    const del = await query(db, c, Admin.deleteRowsAbove(t), [groupId, p.toString()]);
+    const r = await query<{ claimed: string; committed: string }>(db, c, Admin.seekCursor(t), [groupId, p.toString()]);
     return { ...r.rows[0], previous: cur.rows[0], deletedRows: del.rowCount ?? 0 };
   });
   db.events.emit({
@@ -91,7 +91,7 @@ export async function redrive(ref: GroupRef, selector: RedriveSelector, opts: Ba
         message_id: x.message_id,
         concurrency: resolveMessage(g, x.options, x.message_key !== null, x.compacted === true).resolved.concurrency,
       }));
-      await query(db, c, A.redriveRows(t), [groupId, JSON.stringify(upd)]);
+      await query(db, c, Admin.redriveRows(t), [groupId, JSON.stringify(upd)]);
       if (mode !== "off") {
         const logs = live.map((x) => ({ message_id: x.message_id, attempt: x.attempts, status: "redriven", error: `redriven: ${b.reason}` }));
         await query(db, c, insertDeliveryLog(t), [groupId, JSON.stringify(logs)]);
@@ -113,7 +113,7 @@ export async function discard(ref: GroupRef, selector: DeadSelector, opts: Batch
   const db = ref.client.db;
   const { t, groupId } = await lookupGroup(ref);
   const r = await onDead(ref, t, groupId, sel, b, async (c, rows) => {
-    const gone = await query(db, c, O.discardRows(t), [groupId, rows.map((x) => x.message_id), b.reason]);
+    const gone = await query(db, c, OperatorSql.discardRows(t), [groupId, rows.map((x) => x.message_id), b.reason]);
     return gone.rowCount ?? 0;
   });
   return { discarded: r.done, skipped: r.skipped, ...(b.rate === null ? {} : { batches: r.batches }) };
@@ -142,8 +142,8 @@ async function onDead(ref: GroupRef,  t: Tables, groupId: string, sel: Selector,
     const want = sel.ids ? chunks[i].length : Math.min(size, remaining);
     const r = await transaction(db, async (c) => {
       const rows = sel.ids
-        ? (await query<DeadRow>(db, c, O.selectDead(t, true), [groupId, chunks[i]])).rows
-        : (await query<DeadRow>(db, c, O.selectDead(t, false), [groupId, sel.errorContains, sel.deadSince, sel.deadBefore, want, sel.key, sel.payload, after])).rows;
+        ? (await query<DeadRow>(db, c, OperatorSql.selectDead(t, true), [groupId, chunks[i]])).rows
+        : (await query<DeadRow>(db, c, OperatorSql.selectDead(t, false), [groupId, sel.errorContains, sel.deadSince, sel.deadBefore, want, sel.key, sel.payload, after])).rows;
       const done = rows.length === 0 ? 0 : await apply(c, rows);
       return { rows, done };
     });

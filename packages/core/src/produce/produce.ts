@@ -5,7 +5,7 @@ import { query } from "../db.js";
 import { compareIds } from "../ids.js";
 import { type ProduceTrace, startProduce, withTraceparent } from "../otel.js";
 import type { TxExecutor } from "../executor.js";
-import * as P from "../sql/produce.js";
+import * as ProduceSql from "../sql/produce.js";
 import type { PartitionUpkeep } from "./partitions.js";
 import { type Prepared, type ProduceResult, checkSize } from "./prepare.js";
 import { batchStatement, sendInTx, sendOn, sendProduce } from "./send.js";
@@ -50,7 +50,7 @@ async function inSpan<R extends ProduceResult | ProduceResult[]>(trace: ProduceT
 function singleStatement(q: string, info: StreamInfo, p: Prepared): { text: string; values: unknown[] } {
   const values: unknown[] = [p.key, p.rank, p.payload, p.options];
   if (p.idempotency) values.push(p.idempotency);
-  return { text: p.idempotency ? P.produceIdempotent(q, info.id) : P.produceOne(q, info.id), values };
+  return { text: p.idempotency ? ProduceSql.produceIdempotent(q, info.id) : ProduceSql.produceOne(q, info.id), values };
 }
 
 /** Appends one message in its own transaction. */
@@ -64,13 +64,13 @@ export function produceOne(target: ProduceTarget, p: Prepared): Promise<ProduceR
     } catch (e) {
       // A concurrent produce of the same key committed first: the key insert failed and took this
       // statement's message row with it (docs/producing.md#idempotency-keys).
-      if (!p.idempotency || !P.isIdempotencyRace(e)) throw e;
+      if (!p.idempotency || !ProduceSql.isIdempotencyRace(e)) throw e;
       rows = [];
     }
     let result: ProduceResult;
     if (rows.length === 0) {
       // The key's first produce committed after this statement's snapshot: read it now.
-      const again = await query<{ id: string }>(db, db.pool, P.idempotencyLookup(db.q, info.id), [p.idempotency]);
+      const again = await query<{ id: string }>(db, db.pool, ProduceSql.idempotencyLookup(db.q, info.id), [p.idempotency]);
       result = { id: again.rows[0].id, duplicate: true };
     } else {
       result = { id: rows[0].id, duplicate: rows[0].duplicate };
@@ -106,12 +106,12 @@ export function produceOneInTx(target: ProduceTarget, ex: TxExecutor, p: Prepare
       rows = await sendInTx<{ id: string; duplicate: boolean }>(db, target.partitions, ex, info, st.text, st.values, 1, "produceInTx");
     } catch (e) {
       // Same-key race: the insert was rolled back to the savepoint, no second message remains.
-      if (!p.idempotency || !P.isIdempotencyRace(e)) throw e;
+      if (!p.idempotency || !ProduceSql.isIdempotencyRace(e)) throw e;
       rows = [];
     }
     if (rows.length === 0) {
       // The key's first produce committed after this statement's snapshot: read it now.
-      const again = await sendOn<{ id: string }>(db, ex, P.idempotencyLookup(db.q, info.id), [p.idempotency]);
+      const again = await sendOn<{ id: string }>(db, ex, ProduceSql.idempotencyLookup(db.q, info.id), [p.idempotency]);
       return { id: again[0].id, duplicate: true };
     }
     return { id: rows[0].id, duplicate: rows[0].duplicate };

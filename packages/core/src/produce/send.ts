@@ -6,7 +6,7 @@ import type { StreamInfo } from "../runtime.js";
 import { type Db, RETRY_PAUSES, connect, isPoolerAuthMessage, isPoolerNotSent, isTransient, query } from "../db.js";
 import { SqlStreamsError, isSqlStreamsError } from "../errors.js";
 import { type Row, type TxExecutor, sqlState } from "../executor.js";
-import * as P from "../sql/produce.js";
+import * as ProduceSql from "../sql/produce.js";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { PartitionUpkeep } from "./partitions.js";
 import type { Prepared } from "./prepare.js";
@@ -47,14 +47,14 @@ export function batchStatement(q: string, streamId: string, prepared: Prepared[]
     for (const p of prepared) {
       parts.push(`{"p":${p.payload},"k":${p.key === null ? "null" : JSON.stringify(p.key)},"r":${p.rank ?? "null"},"o":${p.options ?? "null"}}`);
     }
-    return { text: P.produceBatch(q, streamId), values: [`[${parts.join(",")}]`] };
+    return { text: ProduceSql.produceBatch(q, streamId), values: [`[${parts.join(",")}]`] };
   }
   const meta = prepared.some((p) => p.key !== null || p.options !== null);
-  const payloads = P.jsonArray(prepared.map((p) => p.payload));
+  const payloads = ProduceSql.jsonArray(prepared.map((p) => p.payload));
   const values = meta
-    ? [payloads, P.jsonArray(prepared.map((p) => (p.key === null ? null : JSON.stringify(p.key)))), P.jsonArray(prepared.map((p) => p.options))]
+    ? [payloads, ProduceSql.jsonArray(prepared.map((p) => (p.key === null ? null : JSON.stringify(p.key)))), ProduceSql.jsonArray(prepared.map((p) => p.options))]
     : [payloads];
-  return { text: P.produceBatchArrays(q, streamId, meta), values };
+  return { text: ProduceSql.produceBatchArrays(q, streamId, meta), values };
 }
 
 /**
@@ -83,7 +83,7 @@ export async function sendProduce<R extends pg.QueryResultRow>(
       return r.rows;
     } catch (e) {
       // A same-key race is an ordinary statement failure: the connection stays usable.
-      c.release(P.isIdempotencyRace(e) ? undefined : true);
+      c.release(ProduceSql.isIdempotencyRace(e) ? undefined : true);
       if ((e as { code?: string })?.code === NO_PARTITION) {
         if (recoveries >= 3) throw new SqlStreamsError("SQL0023", "partition creation cannot keep up with the id sequence after 3 retries", {}, e);
         recoveries++;
