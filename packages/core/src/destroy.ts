@@ -48,7 +48,7 @@ export interface DestroyStreamResult {
 }
 
 /** Lock waits of a destroy; a busy stream fails with SQL0042 rather than queueing producers for long. */
-const DESTROY_LOCK_TIMEOUT = "5000ms";
+const DESTROY_LOCK_TIMEOUT_MS = 5_000;
 
 function opt(opts: unknown): boolean {
   if (opts === undefined || opts === null) return false;
@@ -88,7 +88,7 @@ function describe(w: LiveWork): string {
 
 function lockBusy(e: unknown, what: string): unknown {
   if ((e as { code?: string })?.code === "55P03") {
-    return new SqlStreamsError("SQL0042", `${what} refused: its tables are in use (lock wait over ${DESTROY_LOCK_TIMEOUT}); retry when producers and pollers are idle`, {}, e);
+    return new SqlStreamsError("SQL0042", `${what} refused: its tables are in use (lock wait over ${DESTROY_LOCK_TIMEOUT_MS}ms); retry when producers and pollers are idle`, {}, e);
   }
   return e;
 }
@@ -102,7 +102,7 @@ async function destroyTx<T>(db: Db, what: string, fn: (c: pg.PoolClient) => Prom
   for (let attempt = 0; ; attempt++) {
     try {
       return await transaction(db, async (c) => {
-        await query(db, c, `SET LOCAL lock_timeout = '${DESTROY_LOCK_TIMEOUT}'`);
+        await query(db, c, Destroy.lockTimeout(DESTROY_LOCK_TIMEOUT_MS));
         return fn(c);
       });
     } catch (e) {
@@ -194,8 +194,7 @@ export async function destroyStream(client: Runtime, stream: string, opts: Destr
   const result = await destroyTx(db, `destroy of stream ${streamName}`, async (c) => {
     await lockMigrations(db, c);
     const streamId = await streamIdOf(db, c, streamName);
-    // Wait for a partition drop or sweep batch of a running maintain() to finish.
-    await query(db, c, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [retentionLockKey(db, streamId)]);
+    await query(db, c, Destroy.waitForRetention, [retentionLockKey(db, streamId)]);
     const present = await query<{ ok: boolean }>(db, c, Destroy.relationExists, [table(db.q, streamId, "message_log")]);
     let hadMessages = false;
     if (present.rows[0].ok) {

@@ -1,6 +1,14 @@
 // Statements of destroyGroup() and destroyStream() (docs/operations.md#destroy).
 import { FAMILY_TABLES, table } from "./names.js";
 
+/** Bounds every lock wait of the destroy transaction. */
+export function lockTimeout(ms: number): string {
+  return `SET LOCAL lock_timeout = '${Math.trunc(ms)}ms'`;
+}
+
+/** $1 the stream's retention lock key: waits for a partition drop or sweep batch of a running maintain(). */
+export const waitForRetention = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
+
 /** $1 stream name. FOR SHARE keeps a concurrent stream destroy out; FOR UPDATE is that destroy. */
 export function streamIdByName(q: string, lock: "FOR SHARE" | "FOR UPDATE"): string {
   return `SELECT id::text FROM ${q}.stream_config WHERE name = $1 ${lock}`;
