@@ -146,9 +146,25 @@ describe("connection failures are coded at every edge", () => {
     }
   });
 
-  it("a given pool with a malformed connection string: SQL0001 malformed at the first call", async () => {
-    const pool = new pg.Pool({ connectionString: "postgres://user@host:notaport/db" });
+  it("a given pool with a malformed connection string: SQL0001 malformed, from the constructor", async () => {
+    for (const bad of ["postgres://user@host:notaport/db", "not a url"]) {
+      const pool = new pg.Pool({ connectionString: bad });
+      try {
+        const e = await codedError(() => new SqlStreams({ pool, logger: silent }));
+        expect(e.code, bad).toBe("SQL0001");
+        expect(e.message, bad).toMatch(/connectionString is malformed/);
+      } finally {
+        await pool.end();
+      }
+    }
+  });
+
+  it("a connection string pg refuses only when it connects: SQL0001 malformed at the first call", async () => {
+    const pool = new pg.Pool({ connectionString: url() });
     const c = new SqlStreams({ pool, logger: silent });
+    // The pool's options are read at each new connection: one changed after the client was made
+    // reaches pg's parser only then, and the classifier names it.
+    (pool as unknown as { options: { connectionString: string } }).options.connectionString = "postgres://user@host:notaport/db";
     try {
       const e = await codedError(() => c.migrate());
       expect(e.code).toBe("SQL0001");

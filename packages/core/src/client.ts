@@ -41,7 +41,7 @@ export interface SqlStreamsOptions {
 
 export type { StreamInfo } from "./runtime.js";
 
-const URL_SHAPE = "postgres://user:password@host:port/database";
+const URL_SHAPE = "postgres://user@host:5432/database";
 
 /**
  * SQL0001 for a connection string pg cannot use, before any connection: a postgres:// or
@@ -80,6 +80,9 @@ export class SqlStreams implements Runtime {
       });
     }
     if (hasUrl) checkConnectionString(opts.connectionString);
+    // A given pool's own connection string, when it has one, is held to the same rule.
+    const poolUrl = hasPool ? (opts.pool as { options?: { connectionString?: unknown } }).options?.connectionString : undefined;
+    if (typeof poolUrl === "string" && poolUrl !== "") checkConnectionString(poolUrl);
     const schema = validateSchemaName(opts.schema ?? "sqlstreams");
     const statementTimeout = opts.statementTimeout ?? DEFAULT_STATEMENT_TIMEOUT_MS;
     if (typeof statementTimeout !== "number" || !Number.isInteger(statementTimeout) || statementTimeout < 100 || statementTimeout > 3_600_000) {

@@ -85,7 +85,7 @@ export function connectionFailure(e: unknown, what: string): SqlStreamsError | u
   const raw = typeof err.message === "string" && err.message ? err.message : code;
   const said = `${raw}${code && !raw.includes(code) ? ` (${code})` : ""}`;
   const coded = (c: "SQL0001" | "SQL0032" | "SQL0033", why: string) => new SqlStreamsError(c, `${what}: ${why}: ${said}`, code ? { reason: code } : {}, e);
-  if (code === "ERR_INVALID_URL") return coded("SQL0001", "the connection string is malformed (expected postgres://user:password@host:port/database)");
+  if (code === "ERR_INVALID_URL") return coded("SQL0001", "the connection string is malformed (expected a URL like postgres://user@host:5432/database)");
   if (code === "28P01" || code === "28000" || (code === "08P01" && isPoolerAuthMessage(raw))) return coded("SQL0032", "the database rejected the credentials");
   if (code === "3D000") return coded("SQL0033", "the database does not exist");
   if (REFUSING.has(code) || isPoolerNotSent(e)) return coded("SQL0033", "the database refuses new connections now (too many connections, or starting up or shutting down)");

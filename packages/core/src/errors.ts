@@ -1,6 +1,6 @@
 /** Every error the library raises carries one of these codes (README.md#error-codes). */
 export const ERROR_CODES = {
-  SQL0001: { kind: "error", meaning: "invalid client configuration", fix: "pass exactly one of connectionString and pool; schema must match ^[a-z_][a-z0-9_]{0,62}$" },
+  SQL0001: { kind: "error", meaning: "invalid client configuration, or a malformed connection string", fix: "pass exactly one of connectionString (a postgres:// URL) and pool; schema must match ^[a-z_][a-z0-9_]{0,62}$" },
   SQL0002: { kind: "error", meaning: "the client was closed", fix: "create a new client" },
   SQL0003: { kind: "error", meaning: "control plane missing or older than this library needs", fix: "run client.migrate() or `sqlstreams migrate`" },
   SQL0004: { kind: "error", meaning: "database schema is newer than this library understands", fix: "upgrade @sqlstreams/*" },
