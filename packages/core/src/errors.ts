@@ -1,6 +1,6 @@
 /** Every error the library raises carries one of these codes (README.md#error-codes). */
 export const ERROR_CODES = {
-  SQL0001: { kind: "error", meaning: "invalid client configuration", fix: "pass exactly one of connectionString and pool; schema must match ^[a-z_][a-z0-9_]{0,62}$" },
+  SQL0001: { kind: "error", meaning: "invalid client configuration, or a malformed connection string", fix: "pass exactly one of connectionString (a postgres:// URL) and pool; schema must match ^[a-z_][a-z0-9_]{0,62}$" },
   SQL0002: { kind: "error", meaning: "the client was closed", fix: "create a new client" },
   SQL0003: { kind: "error", meaning: "control plane missing or older than this library needs", fix: "run client.migrate() or `sqlstreams migrate`" },
   SQL0004: { kind: "error", meaning: "database schema is newer than this library understands", fix: "upgrade @sqlstreams/*" },
@@ -31,8 +31,8 @@ export const ERROR_CODES = {
   SQL0029: { kind: "error", meaning: "seek() target below 0 or above the visible head", fix: "choose a position inside the log" },
   SQL0030: { kind: "error", meaning: "invalid redrive() selector", fix: "pass ids, or a filter with a criterion or all: true" },
   SQL0031: { kind: "error", meaning: "invocation event names a stream/group not declared for the deployment", fix: "fix the schedule payload or the group declaration" },
-  SQL0032: { kind: "error", meaning: "database credentials unavailable", fix: "set SQLSTREAMS_DB_SECRET_ARN or DATABASE_URL; check the secret JSON" },
-  SQL0033: { kind: "error", meaning: "database unavailable or failing during a poll or maintenance after retries", fix: "nothing is lost; the next invocation resumes" },
+  SQL0032: { kind: "error", meaning: "database credentials unavailable, or rejected by the database", fix: "set SQLSTREAMS_DB_SECRET_ARN or DATABASE_URL (or the client's connectionString) to a user and password the database accepts; check the secret JSON" },
+  SQL0033: { kind: "error", meaning: "database unavailable: unreachable, missing, refusing new connections, or failing during a call, a poll or maintenance after retries", fix: "nothing is lost; check that the database is running, reachable and exists; the next invocation resumes" },
   SQL0034: { kind: "event", meaning: "a lease was lost (another poll took the range, row or key over); outcomes discarded", fix: "keep handlers inside their timeout; lower batchLimit" },
   SQL0035: { kind: "event", meaning: "an expired range was reclaimed after a crash", fix: "look for crashes or timeouts of the function" },
   SQL0036: { kind: "event", meaning: "a range was quarantined into exception rows", fix: "find the message that crashes the process" },

@@ -1,15 +1,18 @@
 // Table names. The only place a per-stream name is formed: from the quoted, validated schema and
 // the numeric stream id, never from a user string.
-export type FamilyTable =
-  | "message_log"
-  | "exception_queue"
-  | "delivery_log"
-  | "consumer_group_cursor"
-  | "claim_lease"
-  | "message_key_lease"
-  | "compaction_head"
-  | "idempotency_key"
-  | "progress_history";
+/** Every table of a stream's family (each named <table>_N; message_log_N has partitions). */
+export const FAMILY_TABLES = [
+  "message_log",
+  "exception_queue",
+  "delivery_log",
+  "consumer_group_cursor",
+  "claim_lease",
+  "message_key_lease",
+  "compaction_head",
+  "idempotency_key",
+  "progress_history",
+] as const;
+export type FamilyTable = (typeof FAMILY_TABLES)[number];
 
 export function streamIdText(id: string | number | bigint): string {
   const s = String(id);
