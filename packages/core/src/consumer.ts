@@ -7,7 +7,7 @@ import {
 } from "./config.js";
 import { type PollState, pollOnce } from "./cycle/poll.js";
 import { RangeSizer, SIZER_CEILING, SIZER_START, emptySample } from "./cycle/sizer.js";
-import { type CycleReport, type Handler, type Message, emptyReport, mergeReports } from "./cycle/types.js";
+import { type CycleReport, type Handler, type Message, emptyCycleReport, mergeReports } from "./cycle/types.js";
 import { type SchemaIssue, type StandardSchema, schemaMismatch } from "./typed.js";
 import { Permanent } from "./outcome.js";
 import { query, queryRetry, transaction } from "./db.js";
@@ -207,7 +207,7 @@ export class Consumer<T = unknown> {
     const o = monotonicOptions(validatePollOptions(opts));
     const h = tracedHandler(this.checked(handler), this.stream, this.name);
     const started = now();
-    let total = emptyReport(this.stream, this.name);
+    let total = emptyCycleReport(this.stream, this.name);
     // The range size adapts to the handlers (docs/poll-cycle.md#range-size-in-a-drain): without a
     // batchLimit it starts at 10 and may grow to 1 000; an explicit batchLimit is where it starts
     // and the most it takes. Range leases are bounded so a crash is recovered promptly.
@@ -398,7 +398,7 @@ export class Consumer<T = unknown> {
         await query(db, c, A.redriveRows(t), [groupId, JSON.stringify(upd)]);
         if (mode !== "off") {
           const logs = live.map((x) => ({ message_id: x.message_id, attempt: x.attempts, status: "redriven", error: `redriven: ${b.reason}` }));
-          await query(db, c, insertDeliveryLog(t), [groupId, JSON.stringify(logs)]);
+          await insertDeliveryLog.query(db, c, t, { groupId, rows: JSON.stringify(logs) });
         }
       }
       return live.length;
