@@ -22,7 +22,7 @@ export interface ClaimedRange {
   low: string;
   high: string;
   leaseMs: number;
-  /** Empty for an empty range: no lease was taken, the cursor advance passes its ids. */
+  /** Empty for an empty range: no lease was taken (leaseMs 0), the cursor advance passes its ids. */
   msgs: ClaimedMessageRow[];
 }
 
@@ -46,7 +46,7 @@ export function decodeClaim(rows: readonly ClaimRow[], messages: readonly Claime
     } else if (r.id !== null) {
       msgs.push(r as ClaimedMessageRow);
     } else if (r.low !== null) {
-      out.range = { low: r.low, high: r.high as string, leaseMs: r.lease_ms as number, msgs };
+      out.range = { low: r.low, high: r.high as string, leaseMs: r.lease_ms ?? 0, msgs };
     } else if (r.options !== null && r.payload !== null) {
       out.fenceHolders.push(JSON.parse(r.payload) as FenceHolder);
     } else {
