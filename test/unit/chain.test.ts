@@ -8,9 +8,9 @@ import { Chain } from "../../packages/core/src/cycle/range/chain.js";
 import { keyLeaseJson, releaseJson } from "../../packages/core/src/cycle/range/keys.js";
 import { chains } from "../../packages/core/src/cycle/range/run.js";
 import { type DrainSizing, RangeSizer, emptySample } from "../../packages/core/src/cycle/sizer.js";
-import { now } from "../../packages/core/src/clock.js";
+import { type MonotonicMs, after, now } from "../../packages/core/src/clock.js";
 
-function context(deadline?: number): PollContext<unknown> {
+function context(deadline?: MonotonicMs): PollContext<unknown> {
   return { o: { batchLimit: 10, batchBytes: 1 << 20, concurrency: 1, deadline, recordMargin: 2_000, signal: undefined }, stop: false } as unknown as PollContext<unknown>;
 }
 
@@ -21,9 +21,9 @@ function drain(): DrainSizing {
 describe("the chain", () => {
   it("goes on only in a drain, after a full range", () => {
     const ctx = context();
-    expect(new Chain(ctx, undefined, now() + 1_000).mayChain()).toBe(false);
+    expect(new Chain(ctx, undefined, after(now(), 1_000)).mayChain()).toBe(false);
     const d = drain();
-    const chain = new Chain(ctx, d, now() + 1_000);
+    const chain = new Chain(ctx, d, after(now(), 1_000));
     expect(chain.mayChain()).toBe(false);
     (chain.sample as NonNullable<typeof chain.sample>).full = true;
     expect(chain.mayChain()).toBe(true);
@@ -31,20 +31,20 @@ describe("the chain", () => {
 
   it("stops at its time limit, at end(), at a stop, and near the deadline", () => {
     const full = () => ({ ...drain(), sample: { ...emptySample(), full: true } });
-    expect(new Chain(context(), full(), now() - 1).mayChain()).toBe(false);
-    const ended = new Chain(context(), full(), now() + 1_000);
+    expect(new Chain(context(), full(), after(now(), -1)).mayChain()).toBe(false);
+    const ended = new Chain(context(), full(), after(now(), 1_000));
     ended.end();
     expect(ended.mayChain()).toBe(false);
     const stopped = context();
     stopped.stop = true;
-    expect(new Chain(stopped, full(), now() + 1_000).mayChain()).toBe(false);
-    expect(new Chain(context(now() + 3_000), full(), now() + 1_000).mayChain()).toBe(false); // < 2 × recordMargin left
-    expect(new Chain(context(now() + 5_000), full(), now() + 1_000).mayChain()).toBe(true);
+    expect(new Chain(stopped, full(), after(now(), 1_000)).mayChain()).toBe(false);
+    expect(new Chain(context(after(now(), 3_000)), full(), after(now(), 1_000)).mayChain()).toBe(false); // < 2 × recordMargin left
+    expect(new Chain(context(after(now(), 5_000)), full(), after(now(), 1_000)).mayChain()).toBe(true);
   });
 
   it("claims ahead only after a quick last range: slowest ≤ a quarter of its timeout, run within a quarter of the lease", () => {
     const d = { ...drain(), sample: { ...emptySample(), full: true } };
-    const chain = new Chain(context(), d, now() + 1_000);
+    const chain = new Chain(context(), d, after(now(), 1_000));
     const run = { range: { leaseMs: 4_000 } } as never;
     expect(chain.mayClaimAhead(run)).toBe(false); // no last range yet
     d.lastRun = { ms: 1_000, slowest: 0.25 };
@@ -58,7 +58,7 @@ describe("the chain", () => {
   it("feeds the sizer each range's sample before the next claim, and sizes the next range from it", () => {
     const ctx = context();
     const d = drain();
-    const chain = new Chain(ctx, d, now() + 1_000);
+    const chain = new Chain(ctx, d, after(now(), 1_000));
     Object.assign(chain.sample as object, { full: true, ran: 10, slowest: 0.01 });
     chain.ran(5);
     expect(d.lastRun).toEqual({ ms: 5, slowest: 0.01 });
@@ -69,7 +69,7 @@ describe("the chain", () => {
   });
 
   it("headroom for first key leases only where leases pass on", () => {
-    const chain = new Chain(context(), drain(), now() + 1_000);
+    const chain = new Chain(context(), drain(), after(now(), 1_000));
     expect(chain.headroom(false)).toBe(0);
     expect(chain.headroom(true)).toBe(2_000);
   });

@@ -9,11 +9,14 @@ import { compareIds } from "../ids.js";
 import type { LeaseParams, MessageRow, Tables, TimeoutParams } from "../sql/cycle.js";
 import { RunMessage } from "./run.js";
 import type { CycleReport, Handler } from "./types.js";
-import { now } from "../clock.js";
+import { type OnMonotonicClock, now } from "../clock.js";
 
 export interface RangeMessage extends MessageRow {
   resolved: ResolvedMessage;
 }
+
+/** Poll options as a poll runs with them: the deadline on the monotonic clock. */
+export type PollOptions = OnMonotonicClock<ResolvedPollOptions>;
 
 export interface PollContext<T> {
   client: Runtime;
@@ -25,7 +28,7 @@ export interface PollContext<T> {
   g: GroupResolution;
   mode: DeliveryLogMode;
   handler: Handler<T>;
-  o: ResolvedPollOptions;
+  o: PollOptions;
   report: CycleReport;
   /** Set once no further handler may start in this poll (abort, deadline, lost lease). */
   stop: boolean;

@@ -1,16 +1,16 @@
 // One bounded claim cycle (docs/poll-cycle.md): load → range phase → exception phase → cursor advance.
 import type { Runtime } from "../runtime.js";
-import { type ResolvedPollOptions, groupResolution } from "../config.js";
+import { groupResolution } from "../config.js";
 import { withBudget } from "../db.js";
 import { SqlStreamsError, groupNotRegistered, isSqlStreamsError } from "../errors.js";
 import * as statements from "../sql/cycle.js";
-import { type PollContext, aborted, big } from "./context.js";
+import { type PollContext, type PollOptions, aborted, big } from "./context.js";
 import { expirePhase, exceptionPhase } from "./exceptions.js";
 import { Chain, type RangeFacts, STEADY_CHAIN_MS, claimPhase } from "./range/chain.js";
 import { reclaimPhase } from "./range/reclaim.js";
 import type { DrainSizing } from "./sizer.js";
 import { type CycleReport, type Handler, emptyCycleReport } from "./types.js";
-import { now } from "../clock.js";
+import { after, now } from "../clock.js";
 
 /** Poll facts a drain needs beyond the report, and its range sizing (docs/poll-cycle.md#range-size-in-a-drain). */
 export interface PollState extends DrainSizing {
@@ -23,13 +23,13 @@ export interface PollState extends DrainSizing {
  * SQL0050 and its leases expire as designed (docs/operations.md#timeouts).
  */
 export function pollOnce<T>(
-  client: Runtime, stream: string, group: string, handler: Handler<T>, o: ResolvedPollOptions, state?: PollState,
+  client: Runtime, stream: string, group: string, handler: Handler<T>, o: PollOptions, state?: PollState,
 ): Promise<CycleReport> {
   return withBudget(o.deadline, o.recordMargin, `poll of ${stream}/${group}`, () => cycle(client, stream, group, handler, o, state));
 }
 
 async function cycle<T>(
-  client: Runtime, stream: string, group: string, handler: Handler<T>, o: ResolvedPollOptions, state?: PollState,
+  client: Runtime, stream: string, group: string, handler: Handler<T>, o: PollOptions, state?: PollState,
 ): Promise<CycleReport> {
   const started = now();
   const report = emptyCycleReport(stream, group);
@@ -58,7 +58,7 @@ async function cycle<T>(
       client, db, t, stream, group, groupId: load.group_id, g: groupResolution(load.config ?? {}), mode: load.mode,
       handler, o, report, stop: false, plain: new Map(),
     };
-    const chain = new Chain(ctx, state, started + STEADY_CHAIN_MS);
+    const chain = new Chain(ctx, state, after(started, STEADY_CHAIN_MS));
     let range: RangeFacts = { took: false, fenceBlocked: false, advance: false, expirable: false, reservable: false };
 
     // Range phase (docs/poll-cycle.md#the-range-lease): an expired range first, else a fresh one

@@ -10,7 +10,7 @@ import { type Claimed, claimAhead, claimParams, freshClaim, sendClaim, warnFence
 import { CHAIN_KEY_HEADROOM_MS, releaseJson } from "./keys.js";
 import { type Facts, NO_FACTS, type RangeRecord, countRecorded, mergeFacts, recordParams, recordRowFacts, rowsJson } from "./record.js";
 import { RangeRun } from "./run.js";
-import { now } from "../../clock.js";
+import { type MonotonicMs, now } from "../../clock.js";
 
 /** A drain's poll records a range with the next claim while it keeps finding full ranges, for a while. */
 export const STEADY_CHAIN_MS = 1_000;
@@ -55,8 +55,8 @@ export class Chain<T> {
   constructor(
     private readonly ctx: PollContext<T>,
     private readonly drain: DrainSizing | undefined,
-    /** Monotonic ms after which no range is recorded together with the next claim. */
-    private until: number,
+    /** After this, no range is recorded together with the next claim. */
+    private until: MonotonicMs,
   ) {
     this.sample = drain?.sample;
   }
@@ -121,7 +121,7 @@ export class Chain<T> {
 
   /** Nothing more is recorded together with a claim in this poll. */
   end(): void {
-    this.until = 0;
+    this.until = 0 as MonotonicMs;
   }
 }
 

@@ -7,12 +7,12 @@ import type { ClaimParams, RecordParams } from "../../sql/cycle.js";
 import * as statements from "../../sql/cycle.js";
 import { type ClaimAnswer, type ClaimedRange, type FenceHolder, decodeClaim } from "../../sql/claim.js";
 import { type PollContext, aborted, leaseParams, rangeLeaseCap, timeoutParams } from "../context.js";
-import { now } from "../../clock.js";
+import { type MonotonicMs, now } from "../../clock.js";
 
 /** A range a claim leased, under its token, and when the claim was sent (monotonic ms). */
 export interface Claimed {
   token: string;
-  sentAt: number;
+  sentAt: MonotonicMs;
   range: ClaimedRange;
 }
 
@@ -55,7 +55,7 @@ export async function sendClaim<T>(ctx: PollContext<T>, p: ClaimParams): Promise
 /** The claim after a load, asked again a few times while the fence holds it. */
 export async function freshClaim<T>(ctx: PollContext<T>, load: { head: string; obs: string }): Promise<{ claim: Claimed | null; fenceBlocked: boolean }> {
   const token = randomUUID();
-  let sentAt: number;
+  let sentAt: MonotonicMs;
   let answer: ClaimAnswer;
   for (let wait = 0; ; wait++) {
     sentAt = now();

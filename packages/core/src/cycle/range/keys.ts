@@ -8,7 +8,7 @@ import { type KeyTake, decodeKeyTake, decodeKeyTakes, deferredReason } from "../
 import { type PollContext, type RangeMessage, isKeyed, runLeaseMs } from "../context.js";
 import { keyAbandoned } from "../abandoned.js";
 import type { RunOutcome } from "../plan.js";
-import { now } from "../../clock.js";
+import { type MonotonicMs, after, now } from "../../clock.js";
 
 /**
  * A drain's chain of keyed ranges passes its key leases on from range to range instead of
@@ -23,9 +23,12 @@ const HELD_ALLOWANCE_MS = 500;
 /** What this side knows of one key: whether its lease is held, until when (monotonic ms), and the last answer. */
 interface KeyState {
   held: boolean;
-  expiry: number;
+  expiry: MonotonicMs;
   result: KeyTake;
 }
+
+/** Whether a run of `timeout` started at `at` (now by default) would end after `expiry` (RangeRun.outlives). */
+type Outlives = (timeout: number, expiry: MonotonicMs, at?: MonotonicMs) => boolean;
 
 /** Whether a range member takes a key lease. */
 export function keyedMember(m: RangeMessage): m is RangeMessage & { message_key: string } {
@@ -43,7 +46,7 @@ export function keyTakeOutcome(res: KeyTake): RunOutcome | null {
 export interface FirstTake {
   wanted: { k: string; id: string; ordered: boolean; ms: number; held?: true }[];
   held: Set<string>;
-  at: number;
+  at: MonotonicMs;
 }
 
 /** The key leases one range holds (or a chain of ranges, passed on), under one key token. */
@@ -101,8 +104,8 @@ export class KeyLeases<T> {
   }
 
   /** What the first take asks for: the chains' first keyed members (not compacted ones: their head is checked at their start). */
-  firstTake(units: RangeMessage[][], headroom: number, outlives: (timeout: number, expiry: number, at: number) => boolean): FirstTake {
-    const later = now() + HELD_ALLOWANCE_MS;
+  firstTake(units: RangeMessage[][], headroom: number, outlives: Outlives): FirstTake {
+    const later = after(now(), HELD_ALLOWANCE_MS);
     const held = new Set<string>();
     const wanted = units
       .map((u) => u[0])
@@ -125,7 +128,7 @@ export class KeyLeases<T> {
   }
 
   /** Notes the answer to a first take (take_keys_N returns only the keys it refused), capped at the range lease. */
-  took(take: FirstTake, refused: readonly KeyRefusalRow[], rangeExpiry: number): void {
+  took(take: FirstTake, refused: readonly KeyRefusalRow[], rangeExpiry: MonotonicMs): void {
     const ms = new Map(take.wanted.map((w) => [w.k, w.ms]));
     for (const [k, result] of decodeKeyTakes([...ms.keys()], refused)) {
       const before = this.states.get(k);
@@ -133,7 +136,7 @@ export class KeyLeases<T> {
         before.result = result; // nothing written (but the cap below)
         continue;
       }
-      this.states.set(k, { held: result.kind === "taken", expiry: take.at + (ms.get(k) ?? 0), result });
+      this.states.set(k, { held: result.kind === "taken", expiry: after(take.at, ms.get(k) ?? 0), result });
       if (result.kind === "taken" && before?.held !== true) this.held.push(k);
     }
     this.cap(rangeExpiry);
@@ -144,7 +147,7 @@ export class KeyLeases<T> {
    * A member's outcome when no round trip is needed (its key was answered up front and its lease
    * covers the run, or an abandoned run holds it); undefined when it must take or renew its key.
    */
-  heldOutcome(m: RangeMessage, first: boolean, outlives: (timeout: number, expiry: number) => boolean): RunOutcome | null | undefined {
+  heldOutcome(m: RangeMessage, first: boolean, outlives: Outlives): RunOutcome | null | undefined {
     const k = m.message_key as string;
     if (keyAbandoned(this.ctx, k)) return { kind: "deferred", reason: "deferred: an abandoned run of this key has not settled" };
     const ks = this.states.get(k);
@@ -154,10 +157,10 @@ export class KeyLeases<T> {
   }
 
   /** Takes or renews one member's key lease (take_key_N) under the token, within (low, high]. */
-  async take(m: RangeMessage, low: string, high: string, rangeExpiry: number): Promise<KeyTake> {
+  async take(m: RangeMessage, low: string, high: string, rangeExpiry: MonotonicMs): Promise<KeyTake> {
     const { ctx } = this;
     const k = m.message_key as string;
-    const ks = this.states.get(k) ?? { held: false, expiry: 0, result: { kind: "busy" } };
+    const ks: KeyState = this.states.get(k) ?? { held: false, expiry: 0 as MonotonicMs, result: { kind: "busy" } };
     this.states.set(k, ks);
     const ms = runLeaseMs(ctx, m.resolved.timeout);
     const at = now();
@@ -169,7 +172,7 @@ export class KeyLeases<T> {
     if (res.kind === "taken") {
       if (!ks.held) this.held.push(k);
       ks.held = true;
-      ks.expiry = at + ms;
+      ks.expiry = after(at, ms);
     }
     this.cap(rangeExpiry);
     return res;
@@ -180,7 +183,7 @@ export class KeyLeases<T> {
    * wanted by this range too) no later than this range's lease. This side's view of each is capped
    * the same way, at its own (earlier) view of the range lease.
    */
-  private cap(rangeExpiry: number): void {
+  private cap(rangeExpiry: MonotonicMs): void {
     for (const ks of this.states.values()) if (ks.expiry > rangeExpiry) ks.expiry = rangeExpiry;
   }
 

@@ -10,7 +10,7 @@ import { type PollContext, leaseParams, rangeLeaseCap, resolve } from "../contex
 import type { Chain, RangeFacts } from "./chain.js";
 import { type Facts, NO_FACTS } from "./record.js";
 import { type LeasedRange, RangeRun } from "./run.js";
-import { now } from "../../clock.js";
+import { type MonotonicMs, now } from "../../clock.js";
 
 const QUARANTINE_TEXT = "quarantined: range reclaimed too many times";
 
@@ -113,7 +113,7 @@ async function ownTakeover<T>(ctx: PollContext<T>, c: pg.PoolClient, token: stri
 }
 
 /** The payloads are read only once the takeover (and its reclaim count) has committed; then the range runs alone. */
-async function runReclaimed<T>(ctx: PollContext<T>, chain: Chain<T>, range: LeasedRange, sentAt: number): Promise<Facts> {
+async function runReclaimed<T>(ctx: PollContext<T>, chain: Chain<T>, range: LeasedRange, sentAt: MonotonicMs): Promise<Facts> {
   range.msgs = (await statements.readRange.retry(ctx.db, ctx.t, { low: range.low, high: range.high })).rows;
   if (range.msgs.length === 0) {
     await statements.deleteRange.retry(ctx.db, ctx.t, { groupId: ctx.groupId, token: range.token });

@@ -8,7 +8,7 @@ import * as statements from "../../sql/cycle.js";
 import { type PollContext, type RangeMessage, big, logDead, logNotStarted, lostLease } from "../context.js";
 import { type Plan, type RunOutcome, plan } from "../plan.js";
 import { type KeyRelease, keyLeaseJson } from "./keys.js";
-import { now } from "../../clock.js";
+import { type MonotonicMs, now } from "../../clock.js";
 
 /** The rows a record writes for a prefix of the range, and what the report counts of it. */
 export interface RangeRows {
@@ -50,7 +50,7 @@ export interface RecordedRange {
   token: string;
   low: string;
   high: string;
-  leaseExpiry: number;
+  leaseExpiry: MonotonicMs;
 }
 
 /** The exception and delivery-log rows of a recorded prefix; plain successes write none. */

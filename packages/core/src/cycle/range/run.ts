@@ -10,7 +10,7 @@ import { watchRun } from "../abandoned.js";
 import type { RangeSample } from "../sizer.js";
 import { KeyLeases, keyTakeOutcome, keyedMember } from "./keys.js";
 import { type Facts, type RangeRecord, type RecordedRange, recordAlone, recordLost, recordedPrefix, rowsOf } from "./record.js";
-import { now } from "../../clock.js";
+import { type MonotonicMs, after, now } from "../../clock.js";
 
 /** A range leased by a claim or a takeover: token, bounds, the lease's length (ms, from when it was asked for) and messages. */
 export interface LeasedRange {
@@ -46,8 +46,8 @@ export class RangeRun<T> {
   readonly units: RangeMessage[][];
   readonly keys: KeyLeases<T>;
   private readonly outcomes = new Map<string, RunOutcome>();
-  /** When the range lease expires at the earliest, on the monotonic clock. */
-  private leaseExpiry: number;
+  /** When the range lease expires at the earliest. */
+  private leaseExpiry: MonotonicMs;
   /**
    * A lease sized for exactly one run (n <= c) is always a few ms short of timeout + margin by
    * the time its messages start; that slack comes out of the recording margin, not a round trip.
@@ -59,7 +59,7 @@ export class RangeRun<T> {
   constructor(
     private readonly ctx: PollContext<T>,
     readonly range: LeasedRange,
-    sentAt: number,
+    sentAt: MonotonicMs,
     /** Filled while the range runs when a drain sizes its ranges (docs/poll-cycle.md#range-size-in-a-drain). */
     private readonly sample: RangeSample | undefined,
     /**
@@ -72,7 +72,7 @@ export class RangeRun<T> {
     for (const m of this.msgs) m.resolved = resolve(ctx, m);
     this.units = chains(this.msgs);
     this.keys = new KeyLeases(ctx, this.msgs.some(keyedMember));
-    this.leaseExpiry = sentAt + range.leaseMs;
+    this.leaseExpiry = after(sentAt, range.leaseMs);
     this.slack = Math.min(250, ctx.o.recordMargin / 4);
   }
 
@@ -81,7 +81,7 @@ export class RangeRun<T> {
     return this.keys.keyed;
   }
 
-  get expiry(): number {
+  get expiry(): MonotonicMs {
     return this.leaseExpiry;
   }
 
@@ -92,7 +92,7 @@ export class RangeRun<T> {
   }
 
   /** Whether a run of `timeout` started at `at` (now by default) would end after `expiry`. */
-  outlives = (timeout: number, expiry: number, at = now()): boolean => at + timeout + this.ctx.o.recordMargin - this.slack > expiry;
+  outlives = (timeout: number, expiry: MonotonicMs, at = now()): boolean => at + timeout + this.ctx.o.recordMargin - this.slack > expiry;
 
   /**
    * The key leases of the chains' first members in one round trip, each covering one run (+
@@ -122,7 +122,7 @@ export class RangeRun<T> {
       const at = now();
       this.extending = statements.extendRange.retry(ctx.db, ctx.t, { groupId: ctx.groupId, token: this.range.token, ms }).then((r) => {
         if (r.rowCount === 0) return false;
-        this.leaseExpiry = Math.max(this.leaseExpiry, at + ms);
+        this.leaseExpiry = Math.max(this.leaseExpiry, at + ms) as MonotonicMs;
         return true;
       });
       const ok = await this.extending;
