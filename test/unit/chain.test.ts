@@ -11,7 +11,7 @@ import { type DrainSizing, RangeSizer, emptySample } from "../../packages/core/s
 import { type MonotonicMs, after, now } from "../../packages/core/src/clock.js";
 
 function context(deadline?: MonotonicMs): PollContext<unknown> {
-  return { o: { batchLimit: 10, batchBytes: 1 << 20, concurrency: 1, deadline, recordMargin: 2_000, signal: undefined }, stop: false } as unknown as PollContext<unknown>;
+  return { options: { batchLimit: 10, batchBytes: 1 << 20, concurrency: 1, deadline, recordMargin: 2_000, signal: undefined }, stop: false } as unknown as PollContext<unknown>;
 }
 
 function drain(): DrainSizing {
@@ -63,7 +63,7 @@ describe("the chain", () => {
     chain.ran(5);
     expect(d.lastRun).toEqual({ ms: 5, slowest: 0.01 });
     chain.nextRangeSize();
-    expect(ctx.o.batchLimit).toBe(20);
+    expect(ctx.options.batchLimit).toBe(20);
     expect(chain.sample).toEqual(emptySample());
     expect(d.sample).toBe(chain.sample);
   });

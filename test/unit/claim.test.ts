@@ -2,7 +2,7 @@
 // it, decoded by the shape of each row.
 import { describe, expect, it } from "vitest";
 import { decodeClaim } from "../../packages/core/src/sql/claim.js";
-import type { ClaimRow, ClaimedMessageRow } from "../../packages/core/src/sql/cycle.js";
+import { type ClaimRow, type ClaimedMessageRow, recordEndsChain } from "../../packages/core/src/sql/cycle.js";
 
 const none: ClaimRow = {
   low: null, high: null, id: null, message_key: null, compaction_rank: null, payload: null, options: null, created_at: null,
@@ -47,5 +47,21 @@ describe("decodeClaim", () => {
 
   it("a row of no known shape is an error, not a silent miss", () => {
     expect(() => decodeClaim([none], [])).toThrow(/unexpected claim row/);
+  });
+});
+
+describe("recordEndsChain", () => {
+  const row = (more: Partial<ClaimRow> = {}) => ({ recorded: true, paused: false, reclaimable: false, expirable: false, reservable: false, ...more });
+
+  it("a record that landed with nothing waiting goes on; due rows wait for a chain of unkeyed ranges only", () => {
+    expect(recordEndsChain(row(), false)).toBe(false);
+    expect(recordEndsChain(row({ reservable: true }), true)).toBe(false);
+    expect(recordEndsChain(row({ reservable: true }), false)).toBe(true);
+  });
+
+  it("a record that did not land, a pause, a range to reclaim or runs to expire end it", () => {
+    for (const more of [{ recorded: false }, { recorded: null }, { paused: true }, { reclaimable: true }, { expirable: true }]) {
+      expect(recordEndsChain(row(more), true), JSON.stringify(more)).toBe(true);
+    }
   });
 });

@@ -51,12 +51,12 @@ export interface AbandonedRun {
  * lease (when it has a token) is renewed every third of a lease length meanwhile, then released.
  */
 export function abandon<T>(ctx: PollContext<T>, run: AbandonedRun): void {
-  const { db, t, groupId, stream, group } = ctx;
+  const { db, tables: t, groupId, stream, group } = ctx;
   const k = id(stream, group, run.key);
   let byKey = unsettled.get(db);
   if (!byKey) unsettled.set(db, (byKey = new Map()));
   byKey.set(k, (byKey.get(k) ?? 0) + 1);
-  const leaseMs = run.timeoutMs + ctx.o.recordMargin;
+  const leaseMs = run.timeoutMs + ctx.options.recordMargin;
   const until = run.startedAt + ABANDON_BOUND * run.timeoutMs;
   db.events.emit({
     level: "warn", code: "SQL0047",
@@ -82,7 +82,7 @@ export function abandon<T>(ctx: PollContext<T>, run: AbandonedRun): void {
         return;
       }
       try {
-        const ms = Math.ceil(Math.min(leaseMs, until - now() + ctx.o.recordMargin));
+        const ms = Math.ceil(Math.min(leaseMs, until - now() + ctx.options.recordMargin));
         const r = await statements.renewKeyLease.retry(db, t, { groupId, key: run.key, keyToken: run.token, ms });
         if (r.rowCount === 0) {
           if (!done) stopWarn("lost its key lease (it expired and was taken over)");

@@ -21,14 +21,14 @@ export type PollOptions = OnMonotonicClock<ResolvedPollOptions>;
 export interface PollContext<T> {
   client: Runtime;
   db: Db;
-  t: Tables;
+  tables: Tables;
   stream: string;
   group: string;
   groupId: string;
-  g: GroupResolution;
+  resolution: GroupResolution;
   mode: DeliveryLogMode;
   handler: Handler<T>;
-  o: PollOptions;
+  options: PollOptions;
   report: CycleReport;
   /** Set once no further handler may start in this poll (abort, deadline, lost lease). */
   stop: boolean;
@@ -47,7 +47,7 @@ export function byId<R extends { id: string }>(rows: R[]): R[] {
 }
 
 export function aborted<T>(ctx: PollContext<T>): boolean {
-  return ctx.o.signal?.aborted === true;
+  return ctx.options.signal?.aborted === true;
 }
 
 /** Whether a message takes a key lease: it has a key and is not parallel (docs/ordering.md#key-leases). */
@@ -57,7 +57,7 @@ export function isKeyed(concurrency: string, key: string | null): key is string 
 
 /** The cap of every lease this poll takes: deadline + recordMargin (null without a deadline). */
 export function leaseCap<T>(ctx: PollContext<T>): number | null {
-  return ctx.o.deadline === undefined ? null : Math.max(1, Math.floor(ctx.o.deadline - now()) + ctx.o.recordMargin);
+  return ctx.options.deadline === undefined ? null : Math.max(1, Math.floor(ctx.options.deadline - now()) + ctx.options.recordMargin);
 }
 
 /**
@@ -66,7 +66,7 @@ export function leaseCap<T>(ctx: PollContext<T>): number | null {
  */
 export function runLeaseMs<T>(ctx: PollContext<T>, timeout: number, headroom = 0): number {
   const cap = leaseCap(ctx);
-  const ms = timeout + ctx.o.recordMargin + headroom;
+  const ms = timeout + ctx.options.recordMargin + headroom;
   return cap === null ? ms : Math.min(ms, cap);
 }
 
@@ -77,19 +77,19 @@ export function runLeaseMs<T>(ctx: PollContext<T>, timeout: number, headroom = 0
  */
 export function rangeLeaseCap<T>(ctx: PollContext<T>): number | null {
   const cap = leaseCap(ctx);
-  if (ctx.o.rangeLeaseBound === undefined) return cap;
-  const bound = Math.max(ctx.o.rangeLeaseBound, ctx.g.defaults.timeout + ctx.o.recordMargin);
+  if (ctx.options.rangeLeaseBound === undefined) return cap;
+  const bound = Math.max(ctx.options.rangeLeaseBound, ctx.resolution.defaults.timeout + ctx.options.recordMargin);
   return cap === null ? bound : Math.min(cap, bound);
 }
 
 /** What a lease is sized with, as the claim, the takeover and the reservation take it. */
 export function leaseParams<T>(ctx: PollContext<T>, leaseCapMs: number | null): LeaseParams {
-  return { concurrency: ctx.o.concurrency, recordMargin: ctx.o.recordMargin, leaseCapMs };
+  return { concurrency: ctx.options.concurrency, recordMargin: ctx.options.recordMargin, leaseCapMs };
 }
 
 /** The group's timeout bounds, as the claim and the reservation take them. */
 export function timeoutParams<T>(ctx: PollContext<T>): TimeoutParams {
-  const b = timeoutBounds(ctx.g);
+  const b = timeoutBounds(ctx.resolution);
   return { timeoutDefault: b.def, timeoutMin: b.min, timeoutMax: b.max };
 }
 
@@ -99,12 +99,12 @@ export function resolve<T>(ctx: PollContext<T>, m: Pick<MessageRow, "id" | "mess
     const k = (m.message_key !== null ? 1 : 0) + (m.compaction_rank !== null ? 2 : 0);
     let hit = ctx.plain.get(k);
     if (!hit) {
-      hit = resolveMessage(ctx.g, null, m.message_key !== null, m.compaction_rank !== null).resolved;
+      hit = resolveMessage(ctx.resolution, null, m.message_key !== null, m.compaction_rank !== null).resolved;
       ctx.plain.set(k, hit);
     }
     return hit;
   }
-  const r = resolveMessage(ctx.g, stored === undefined ? m.options : stored, m.message_key !== null, m.compaction_rank !== null);
+  const r = resolveMessage(ctx.resolution, stored === undefined ? m.options : stored, m.message_key !== null, m.compaction_rank !== null);
   for (const f of r.clamped) {
     ctx.db.events.emit({
       level: "info", code: "SQL0039", message: `produced option ${f} of message ${m.id} was clamped to the group's bounds`,
@@ -121,7 +121,7 @@ export function mayStart<T>(ctx: PollContext<T>, timeout: number): boolean {
     ctx.stop = true;
     return false;
   }
-  if (ctx.o.deadline !== undefined && now() + timeout + ctx.o.recordMargin > ctx.o.deadline) {
+  if (ctx.options.deadline !== undefined && now() + timeout + ctx.options.recordMargin > ctx.options.deadline) {
     ctx.stop = true;
     return false;
   }

@@ -91,7 +91,7 @@ export class ExceptionSteps<T> {
     this.busy = true;
     const sentBefore = now();
     try {
-      const { db, t, groupId } = this.ctx;
+      const { db, tables: t, groupId } = this.ctx;
       const state: RetryState = { retried: false };
       const res = await statements.exceptionStep.retry(db, t, {
         groupId, token: this.token, outcomes: JSON.stringify(outs.map((o) => o.item)), starts: JSON.stringify(starts.map((s) => s.item)),

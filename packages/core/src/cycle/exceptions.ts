@@ -24,7 +24,7 @@ export interface ExceptionFacts {
 
 /** docs/crash-recovery.md#the-kill-backstop: charge or kill inflight rows whose run lease expired. */
 export async function expirePhase<T>(ctx: PollContext<T>): Promise<ExceptionFacts> {
-  const { db, t, groupId } = ctx;
+  const { db, tables: t, groupId } = ctx;
   const counts = await transactionRetry(db, async (c) => {
     const rows = (await statements.lockExpiredRuns.query(db, c, t, { groupId })).rows;
     if (rows.length === 0) return { expired: 0, killed: 0, killedIds: [] as string[] };
@@ -33,8 +33,8 @@ export async function expirePhase<T>(ctx: PollContext<T>): Promise<ExceptionFact
     let expired = 0;
     const killedIds: string[] = [];
     for (const r of rows) {
-      const resolved = resolveMessage(ctx.g, r.options, r.message_key !== null, r.compacted === true).resolved;
-      const e = planExpired(r.attempts, r.delays, r.last_error, resolved, ctx.g.exceptionInitialBackoff);
+      const resolved = resolveMessage(ctx.resolution, r.options, r.message_key !== null, r.compacted === true).resolved;
+      const e = planExpired(r.attempts, r.delays, r.last_error, resolved, ctx.resolution.exceptionInitialBackoff);
       updates.push({ message_id: r.message_id, status: e.status, attempts: e.attempts, run_after_ms: e.runAfterMs, last_error: e.lastError });
       if (ctx.mode !== "off") logs.push({ message_id: r.message_id, ...e.log });
       if (e.status === "dead") killedIds.push(r.message_id);
@@ -67,7 +67,7 @@ interface Prestart {
  * them in one round trip, run, start the rest and record, in batches; release what did not start.
  */
 export async function exceptionPhase<T>(ctx: PollContext<T>): Promise<ExceptionFacts> {
-  const { db, t, o } = ctx;
+  const { db, tables: t, options: o } = ctx;
   const token = randomUUID();
   const params: statements.ReserveParams = {
     groupId: ctx.groupId, batchLimit: o.batchLimit, ...timeoutParams(ctx), ...leaseParams(ctx, leaseCap(ctx)), token,
@@ -126,15 +126,15 @@ class ExceptionRun<T> {
 
   async run(): Promise<void> {
     const { ctx, rows } = this;
-    await Promise.all(Array.from({ length: Math.min(ctx.o.concurrency, rows.length) }, () => this.worker()));
+    await Promise.all(Array.from({ length: Math.min(ctx.options.concurrency, rows.length) }, () => this.worker()));
     await Promise.all(this.recording);
     if (this.failure) {
       // Best effort: rows left reserved become selectable when the reservation expires, uncharged.
-      await statements.releaseReservations.retry(ctx.db, ctx.t, { groupId: ctx.groupId, token: this.token }).catch(() => {});
+      await statements.releaseReservations.retry(ctx.db, ctx.tables, { groupId: ctx.groupId, token: this.token }).catch(() => {});
       throw this.failure.e;
     }
     if (this.unstarted > 0) logNotStarted(ctx, this.unstarted);
-    if (this.unstarted + this.skipped > 0) await statements.releaseReservations.retry(ctx.db, ctx.t, { groupId: ctx.groupId, token: this.token });
+    if (this.unstarted + this.skipped > 0) await statements.releaseReservations.retry(ctx.db, ctx.tables, { groupId: ctx.groupId, token: this.token });
   }
 
   // A database error in one row stops new starts; running rows finish and record, the unstarted
@@ -172,12 +172,12 @@ class ExceptionRun<T> {
     if (s.kind !== "started") {
       // Resolved at start, nothing written yet: recorded under the reservation token like an outcome.
       // (The reservation's expiry is not tracked here: a lost reply on this record is "unknown".)
-      return this.record(row, plan(resolvedAtStart(s), row.attempts, row.delays, resolved, ctx.g.exceptionInitialBackoff, ctx.mode), null, -Infinity);
+      return this.record(row, plan(resolvedAtStart(s), row.attempts, row.delays, resolved, ctx.resolution.exceptionInitialBackoff, ctx.mode), null, -Infinity);
     }
     ctx.report.started++;
     const w = watchRun(ctx, key, keyToken, row.id, resolved.timeout);
     const outcome = await runHandler(ctx.handler, message(ctx, row, row.attempts, row.delays), resolved.timeout, w.onAbandon);
-    const p = plan(outcome, row.attempts, row.delays, resolved, ctx.g.exceptionInitialBackoff, ctx.mode);
+    const p = plan(outcome, row.attempts, row.delays, resolved, ctx.resolution.exceptionInitialBackoff, ctx.mode);
     // An abandoned run's key lease is not released here but when the run settles.
     this.record(row, p, w.abandoned ? null : keyToken, leaseUntil);
   }

@@ -23,13 +23,13 @@ export interface PollState extends DrainSizing {
  * SQL0050 and its leases expire as designed (docs/operations.md#timeouts).
  */
 export function pollOnce<T>(
-  client: Runtime, stream: string, group: string, handler: Handler<T>, o: PollOptions, state?: PollState,
+  client: Runtime, stream: string, group: string, handler: Handler<T>, options: PollOptions, state?: PollState,
 ): Promise<CycleReport> {
-  return withBudget(o.deadline, o.recordMargin, `poll of ${stream}/${group}`, () => cycle(client, stream, group, handler, o, state));
+  return withBudget(options.deadline, options.recordMargin, `poll of ${stream}/${group}`, () => cycle(client, stream, group, handler, options, state));
 }
 
 async function cycle<T>(
-  client: Runtime, stream: string, group: string, handler: Handler<T>, o: PollOptions, state?: PollState,
+  client: Runtime, stream: string, group: string, handler: Handler<T>, options: PollOptions, state?: PollState,
 ): Promise<CycleReport> {
   const started = now();
   const report = emptyCycleReport(stream, group);
@@ -50,13 +50,13 @@ async function cycle<T>(
       report.paused = true;
       return finish(report, started);
     }
-    if (o.deadline !== undefined && o.deadline - now() < o.recordMargin) {
+    if (options.deadline !== undefined && options.deadline - now() < options.recordMargin) {
       report.idle = true;
       return finish(report, started);
     }
     const ctx: PollContext<T> = {
-      client, db, t, stream, group, groupId: load.group_id, g: groupResolution(load.config ?? {}), mode: load.mode,
-      handler, o, report, stop: false, plain: new Map(),
+      client, db, tables: t, stream, group, groupId: load.group_id, resolution: groupResolution(load.config ?? {}), mode: load.mode,
+      handler, options, report, stop: false, plain: new Map(),
     };
     const chain = new Chain(ctx, state, after(started, STEADY_CHAIN_MS));
     let range: RangeFacts = { took: false, fenceBlocked: false, advance: false, expirable: false, reservable: false };

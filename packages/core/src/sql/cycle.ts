@@ -2,7 +2,6 @@
 // stream id only, each with its named parameters and its row type. The protocol functions they
 // call live in migrations/stream/.
 import type { ConsumerConfig, DeliveryLogMode, MessageOptions } from "../config.js";
-import type { ExceptionStepRow } from "./results.js";
 import { defineStatement } from "./statement.js";
 
 export { type Tables, tables } from "./names.js";
@@ -28,6 +27,16 @@ const deliverable = (t: { ml: string; ch: string }, low: string, high: string): 
            WHERE m.id > ${low} AND m.id <= ${high}
              AND (m.compaction_rank IS NULL OR EXISTS (
                    SELECT 1 FROM ${t.ch} h WHERE h.compaction_key = m.message_key AND h.message_id = m.id))`;
+
+/*
+ * The rules of what is due, said once for the statements here (claim_N and reserve_exceptions_N
+ * state them again in SQL): a range lease that expired, an inflight run whose lease expired, an
+ * exception row due to run (ready and past its can_run_after, or deferred; not reserved).
+ */
+const rangeExpired = (l: string): string => `${l}.expires_at < now()`;
+const runExpired = (e: string): string => `${e}.status = 'inflight' AND ${e}.lease_expires_at < now()`;
+const rowDue = (e: string): string => `((${e}.status = 'ready' AND ${e}.can_run_after <= now()) OR ${e}.status = 'deferred')
+                  AND (${e}.lease_expires_at IS NULL OR ${e}.lease_expires_at < now())`;
 
 export interface LoadRow {
   group_id: string;
@@ -57,12 +66,10 @@ export const load = defineStatement<{ streamId: string; group: string }, LoadRow
        c.claimed::text, c.committed::text, c.settled_head::text, c.pending_head::text,
        h.head::text AS head,
        c.consumer_group_id IS NOT NULL AS has_cursor,
-       EXISTS (SELECT 1 FROM ${t.cl} l WHERE l.consumer_group_id = g.id AND l.expires_at < now()) AS reclaimable,
-       EXISTS (SELECT 1 FROM ${t.eq} e WHERE e.consumer_group_id = g.id AND e.status = 'inflight'
-                  AND e.lease_expires_at < now()) AS expirable,
+       EXISTS (SELECT 1 FROM ${t.cl} l WHERE l.consumer_group_id = g.id AND ${rangeExpired("l")}) AS reclaimable,
+       EXISTS (SELECT 1 FROM ${t.eq} e WHERE e.consumer_group_id = g.id AND ${runExpired("e")}) AS expirable,
        EXISTS (SELECT 1 FROM ${t.eq} e WHERE e.consumer_group_id = g.id
-                  AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
-                  AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now())) AS reservable,
+                  AND ${rowDue("e")}) AS reservable,
        ${t.fn("cursor_target")}(g.id)::text AS target,
        (CASE WHEN g.paused OR c.consumer_group_id IS NULL
                   OR (h.head <= c.settled_head AND c.pending_head <= c.settled_head AND c.claimed = c.settled_head)
@@ -198,6 +205,16 @@ export interface RecordFlagsRow {
 }
 
 /**
+ * Whether a record row ends a drain's chain (docs/poll-cycle.md#due-rows-and-the-chain): the
+ * record did not land, or the group is paused, or has a range to reclaim, runs to expire, or due
+ * rows when the range recorded was keyed (`pastDue` false). claim_N applies the same rule before
+ * it claims.
+ */
+export function recordEndsChain(row: RecordFlagsRow, pastDue: boolean): boolean {
+  return !row.recorded || row.paused === true || row.reclaimable === true || row.expirable === true || (row.reservable === true && !pastDue);
+}
+
+/**
  * A keyed chain's previous range recorded and the next range's first keys taken, in one statement
  * (docs/poll-cycle.md#keyed-ranges-claimed-ahead): the record (as recordRange; the key token and a
  * JSON array of its keys to release, or "all"), then the take (as takeKeys). The first row is the
@@ -256,9 +273,9 @@ export interface LeaseRow {
 }
 
 export const lockExpiredRange = defineStatement<{ groupId: string }, LeaseRow>(["groupId"], (t, p) =>
-  `SELECT token::text, low::text, high::text, reclaims, released FROM ${t.cl}
-           WHERE consumer_group_id = ${p.groupId} AND expires_at < now()
-           ORDER BY low LIMIT 1 FOR UPDATE SKIP LOCKED`);
+  `SELECT l.token::text, l.low::text, l.high::text, l.reclaims, l.released FROM ${t.cl} l
+           WHERE l.consumer_group_id = ${p.groupId} AND ${rangeExpired("l")}
+           ORDER BY l.low LIMIT 1 FOR UPDATE SKIP LOCKED`);
 
 /** The messages of (low, high] this group would deliver (the compaction read filter). */
 export const readRange = defineStatement<{ low: string; high: string }, MessageRow>(["low", "high"], (t, p) =>
@@ -330,7 +347,7 @@ export const lockExpiredRuns = defineStatement<{ groupId: string }, ExpiredRunRo
   `SELECT e.message_id::text AS message_id, e.attempts, e.delays, e.last_error, e.message_key,
                  m.options, m.compaction_rank IS NOT NULL AS compacted
             FROM ${t.eq} e LEFT JOIN ${t.ml} m ON m.id = e.message_id
-           WHERE e.consumer_group_id = ${p.groupId} AND e.status = 'inflight' AND e.lease_expires_at < now()
+           WHERE e.consumer_group_id = ${p.groupId} AND ${runExpired("e")}
            ORDER BY e.message_id LIMIT 1000
            FOR UPDATE OF e SKIP LOCKED`);
 
@@ -381,6 +398,15 @@ export const reserveExceptions = defineStatement<ReserveParams, Omit<ReservedRow
                  compaction_rank::text AS compaction_rank, created_at, kind, reason, ref::text AS ref,
                  key_token::text AS key_token, run_ms::float8 AS run_ms
             FROM ${t.fn("reserve_exceptions")}(${p.groupId}, ${p.batchLimit}, ${p.timeoutDefault}, ${p.timeoutMin}, ${p.timeoutMax}, ${p.concurrency}, ${p.recordMargin}, ${p.leaseCapMs}, ${p.token}, ${p.startNow}, ${p.budgetMs}, ${p.abandonedKeys}::text[], ${p.repeat})`);
+
+/** One row of exception_step_N's answer: a start's or a record's result for one message. */
+export interface ExceptionStepRow {
+  step: string;
+  message_id: string;
+  kind: string;
+  reason: string | null;
+  ref: string | null;
+}
 
 /**
  * One round trip of the exception phase (docs/poll-cycle.md#the-exception-phase): records the

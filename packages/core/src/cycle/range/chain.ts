@@ -80,7 +80,7 @@ export class Chain<T> {
     const { ctx } = this;
     if (this.drain?.sizer === undefined || this.sample?.full !== true || ctx.stop || aborted(ctx)) return false;
     if (now() >= this.until) return false;
-    return ctx.o.deadline === undefined || ctx.o.deadline - now() >= 2 * ctx.o.recordMargin;
+    return ctx.options.deadline === undefined || ctx.options.deadline - now() >= 2 * ctx.options.recordMargin;
   }
 
   /** How long beyond its run a first key lease lasts: a chain's leases pass from range to range (docs/ordering.md#key-leases). */
@@ -108,7 +108,7 @@ export class Chain<T> {
     const { drain } = this;
     if (drain?.sizer === undefined || this.sample === undefined) return;
     drain.sizer.observe(this.sample);
-    this.ctx.o.batchLimit = drain.sizer.size;
+    this.ctx.options.batchLimit = drain.sizer.size;
     this.sample = drain.sample = emptySample();
   }
 
@@ -153,7 +153,7 @@ function rangeOf<T>(ctx: PollContext<T>, chain: Chain<T>, claim: Claimed): Range
  */
 async function runClaimed<T>(ctx: PollContext<T>, chain: Chain<T>, claim: Claimed, unsent: UnsentRecord<T> | null): Promise<Step<T>> {
   ctx.report.rangesClaimed++;
-  if (chain.sample) chain.sample.full = big(claim.range.high) - big(claim.range.low) >= BigInt(ctx.o.batchLimit);
+  if (chain.sample) chain.sample.full = big(claim.range.high) - big(claim.range.low) >= BigInt(ctx.options.batchLimit);
   const run = rangeOf(ctx, chain, claim);
   if (run === null) {
     if (unsent !== null) chain.note(await unsent.run.record(false));
@@ -163,7 +163,7 @@ async function runClaimed<T>(ctx: PollContext<T>, chain: Chain<T>, claim: Claime
   const t0 = now();
   let ahead: Promise<Settled<Claimed | null>> | null = null;
   let taking: Promise<Settled<void>> | null = null;
-  if (run.keyed) {
+  if (run.takesKeys) {
     // A keyed range takes its first keys with the unsent record (docs/poll-cycle.md#keyed-ranges-claimed-ahead);
     // the claim ahead carries no record, and goes out at the same time (after the take, so on a
     // single connection it runs while the handlers do, not before them).
@@ -272,7 +272,7 @@ async function takeFirstKeys<T>(ctx: PollContext<T>, chain: Chain<T>, run: Range
   const passed = run.keys.adopt(unsent.run.keys);
   const take = run.keys.firstTake(run.units, chain.headroom(passed), run.outlives);
   const retry = { retried: false };
-  const r = await statements.recordTakeKeys.retry(ctx.db, ctx.t, {
+  const r = await statements.recordTakeKeys.retry(ctx.db, ctx.tables, {
     recordToken: rec.token, ...rowsJson(rec.rows), recordKeyToken: rec.keys.token, releasedKeys: passed ? null : releaseJson(rec.keys),
     ...run.keys.takeParams(take, run.range.low, run.range.high),
   }, retry);
@@ -283,6 +283,6 @@ async function takeFirstKeys<T>(ctx: PollContext<T>, chain: Chain<T>, run: Range
   // Anything to reclaim or expire, a pause, or due rows after a keyed range ends the chain, as
   // after a record that claims, so the poll's exception phase (or the next poll's load) sees to
   // it once the ranges already claimed have run.
-  if (!facts.landed || row.paused || row.reclaimable || row.expirable || (row.reservable && !rec.pastDue)) chain.end();
+  if (statements.recordEndsChain(row, rec.pastDue)) chain.end();
   run.keys.took(take, r.rows.slice(1), run.expiry);
 }

@@ -29,8 +29,8 @@ export function claimParams<T>(
   ctx: PollContext<T>, token: string, from: { head: string; obs: string } | null, rec: RecordParams | null, pastDue: boolean,
 ): ClaimParams {
   return {
-    groupId: ctx.groupId, batchLimit: ctx.o.batchLimit, head: from?.head ?? null, observation: from?.obs ?? null, token,
-    ...timeoutParams(ctx), ...leaseParams(ctx, rangeLeaseCap(ctx)), batchBytes: ctx.o.batchBytes, ...(rec ?? NO_RECORD), pastDue,
+    groupId: ctx.groupId, batchLimit: ctx.options.batchLimit, head: from?.head ?? null, observation: from?.obs ?? null, token,
+    ...timeoutParams(ctx), ...leaseParams(ctx, rangeLeaseCap(ctx)), batchBytes: ctx.options.batchBytes, ...(rec ?? NO_RECORD), pastDue,
   };
 }
 
@@ -42,8 +42,8 @@ export function claimParams<T>(
 export async function sendClaim<T>(ctx: PollContext<T>, p: ClaimParams): Promise<{ answer: ClaimAnswer; retried: boolean }> {
   let read: statements.ClaimedMessageRow[] = [];
   const readParams = { groupId: ctx.groupId, token: p.token, batchLimit: p.batchLimit };
-  return statements.claim.retryOrRecover(ctx.db, ctx.t, p, () => ownClaim(ctx, p.token), (r) => decodeClaim(r.rows, read), {
-    text: statements.claimRead.sql(ctx.t),
+  return statements.claim.retryOrRecover(ctx.db, ctx.tables, p, () => ownClaim(ctx, p.token), (r) => decodeClaim(r.rows, read), {
+    text: statements.claimRead.sql(ctx.tables),
     values: statements.claimRead.values(readParams),
     join: (claim, messages) => {
       read = messages.rows as statements.ClaimedMessageRow[];
@@ -64,7 +64,7 @@ export async function freshClaim<T>(ctx: PollContext<T>, load: { head: string; o
     // transaction of this stream's producers is still open (docs/poll-cycle.md#the-fence). They
     // are usually milliseconds from committing, so ask again a few times before giving up.
     if (answer.range !== null || wait >= FENCE_WAITS_MS.length || ctx.stop || aborted(ctx)) break;
-    if (ctx.o.deadline !== undefined && ctx.o.deadline - now() < ctx.o.recordMargin + FENCE_WAITS_MS[wait]) break;
+    if (ctx.options.deadline !== undefined && ctx.options.deadline - now() < ctx.options.recordMargin + FENCE_WAITS_MS[wait]) break;
     await sleep(FENCE_WAITS_MS[wait]);
   }
   if (answer.range === null) {
@@ -91,7 +91,7 @@ export async function claimAhead<T>(ctx: PollContext<T>): Promise<Claimed | null
 async function ownClaim<T>(ctx: PollContext<T>, token: string): Promise<ClaimAnswer | null> {
   // One attempt each: this runs inside the claim's own retries, which try it again after their
   // next pause (retrying here too would multiply the time a poll waits out an outage).
-  const { db, t } = ctx;
+  const { db, tables: t } = ctx;
   const own = await statements.leaseByToken.query(db, db.pool, t, { groupId: ctx.groupId, token });
   if (own.rowCount === 0) return null;
   const { low, high, left_ms } = own.rows[0];

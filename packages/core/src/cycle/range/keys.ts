@@ -86,7 +86,7 @@ export class KeyLeases<T> {
   }
 
   /** Whether keyed members hold their leases under this token. */
-  get keyed(): boolean {
+  get takesKeys(): boolean {
     return this.token !== null;
   }
 
@@ -164,7 +164,7 @@ export class KeyLeases<T> {
     this.states.set(k, ks);
     const ms = runLeaseMs(ctx, m.resolved.timeout);
     const at = now();
-    const r = await statements.takeKey.retry(ctx.db, ctx.t, {
+    const r = await statements.takeKey.retry(ctx.db, ctx.tables, {
       groupId: ctx.groupId, key: k, keyToken: this.token as string, ms, messageId: m.id,
       ordered: m.resolved.concurrency === "ordered", low, high, compacted: m.compaction_rank !== null,
     });

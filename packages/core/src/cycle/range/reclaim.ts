@@ -61,7 +61,7 @@ function countReclaim<T>(ctx: PollContext<T>, taken: Takeover): void {
 async function takeOver<T>(
   ctx: PollContext<T>, c: pg.PoolClient, token: string, first: FirstFound | null, found: { first: FirstFound | null },
 ): Promise<Takeover> {
-  const { db, t, groupId } = ctx;
+  const { db, tables: t, groupId } = ctx;
   if (first !== null) {
     const repeat = await ownTakeover(ctx, c, token, first);
     if (repeat !== null) return repeat;
@@ -73,7 +73,7 @@ async function takeOver<T>(
   // Decided from ids, options and keys only: a range whose payloads crash the process (out of
   // memory) is still counted and quarantined (docs/poll-cycle.md#the-byte-bound).
   const msgs = (await statements.readRangeIds.query(db, c, t, { low: lease.low, high: lease.high })).rows;
-  const quarantineIt = reclaims >= ctx.g.maxRangeReclaims || msgs.length === 0;
+  const quarantineIt = reclaims >= ctx.resolution.maxRangeReclaims || msgs.length === 0;
   found.first = { token: lease.token, low: lease.low, high: lease.high, released: lease.released, quarantine: quarantineIt };
   if (quarantineIt) {
     if (msgs.length > 0) await quarantine(ctx, c, msgs);
@@ -93,7 +93,7 @@ async function takeOver<T>(
  * neither, so the repeat reclaims afresh.
  */
 async function ownTakeover<T>(ctx: PollContext<T>, c: pg.PoolClient, token: string, first: FirstFound): Promise<Takeover | null> {
-  const { db, t, groupId } = ctx;
+  const { db, tables: t, groupId } = ctx;
   const own = await statements.leaseByToken.query(db, c, t, { groupId, token });
   if (own.rowCount !== 0) {
     const o = own.rows[0];
@@ -114,9 +114,9 @@ async function ownTakeover<T>(ctx: PollContext<T>, c: pg.PoolClient, token: stri
 
 /** The payloads are read only once the takeover (and its reclaim count) has committed; then the range runs alone. */
 async function runReclaimed<T>(ctx: PollContext<T>, chain: Chain<T>, range: LeasedRange, sentAt: MonotonicMs): Promise<Facts> {
-  range.msgs = (await statements.readRange.retry(ctx.db, ctx.t, { low: range.low, high: range.high })).rows;
+  range.msgs = (await statements.readRange.retry(ctx.db, ctx.tables, { low: range.low, high: range.high })).rows;
   if (range.msgs.length === 0) {
-    await statements.deleteRange.retry(ctx.db, ctx.t, { groupId: ctx.groupId, token: range.token });
+    await statements.deleteRange.retry(ctx.db, ctx.tables, { groupId: ctx.groupId, token: range.token });
     return { ...NO_FACTS, advance: true };
   }
   const run = new RangeRun(ctx, range, sentAt, chain.sample);
@@ -128,7 +128,7 @@ async function runReclaimed<T>(ctx: PollContext<T>, chain: Chain<T>, range: Leas
 }
 
 async function quarantine<T>(ctx: PollContext<T>, c: pg.PoolClient, msgs: statements.MessageRow[] | Omit<statements.MessageRow, "payload" | "created_at">[]): Promise<void> {
-  const { db, t, groupId } = ctx;
+  const { db, tables: t, groupId } = ctx;
   const rows = msgs.map((m) => ({ message_id: m.id, message_key: m.message_key, concurrency: resolve(ctx, m).concurrency }));
   const ins = await statements.quarantineRows.query(db, c, t, { groupId, rows: JSON.stringify(rows), error: QUARANTINE_TEXT });
   if (ctx.mode !== "off" && ins.rows.length > 0) {

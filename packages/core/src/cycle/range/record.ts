@@ -62,7 +62,7 @@ export function rowsOf<T>(ctx: PollContext<T>, recorded: RangeMessage[], outcome
       out.plainSuccesses++;
       continue;
     }
-    const p = plan(o, 0, 0, m.resolved, ctx.g.exceptionInitialBackoff, ctx.mode);
+    const p = plan(o, 0, 0, m.resolved, ctx.resolution.exceptionInitialBackoff, ctx.mode);
     out.plans.push([m, p]);
     if (p.row.status !== "delete" && p.row.status !== "superseded") {
       out.exceptions.push({
@@ -102,7 +102,7 @@ export async function recordLost<T>(ctx: PollContext<T>, range: RecordedRange, k
   lostLease(ctx, `range (${range.low}, ${range.high}]`);
   const recordKeys = keyLeaseJson(keys);
   if (recordKeys !== null) {
-    await statements.recordRange.retry(ctx.db, ctx.t, {
+    await statements.recordRange.retry(ctx.db, ctx.tables, {
       groupId: ctx.groupId, recordToken: randomUUID(), keepFrom: null, newToken: null, recordExceptions: "[]", recordDeliveries: "[]", recordKeys,
     });
   }
@@ -116,7 +116,7 @@ export async function recordLost<T>(ctx: PollContext<T>, range: RecordedRange, k
 export async function recordAlone<T>(ctx: PollContext<T>, range: RecordedRange, rec: RangeRecord, keepFrom: string | null): Promise<Facts> {
   const newToken = keepFrom !== null ? randomUUID() : null;
   const retry: RetryState = { retried: false };
-  const r = await statements.recordRange.retry(ctx.db, ctx.t, { groupId: ctx.groupId, keepFrom, newToken, ...recordParams(rec) }, retry);
+  const r = await statements.recordRange.retry(ctx.db, ctx.tables, { groupId: ctx.groupId, keepFrom, newToken, ...recordParams(rec) }, retry);
   const committed = r.rows[0].committed;
   if (committed === null) return recordMissing(ctx, range, rec.rows, retry, newToken);
   ctx.report.committedAfter = committed;
@@ -171,7 +171,7 @@ async function recordMissing<T>(ctx: PollContext<T>, range: RecordedRange, rows:
 async function ownRecord<T>(ctx: PollContext<T>, range: RecordedRange, newToken: string | null): Promise<"mine" | "lost" | "unknown"> {
   const answeredAt = now();
   if (newToken !== null) {
-    const rest = await statements.leaseByToken.retry(ctx.db, ctx.t, { groupId: ctx.groupId, token: newToken });
+    const rest = await statements.leaseByToken.retry(ctx.db, ctx.tables, { groupId: ctx.groupId, token: newToken });
     if (rest.rowCount !== 0) return "mine";
   }
   if (answeredAt < range.leaseExpiry) return "mine";

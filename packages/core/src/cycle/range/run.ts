@@ -73,12 +73,12 @@ export class RangeRun<T> {
     this.units = chains(this.msgs);
     this.keys = new KeyLeases(ctx, this.msgs.some(keyedMember));
     this.leaseExpiry = after(sentAt, range.leaseMs);
-    this.slack = Math.min(250, ctx.o.recordMargin / 4);
+    this.slack = Math.min(250, ctx.options.recordMargin / 4);
   }
 
   /** Whether any member is keyed (exclusive or ordered with a key): its chains take key leases. */
-  get keyed(): boolean {
-    return this.keys.keyed;
+  get takesKeys(): boolean {
+    return this.keys.takesKeys;
   }
 
   get expiry(): MonotonicMs {
@@ -92,7 +92,7 @@ export class RangeRun<T> {
   }
 
   /** Whether a run of `timeout` started at `at` (now by default) would end after `expiry`. */
-  outlives = (timeout: number, expiry: MonotonicMs, at = now()): boolean => at + timeout + this.ctx.o.recordMargin - this.slack > expiry;
+  outlives = (timeout: number, expiry: MonotonicMs, at = now()): boolean => at + timeout + this.ctx.options.recordMargin - this.slack > expiry;
 
   /**
    * The key leases of the chains' first members in one round trip, each covering one run (+
@@ -101,10 +101,10 @@ export class RangeRun<T> {
    */
   async takeFirstKeys(headroom: number): Promise<void> {
     const { ctx } = this;
-    if (!this.keyed || ctx.stop || aborted(ctx)) return;
+    if (!this.takesKeys || ctx.stop || aborted(ctx)) return;
     const take = this.keys.firstTake(this.units, headroom, this.outlives);
     if (take.wanted.length > 0) {
-      const r = await statements.takeKeys.retry(ctx.db, ctx.t, this.keys.takeParams(take, this.range.low, this.range.high));
+      const r = await statements.takeKeys.retry(ctx.db, ctx.tables, this.keys.takeParams(take, this.range.low, this.range.high));
       this.keys.took(take, r.rows, this.leaseExpiry);
     }
     this.keys.asked = true;
@@ -120,7 +120,7 @@ export class RangeRun<T> {
       }
       const ms = runLeaseMs(ctx, timeout);
       const at = now();
-      this.extending = statements.extendRange.retry(ctx.db, ctx.t, { groupId: ctx.groupId, token: this.range.token, ms }).then((r) => {
+      this.extending = statements.extendRange.retry(ctx.db, ctx.tables, { groupId: ctx.groupId, token: this.range.token, ms }).then((r) => {
         if (r.rowCount === 0) return false;
         this.leaseExpiry = Math.max(this.leaseExpiry, at + ms) as MonotonicMs;
         return true;
@@ -128,7 +128,7 @@ export class RangeRun<T> {
       const ok = await this.extending;
       this.extending = null;
       if (!ok) return false;
-      if (at + ms < now() + timeout + ctx.o.recordMargin) return true; // capped by the deadline: nothing more to gain
+      if (at + ms < now() + timeout + ctx.options.recordMargin) return true; // capped by the deadline: nothing more to gain
     }
     return true;
   }
@@ -154,7 +154,7 @@ export class RangeRun<T> {
         }
       }
     };
-    await Promise.all(Array.from({ length: Math.min(ctx.o.concurrency, units.length) }, worker));
+    await Promise.all(Array.from({ length: Math.min(ctx.options.concurrency, units.length) }, worker));
     return failure;
   }
 
@@ -201,7 +201,7 @@ export class RangeRun<T> {
       if (outcome instanceof Promise) outcome = await outcome;
       this.outcomes.set(m.id, outcome);
       if (outcome.kind === "success" || outcome.kind === "superseded") continue;
-      const p = plan(outcome, 0, 0, m.resolved, this.ctx.g.exceptionInitialBackoff, this.ctx.mode);
+      const p = plan(outcome, 0, 0, m.resolved, this.ctx.resolution.exceptionInitialBackoff, this.ctx.mode);
       if (p.row.status !== "dead") blockedBy ??= m.id;
     }
   }
@@ -257,7 +257,7 @@ export class RangeRun<T> {
   }
 
   private recordOf(recorded: RangeMessage[]): RangeRecord {
-    return { token: this.range.token, rows: rowsOf(this.ctx, recorded, this.outcomes), keys: this.keys.release(), pastDue: !this.keyed };
+    return { token: this.range.token, rows: rowsOf(this.ctx, recorded, this.outcomes), keys: this.keys.release(), pastDue: !this.takesKeys };
   }
 
   /**
