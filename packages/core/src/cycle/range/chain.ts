@@ -161,21 +161,7 @@ async function runClaimed<T>(ctx: PollContext<T>, chain: Chain<T>, claim: Claime
     return { next: null, unsent: null };
   }
   const t0 = now();
-  let ahead: Promise<Settled<Claimed | null>> | null = null;
-  let taking: Promise<Settled<void>> | null = null;
-  if (run.takesKeys) {
-    // A keyed range takes its first keys with the unsent record (docs/poll-cycle.md#keyed-ranges-claimed-ahead);
-    // the claim ahead carries no record, and goes out at the same time (after the take, so on a
-    // single connection it runs while the handlers do, not before them).
-    taking = settled(takeFirstKeys(ctx, chain, run, unsent));
-    if (chain.mayClaimAhead(run)) ahead = settled(claimAhead(ctx));
-  } else if (chain.mayClaimAhead(run)) {
-    // The claim ahead carries the unsent record; without it, the unsent record goes first, alone.
-    ahead = settled(unsent ? recordAndClaim(ctx, chain, unsent, false) : claimAhead(ctx));
-  } else if (unsent !== null) chain.note(await unsent.run.record(false));
-  // One turn of the event loop puts the statements on the wire before handlers that return
-  // synchronously hold the thread for the whole range.
-  if (ahead !== null || taking !== null) await new Promise(setImmediate);
+  const { ahead, taking } = await sendAlongside(ctx, chain, run, unsent);
   const took = taking === null ? null : await taking;
   if (took !== null && !took.ok) {
     // Nothing of this range ran: a range claimed ahead behind it is released unstarted too.
@@ -187,6 +173,30 @@ async function runClaimed<T>(ctx: PollContext<T>, chain: Chain<T>, claim: Claime
   chain.ran(now() - t0);
   if (ahead === null) return recordThenNext(ctx, chain, run, failure);
   return afterAhead(ctx, chain, run, failure, await ahead);
+}
+
+/** What goes out as a range starts: its first key take (with the unsent record) and the claim ahead. */
+interface Alongside {
+  ahead: Promise<Settled<Claimed | null>> | null;
+  taking: Promise<Settled<void>> | null;
+}
+
+async function sendAlongside<T>(ctx: PollContext<T>, chain: Chain<T>, run: RangeRun<T>, unsent: UnsentRecord<T> | null): Promise<Alongside> {
+  const out: Alongside = { ahead: null, taking: null };
+  if (run.takesKeys) {
+    // A keyed range takes its first keys with the unsent record (docs/poll-cycle.md#keyed-ranges-claimed-ahead);
+    // the claim ahead carries no record, and goes out at the same time (after the take, so on a
+    // single connection it runs while the handlers do, not before them).
+    out.taking = settled(takeFirstKeys(ctx, chain, run, unsent));
+    if (chain.mayClaimAhead(run)) out.ahead = settled(claimAhead(ctx));
+  } else if (chain.mayClaimAhead(run)) {
+    // The claim ahead carries the unsent record; without it, the unsent record goes first, alone.
+    out.ahead = settled(unsent ? recordAndClaim(ctx, chain, unsent, false) : claimAhead(ctx));
+  } else if (unsent !== null) chain.note(await unsent.run.record(false));
+  // One turn of the event loop puts the statements on the wire before handlers that return
+  // synchronously hold the thread for the whole range.
+  if (out.ahead !== null || out.taking !== null) await new Promise(setImmediate);
+  return out;
 }
 
 /** After a range with nothing claimed ahead: recorded with the next claim when the chain goes on, else alone. */
