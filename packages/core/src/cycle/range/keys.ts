@@ -90,14 +90,15 @@ export class KeyLeases<T> {
     return this.token !== null;
   }
 
-  /**
-   * The keys whose leases a record releases (under the token). An abandoned run's key lease is
-   * renewed, then released when the run settles (abandoned.ts), so it is not released here.
-   */
+  /** The key leases a record releases: the token, its keys, and whether an abandoned run keeps one. */
   release(): KeyRelease {
     return { token: this.token, keys: this.released(), all: this.abandoned.size === 0 };
   }
 
+  /**
+   * The keys held under the token but those of abandoned runs: an abandoned run's key lease is
+   * renewed, then released when the run settles (abandoned.ts), so a record does not release it.
+   */
   private released(): string[] {
     if (this.abandoned.size > 0) this.held = this.held.filter((k) => !this.abandoned.has(k));
     return this.held;
