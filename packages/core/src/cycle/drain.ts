@@ -7,7 +7,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { now } from "../clock.js";
 import { type PollState, pollOnce } from "./poll.js";
 import { RangeSizer, SIZER_CEILING, SIZER_START, emptySample } from "./sizer.js";
-import { type CycleReport, type Handler, emptyReport, mergeReports } from "./types.js";
+import { type CycleReport, type Handler, emptyCycleReport, mergeReports } from "./types.js";
 
 /** How long a drain keeps asking while the snapshot fence waits for an open write transaction. */
 const FENCE_PATIENCE_MS = 2_000;
@@ -21,7 +21,7 @@ export async function drainGroup<T>(
   client: Runtime, stream: string, group: string, handler: Handler<T>, o: ResolvedPollOptions, batchLimitGiven: boolean,
 ): Promise<CycleReport> {
   const started = now();
-  let total = emptyReport(stream, group);
+  let total = emptyCycleReport(stream, group);
   // Without a batchLimit the range size starts at 10 and may grow to 1 000; an explicit
   // batchLimit is where it starts and the most it takes. Range leases are bounded so a crash is
   // recovered promptly.

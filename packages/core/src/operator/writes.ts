@@ -94,7 +94,7 @@ export async function redrive(ref: GroupRef, selector: RedriveSelector, opts: Ba
       await query(db, c, Admin.redriveRows(t), [groupId, JSON.stringify(upd)]);
       if (mode !== "off") {
         const logs = live.map((x) => ({ message_id: x.message_id, attempt: x.attempts, status: "redriven", error: `redriven: ${b.reason}` }));
-        await query(db, c, insertDeliveryLog(t), [groupId, JSON.stringify(logs)]);
+        await insertDeliveryLog.query(db, c, t, { groupId, rows: JSON.stringify(logs) });
       }
     }
     return live.length;

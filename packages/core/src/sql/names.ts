@@ -14,6 +14,43 @@ export const FAMILY_TABLES = [
 ] as const;
 export type FamilyTable = (typeof FAMILY_TABLES)[number];
 
+/** The quoted names of one stream's tables and functions (docs/data-model.md#names), built once per (schema, stream id). */
+export interface Tables {
+  /** The quoted schema. */
+  q: string;
+  ml: string;
+  eq: string;
+  dl: string;
+  cur: string;
+  cl: string;
+  kl: string;
+  ch: string;
+  fn: (name: string) => string;
+}
+
+const cache = new Map<string, Tables>();
+
+/** The table names of one stream, built once per (schema, stream id). */
+export function tables(q: string, n: string): Tables {
+  const k = `${q}.${n}`;
+  let t = cache.get(k);
+  if (!t) {
+    t = {
+      q,
+      ml: table(q, n, "message_log"),
+      eq: table(q, n, "exception_queue"),
+      dl: table(q, n, "delivery_log"),
+      cur: table(q, n, "consumer_group_cursor"),
+      cl: table(q, n, "claim_lease"),
+      kl: table(q, n, "message_key_lease"),
+      ch: table(q, n, "compaction_head"),
+      fn: (name) => table(q, n, name),
+    };
+    cache.set(k, t);
+  }
+  return t;
+}
+
 export function streamIdText(id: string | number | bigint): string {
   const s = String(id);
   if (!/^[1-9][0-9]{0,18}$/.test(s)) throw new Error(`invalid stream id ${s}`);
