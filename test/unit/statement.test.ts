@@ -51,6 +51,6 @@ describe("defineStatement", () => {
       recordExceptions: null, recordDeliveries: null, recordKeys: null, pastDue: false,
     };
     expect(cycle.claim.values(p)).toEqual(["1", 10, "5", "9", "tok", 30_000, null, 60_000, 2, 2_000, null, 1024, null, null, null, null, false]);
-    expect(cycle.claim.sql(t)).toContain('FROM "s".claim_7($1, $2, $3, $4::xid8, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15::jsonb, $16::jsonb, $17, false)');
+    expect(cycle.claim.sql(t)).toContain('FROM "s".claim_7($1, $2, $3, $4::xid8, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15::jsonb, $16::jsonb, $17)');
   });
 });
