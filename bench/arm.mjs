@@ -1,18 +1,24 @@
 // Runs ONE arm in a fresh process (spawned by bench/run.mjs) against the database it was given,
 // and prints its result as one line `BENCH_RESULT {...}` on stdout. A fresh process per arm keeps
 // one arm's timers, pools, JIT state and garbage out of the next arm's figures.
-import { floorInsert, floorRead, floorReadSetup, floorReadTwo } from "./arms/floors.mjs";
+import { floorCopy, floorInsert, floorRead, floorReadSetup, floorReadTwo } from "./arms/floors.mjs";
 import { graphileWorker, graphileWorker18, pgBoss, pgBoss12 } from "./arms/peers.mjs";
-import { enableProfiling, setBenchDatabase } from "./lib/common.mjs";
+import { enableProfiling, setBenchDatabase, setPayloadShape } from "./lib/common.mjs";
 
 const ours = () => import("./arms/ours.mjs");
 const curve = () => import("./arms/curve.mjs");
 const intx = () => import("./arms/intx.mjs");
+const pgq = () => import("./arms/pgq.mjs");
+const streams = () => import("./arms/streams.mjs");
+const latencyArms = () => import("./arms/latency.mjs");
 
 export const ARMS = {
   "floor-insert": { run: floorInsert },
   "floor-read": { setup: floorReadSetup, run: floorRead },
   "floor-read-2x": { setup: floorReadSetup, run: floorReadTwo },
+  "floor-copy": { setup: floorReadSetup, run: floorCopy },
+  pgq: { run: async (ctx) => (await pgq()).pgqArm(ctx) },
+  streams: { run: async (ctx) => (await streams()).streamsArm(ctx) },
   produce: { run: async (ctx) => (await ours()).produce(ctx) },
   consume: { run: async (ctx) => (await ours()).consume(ctx) },
   "consume-defaults": { run: async (ctx) => (await ours()).consume({ ...ctx, defaults: true }) },
@@ -20,7 +26,7 @@ export const ARMS = {
   "produce-consume": { run: async (ctx) => (await ours()).produceConsume(ctx) },
   ordered: { run: async (ctx) => (await ours()).ordered(ctx) },
   failing: { run: async (ctx) => (await ours()).failing(ctx) },
-  latency: { run: async (ctx) => (await ours()).latency(ctx) },
+  latency: { run: async (ctx) => (await latencyArms()).latencyArm(ctx) },
   "consume-10k": { run: async (ctx) => (await curve()).consumeCurve(ctx) },
   "consume-100k": { run: async (ctx) => (await curve()).consumeCurve(ctx) },
   "consume-1m": { run: async (ctx) => (await curve()).consumeCurve(ctx) },
@@ -38,6 +44,7 @@ async function main() {
   ctx.errors = [];
   if (ctx.profile) enableProfiling(ctx.arm);
   setBenchDatabase(ctx.dbName, ctx.nice ?? null);
+  setPayloadShape(ctx.shape);
   const arm = ARMS[ctx.arm];
   if (!arm) throw new Error(`unknown arm ${ctx.arm}`);
   if (arm.setup) await arm.setup(ctx);

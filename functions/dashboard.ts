@@ -1,7 +1,7 @@
 // Lambda entry point: the operator dashboard behind a Function URL with IAM auth, declared when
 // sst.config.ts is deployed with SQLSTREAMS_DASHBOARD set (docs/operations.md#dashboard).
-// Read-only unless SQLSTREAMS_DASHBOARD_READ_ONLY is explicitly 0/false/no.
+// Read-only unless SQLSTREAMS_DASHBOARD_READ_WRITE is exactly 1/true/yes (an unreadable value
+// fails the cold start with SQL0091).
 import { createDashboardHandler } from "@sqlstreams/aws";
 
-const flag = (process.env.SQLSTREAMS_DASHBOARD_READ_ONLY ?? "").trim().toLowerCase();
-export const handler = createDashboardHandler({ readOnly: !["0", "false", "no"].includes(flag) });
+export const handler = createDashboardHandler();

@@ -87,31 +87,6 @@ describe("ranges bounded by bytes (batchBytes)", () => {
     expect(got).toEqual(more);
   });
 
-  it("claim_N called as clients before stream version 17 call it (17 arguments) still answers with its messages, bound and all", async () => {
-    // docs/poll-cycle.md#the-claims-answer: during a rolling deploy, functions still running the
-    // previous version claim on a migrated stream; their claim must still carry the messages.
-    const t = testClient(url());
-    const { s, sid, gid } = await setupGroup(t, "bytes.old-client");
-    const ids = (await s.produceBatch([
-      { payload: { s: "a".repeat(3_000) } },
-      { payload: { s: "b".repeat(3_000) } },
-      { payload: { s: "c".repeat(3_000) } },
-    ])).map((r) => r.id);
-    // An observation taken after the produce committed, as a poll's load takes one.
-    const [{ obs }] = await t.sql<{ obs: string }>("SELECT pg_current_xact_id()::text AS obs");
-    const rows = await t.sql<{ low: string | null; high: string | null; id: string | null; payload: string | null; lease_ms: number | null }>(
-      `SELECT r_low::text AS low, r_high::text AS high, id::text AS id, payload, lease_ms::float8 AS lease_ms
-         FROM sqlstreams.claim_${sid}($1, 100, $2, $3::xid8, gen_random_uuid(), 1000, 100, 1000, 1, 2000, NULL, 7000, NULL, NULL, NULL, NULL, false)`,
-      [gid, ids[2], obs],
-    );
-    // The first two messages (the third would pass 7,000 bytes), then the header of (0, second id].
-    expect(rows.map((r) => r.id)).toEqual([ids[0], ids[1], null]);
-    expect(JSON.parse(rows[0].payload as string)).toEqual({ s: "a".repeat(3_000) });
-    expect(rows[2]).toMatchObject({ low: "0", high: ids[1] });
-    expect(rows[2].lease_ms).toBeGreaterThan(0);
-    expect(await count(t, `claim_lease_${sid}`)).toBe(1);
-  });
-
   it("a 128 MB heap drains 16 messages of about 4.5 MB each (a child process with --max-old-space-size=128)", async () => {
     const t = testClient(url());
     const { s, sid, gid } = await setupGroup(t, "bytes.big", { stream: { maxPayloadBytes: 8 * 1_048_576 } });

@@ -130,8 +130,9 @@ describe("sqlstreams dev", () => {
     await child.waitFor((m) => m.event === "dev.progress", { timeoutMs: 60_000 });
     // dev serves the operator dashboard on loopback and prints its URL.
     const dashboard = child.messages.find((m) => m.event === "dev.dashboard");
-    expect(String(dashboard?.url)).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/$/);
-    const page = await fetch(String(dashboard?.url));
+    expect(String(dashboard?.url)).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/\?token=[A-Za-z0-9_-]{43}$/);
+    const printed = new URL(String(dashboard?.url));
+    const page = await fetch(`${printed.origin}/`, { headers: { authorization: `Bearer ${printed.searchParams.get("token")}` } });
     expect(page.status).toBe(200);
     expect(await page.text()).toContain("Streams and consumer groups");
     const exit = await (async () => {

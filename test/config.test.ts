@@ -352,7 +352,8 @@ describe("classification and error texts (docs/exception-lifecycle.md#running-a-
   it("Delay and Permanent classify the same returned or thrown", () => {
     for (const threw of [false, true]) {
       expect(classify(Delay(1_500), threw)).toEqual({ kind: "delay", ms: 1_500, error: "SQL0025 delayed: run again in 1500 ms" });
-      expect(classify(Delay(-5), threw)).toEqual({ kind: "delay", ms: 0, error: "SQL0025 delayed: run again in 0 ms" });
+      expect(classify(Delay(-5), threw)).toEqual({ kind: "delay", ms: 1_000, error: "SQL0025 delayed: run again in 1000 ms" });
+      expect(classify(Delay(0), threw)).toEqual({ kind: "delay", ms: 1_000, error: "SQL0025 delayed: run again in 1000 ms" });
       expect(classify(Delay(0.2), threw)).toMatchObject({ ms: 1 });
       expect(classify(Permanent(new TypeError("bad")), threw)).toMatchObject({ kind: "permanent", error: expect.stringMatching(/^SQL0026 permanent: TypeError: bad\n {4}at /) });
       expect(classify(Permanent("no"), threw)).toEqual({ kind: "permanent", error: "SQL0026 permanent: non-error thrown: no" });
@@ -391,9 +392,15 @@ describe("classification and error texts (docs/exception-lifecycle.md#running-a-
     named.name = "PaymentError";
     expect(errorText(named)).toMatch(/^PaymentError: m\n/);
     expect(errorText(42)).toBe("non-error thrown: 42");
-    expect(errorText({ a: 1 })).toBe("non-error thrown: [object Object]");
-    const hostile = { toString() { throw new Error("no"); } };
+    expect(errorText({ a: 1 })).toBe('non-error thrown: {"a":1}');
+    expect(errorText({ code: "E_RATE", detail: { retryIn: 5n, ids: [1, 2] } })).toBe('non-error thrown: {"code":"E_RATE","detail":{"retryIn":"5","ids":[1,2]}}');
+    expect(errorText(["a", 1])).toBe('non-error thrown: ["a",1]');
+    const cyclic: Record<string, unknown> = {};
+    cyclic.self = cyclic;
+    expect(errorText(cyclic)).toBe("non-error thrown: [object Object]");
+    const hostile = { get boom() { throw new Error("no"); }, toString() { throw new Error("no"); } };
     expect(errorText(hostile)).toBe("non-error thrown: [object Object]");
+    expect(errorText({ big: "w".repeat(10_000) })).toHaveLength(8_000);
     const long = errorText(new Error("y".repeat(10_000)));
     expect(long).toHaveLength(8_000);
     expect(long.endsWith("…")).toBe(true);

@@ -15,16 +15,17 @@ const url = useFreshDatabase();
 const CHROMIUM = process.env.SQLSTREAMS_CHROMIUM ?? "/usr/bin/chromium";
 const SHOTS = join(repoRoot, ".screenshots");
 
-async function startDashboard(args: string[]): Promise<{ child: NodeChild; url: string }> {
-  const child = spawnNode({ script: "packages/cli/dist/bin.js", args: ["dashboard", "--port", "0", "--json", ...args], env: { DATABASE_URL: url(), SQLSTREAMS_SCHEMA: undefined } });
+/** `url` is the dashboard's root; `open` the printed URL (with the start's token) to open first. */
+async function startDashboard(args: string[], env: Record<string, string> = {}): Promise<{ child: NodeChild; url: string; open: string }> {
+  const child = spawnNode({ script: "packages/cli/dist/bin.js", args: ["dashboard", "--port", "0", "--json", ...args], env: { DATABASE_URL: url(), SQLSTREAMS_SCHEMA: undefined, SQLSTREAMS_DASHBOARD_TOKEN: undefined, ...env } });
   const m = await child.waitFor((x) => typeof x.url === "string", { timeoutMs: 60_000 });
-  return { child, url: m.url as string };
+  return { child, url: `${new URL(m.url as string).origin}/`, open: m.url as string };
 }
 
 describe.skipIf(!existsSync(CHROMIUM) && !process.env.CI)("dashboard in chromium", () => {
   let t: TestClient;
   let browser: Browser;
-  let dash: { child: NodeChild; url: string };
+  let dash: { child: NodeChild; url: string; open: string };
   let n: string;
 
   beforeAll(async () => {
@@ -52,7 +53,7 @@ describe.skipIf(!existsSync(CHROMIUM) && !process.env.CI)("dashboard in chromium
 
   it("overview → group with a dead letter → redrive through the UI changes Postgres", async () => {
     const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
-    await page.goto(dash.url);
+    await page.goto(dash.open);
     await expect.poll(() => page.getByRole("heading", { name: "Streams and consumer groups" }).count()).toBe(1);
     const overview = await page.locator("table").first().innerText();
     expect(overview).toMatch(/orders\.placed\s+fraud-scoring\s+6\s+6\s+0/);
@@ -90,6 +91,7 @@ describe.skipIf(!existsSync(CHROMIUM) && !process.env.CI)("dashboard in chromium
     const ro = await startDashboard(["--read-only"]);
     try {
       const page = await browser.newPage();
+      await page.goto(ro.open);
       await page.goto(`${ro.url}group?stream=orders.placed&group=fraud-scoring`);
       await expect.poll(() => page.getByText("read-only", { exact: true }).count()).toBe(1);
       expect(await page.getByRole("button", { name: /Redrive|Discard|Pause|Seek/ }).count()).toBe(0);
@@ -105,7 +107,7 @@ describe.skipIf(!existsSync(CHROMIUM) && !process.env.CI)("dashboard in chromium
     // The writable dashboard: a POST without the cookie's token (e.g. from another site) is refused.
     const res = await fetch(`${dash.url}action/redrive`, {
       method: "POST",
-      headers: { "content-type": "application/x-www-form-urlencoded", origin: "https://evil.example" },
+      headers: { "content-type": "application/x-www-form-urlencoded", origin: "https://evil.example", authorization: `Bearer ${new URL(dash.open).searchParams.get("token")}` },
       body: "stream=orders.placed&group=fraud-scoring&ids=4&csrf=abcdefabcdefabcdefabcdef",
     });
     expect(res.status).toBe(403);
@@ -118,10 +120,12 @@ describe.skipIf(!existsSync(CHROMIUM) && !process.env.CI)("dashboard in chromium
     const exit = await child.waitForExit(60_000);
     expect(exit.code).toBe(1);
     expect(child.stderr()).toMatch(/error SQL0060/);
-    const tok = await startDashboard(["--token", "s3cret-token"]);
+    const secret = "s3cret-token-of-at-least-32-characters";
+    const tok = await startDashboard([], { SQLSTREAMS_DASHBOARD_TOKEN: secret });
     try {
+      expect(tok.open).toBe(tok.url);
       expect((await fetch(tok.url)).status).toBe(401);
-      const ok = await fetch(tok.url, { headers: { authorization: `Basic ${Buffer.from("ops:s3cret-token").toString("base64")}` } });
+      const ok = await fetch(tok.url, { headers: { authorization: `Basic ${Buffer.from(`ops:${secret}`).toString("base64")}` } });
       expect(ok.status).toBe(200);
     } finally {
       await tok.child.kill("SIGTERM");

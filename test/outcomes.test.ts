@@ -355,7 +355,7 @@ describe("Delay (C7)", () => {
     await checkInvariants(t, sid);
   });
 
-  it("C7: Delay(0) and Delay(-5) are due at once and run at the next poll", async () => {
+  it("C7: Delay(0) and Delay(-5) wait the 1 s floor; a fraction of a ms is rounded up", async () => {
     const { t, s, g, sid, gid } = await setup("c7.zero");
     await s.produceBatch([{ payload: { ms: 0 } }, { payload: { ms: -5 } }, { payload: { ms: 1.2 } }]);
     const h = (m: Message<{ ms: number }>) => (m.attempt === 0 ? Delay(m.payload.ms) : undefined);
@@ -364,16 +364,46 @@ describe("Delay (C7)", () => {
     expect(rows.map((r) => [r.message_id, r.status, r.attempts, r.delays])).toEqual([
       ["1", "ready", 1, 1], ["2", "ready", 1, 1], ["3", "ready", 1, 1],
     ]);
-    expectGap(rows[0], 0);
-    expectGap(rows[1], 0);
+    expectGap(rows[0], 1_000);
+    expectGap(rows[1], 1_000);
     expect(rows.map((r) => r.last_error)).toEqual([
-      "SQL0025 delayed: run again in 0 ms", "SQL0025 delayed: run again in 0 ms", "SQL0025 delayed: run again in 2 ms",
+      "SQL0025 delayed: run again in 1000 ms", "SQL0025 delayed: run again in 1000 ms", "SQL0025 delayed: run again in 2 ms",
     ]);
     await sleep(5);
-    const r = await g.poll(h as Handler); // no makeDue
-    expect(r).toMatchObject({ started: 3, succeeded: 3 });
+    expect(await g.poll(h as Handler)).toMatchObject({ started: 1, succeeded: 1 }); // only the 2 ms one is due
+    await sleep(1_100);
+    expect(await g.poll(h as Handler)).toMatchObject({ started: 2, succeeded: 2 }); // no makeDue
     expect(await eqRows(t, sid, gid)).toEqual([]);
     expect((await cursor(t, sid, gid)).committed).toBe("3");
+    await checkInvariants(t, sid);
+  });
+
+  it("C7: a handler that always returns Delay(0) or Delay(-5) cannot spin in a drain", async () => {
+    // A short timeout: a drain starts a message only when its timeout fits before the deadline.
+    const { t, s, g, sid, gid } = await setup("c7.spin", { group: { message: { timeout: 500 } } });
+    await s.produceBatch([{ payload: { ms: 0 } }, { payload: { ms: -5 } }]);
+    const runs = new Map<string, number>();
+    const h = (m: Message<{ ms: number }>) => {
+      runs.set(m.id, (runs.get(m.id) ?? 0) + 1);
+      return Delay(m.payload.ms);
+    };
+    const started = Date.now();
+    const until = started + 4_000;
+    const opts = () => ({ deadline: Math.max(until, Date.now() + 1_500), recordMargin: 500 });
+    // The first drain that gets past the fence runs both; then drains for the rest of the 4 s.
+    await pollPastFence(g, h as Handler, { drain: true, opts });
+    while (Date.now() < until) {
+      await g.drain(h as Handler, opts());
+      await sleep(50);
+    }
+    const elapsed = Date.now() - started;
+    // One run per message, then one per elapsed second at most (the 1 s floor), plus one of slack.
+    const bound = 2 + Math.ceil(elapsed / 1_000);
+    for (const id of ["1", "2"]) expect(runs.get(id) ?? 0, `runs of ${id} in ${elapsed} ms`).toBeLessThanOrEqual(bound);
+    expect(runs.get("1")).toBeGreaterThanOrEqual(1);
+    const log = await dlRows(t, sid, gid);
+    expect(log.length).toBeLessThanOrEqual(2 * bound);
+    expect((await eqRows(t, sid, gid)).map((r) => r.status)).toEqual(["ready", "ready"]);
     await checkInvariants(t, sid);
   });
 
@@ -475,6 +505,36 @@ describe("failure forms and error texts (C8)", () => {
       expect(l.error).toBe(err(k));
     }
     expect((await cursor(t, sid, gid)).committed).toBe("0");
+    await checkInvariants(t, sid);
+  });
+});
+
+describe("non-Error throws are recorded readably (C8)", () => {
+  it("C8: a thrown plain object is stored as JSON, a string as itself, cut to 8 000 characters, in the row and the delivery log", async () => {
+    const { t, s, g, sid, gid } = await setup("c8.plain");
+    const kinds = ["object", "array", "string", "hugeObject", "permanentObject"];
+    await s.produceBatch(kinds.map((k) => ({ payload: { k } })));
+    const h = (m: Message<{ k: string }>): unknown => {
+      switch (m.payload.k) {
+        case "object": throw { code: "E_RATE", detail: { retryIn: 5 } };
+        case "array": throw ["a", 1];
+        case "string": throw "plain words";
+        case "hugeObject": throw { text: "q".repeat(20_000) };
+        case "permanentObject": return Permanent({ reason: "gone" });
+      }
+    };
+    await pollPastFence(g, h as Handler, { opts: { batchLimit: 10 } });
+    const rows = new Map((await eqRows(t, sid, gid)).map((e) => [kinds[Number(e.message_id) - 1], e.last_error]));
+    expect(rows.get("object")).toBe('non-error thrown: {"code":"E_RATE","detail":{"retryIn":5}}');
+    expect(rows.get("array")).toBe('non-error thrown: ["a",1]');
+    expect(rows.get("string")).toBe("non-error thrown: plain words");
+    expect(rows.get("hugeObject")).toHaveLength(8_000);
+    expect(rows.get("hugeObject")).toMatch(/^non-error thrown: \{"text":"q+…$/);
+    expect(rows.get("permanentObject")).toBe('SQL0026 permanent: non-error thrown: {"reason":"gone"}');
+    const log = await dlRows(t, sid, gid);
+    expect(log).toHaveLength(kinds.length);
+    for (const l of log) expect(l.error).toBe(rows.get(kinds[Number(l.message_id) - 1]));
+    expect((await g.failures()).map((f) => f.lastError)).toEqual([rows.get("permanentObject")]);
     await checkInvariants(t, sid);
   });
 });

@@ -103,6 +103,36 @@ describe("sqlstreams.produce() from SQL", () => {
     expect(e.message.startsWith("SQL0022 ")).toBe(true);
   });
 
+  it("refuses nesting deeper than the library's 1000 levels (SQL0016), from produce and produce_batch", async () => {
+    const t = testClient(url());
+    await t.client.migrate();
+    const s = t.client.stream("sql.deep");
+    await s.register();
+    const n = await streamIdOf(t, "sql.deep");
+    const arrays = (levels: number) => "[".repeat(levels) + "]".repeat(levels);
+    const objects = (levels: number) => '{"d": '.repeat(levels) + "1" + "}".repeat(levels);
+    // The library's own limit, for comparison: 1000 nested arrays go, 1001 do not.
+    const nest = (levels: number) => {
+      let v: unknown = [];
+      for (let i = 1; i < levels; i++) v = [v];
+      return v;
+    };
+    await s.produce(nest(1000));
+    await expect(s.produce(nest(1001))).rejects.toMatchObject({ code: "SQL0016" });
+    // SQL: the same boundary, arrays and objects, alone and in a batch.
+    await t.sql(`SELECT ${S}.produce('sql.deep', $1::jsonb)`, [arrays(1000)]);
+    await t.sql(`SELECT ${S}.produce('sql.deep', $1::jsonb)`, [objects(1000)]);
+    for (const deep of [arrays(1001), objects(1001), arrays(5000)]) {
+      const e = await raised(t.sql(`SELECT ${S}.produce('sql.deep', $1::jsonb)`, [deep]));
+      expect(e.message).toMatch(/^SQL0016 payload cannot be stored as JSON: nesting is deeper than 1000 levels/);
+      const b = await raised(t.sql(`SELECT ${S}.produce_batch('sql.deep', jsonb_build_array(jsonb_build_object('payload', 1), jsonb_build_object('payload', $1::jsonb)))`, [deep]));
+      expect(b.message.startsWith("SQL0016 ")).toBe(true);
+    }
+    // Wide is not deep: a large flat payload goes.
+    await t.sql(`SELECT ${S}.produce('sql.deep', (SELECT jsonb_agg(jsonb_build_array(g, jsonb_build_object('g', g))) FROM generate_series(1, 5000) g))`);
+    expect(await count(t, `message_log_${n}`)).toBe(4);
+  });
+
   it("a trigger produces on INSERT: consumed once the row commits, never when it rolls back", async () => {
     const t = testClient(url());
     await t.client.migrate();

@@ -1,7 +1,7 @@
 // The cost curve: does a consumer or a producer slow down as the tables grow, and what does an
 // idle fleet of groups cost? Same public API and the same tuned settings as the consume arm.
 import pg from "pg";
-import { CpuMeter, QueryStats, WriteMeter, median, nowMs, parallel, rate, settledStats } from "../lib/common.mjs";
+import { CpuMeter, QueryStats, WriteMeter, beforeTimed, median, nowMs, parallel, rate, settledStats } from "../lib/common.mjs";
 import { CONSUME, PRODUCE_BATCH, PRODUCE_CONNECTIONS, STREAM, openClient, produceRange, runWorker } from "./ours.mjs";
 
 /** Backlogs of the consume-curve arms; a quick run divides them by 100. */
@@ -54,16 +54,15 @@ async function prefill(ctx, groups, produce) {
     const r = await runWorker("prefill", { url: ctx.url, dbName: ctx.dbName, nice: ctx.nice ?? null, from: 0, to: produce, batch: PREFILL_BATCH });
     if (r.error || r.ok !== true) throw new Error(`prefill failed: ${r.error ?? JSON.stringify(r.errors)}`);
   }
-  return withPg(ctx.url, async (c) => {
+  const id = await withPg(ctx.url, async (c) => {
     const { rows } = await c.query("SELECT id::text AS id FROM sqlstreams.stream_config WHERE name = $1", [STREAM]);
-    if (produce > 0) {
-      await c.query(`VACUUM ANALYZE sqlstreams.message_log_${rows[0].id}`);
-      // A million rows are over a gigabyte of WAL: the checkpoint they start would otherwise write
-      // the prefill's pages out during the timed windows, a cost of the setup that grows with it.
-      await c.query("CHECKPOINT");
-    }
+    if (produce > 0) await c.query(`VACUUM ANALYZE sqlstreams.message_log_${rows[0].id}`);
     return rows[0].id;
   });
+  // Every arm's ANALYZE + CHECKPOINT. A million rows are over a gigabyte of WAL: the checkpoint
+  // they start would otherwise write the prefill's pages out during the timed windows.
+  await beforeTimed(ctx.url);
+  return id;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -247,6 +246,7 @@ export async function idle(ctx) {
       await close();
     }
   }
+  await beforeTimed(ctx.url);
   const stats = new QueryStats();
   const { client, pool, close } = await openClient(ctx.url, IDLE.poolMax, stats, ctx.errors);
   const consumers = groups.map(([s, g]) => client.stream(s).consumer(g));

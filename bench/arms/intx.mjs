@@ -8,7 +8,7 @@ import pg from "pg";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { build } from "esbuild";
-import { makePayload, rate } from "../lib/common.mjs";
+import { beforeTimed, makePayload, rate } from "../lib/common.mjs";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ROOT = path.join(HERE, "..", "..");
@@ -89,6 +89,7 @@ export async function produceTx(ctx) {
   const metrics = {};
   const errors = [];
   let total = 0;
+  await beforeTimed(ctx.url);
   try {
     for (const [name, open] of Object.entries(adapters())) {
       let a;

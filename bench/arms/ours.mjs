@@ -2,7 +2,7 @@
 // sets up untimed, then measures one thing and checks that every message was handled.
 import pg from "pg";
 import { Worker } from "node:worker_threads";
-import { CpuMeter, QueryStats, Tally, WriteMeter, instrumentedPool, makePayload, parallel, percentile, rate, sleep } from "../lib/common.mjs";
+import { CpuMeter, QueryStats, Tally, WriteMeter, beforeTimed, getPayloadShape, instrumentedPool, makePayload, parallel, rate, sleep } from "../lib/common.mjs";
 
 export const STREAM = "bench.orders";
 export const PRODUCE_CONNECTIONS = 4;
@@ -24,10 +24,10 @@ export function quietLogger(errors) {
 }
 
 /** A client over an instrumented pool: every statement counted and timed. */
-export async function openClient(url, max, stats, errors) {
+export async function openClient(url, max, stats, errors, options = {}) {
   const { SqlStreams } = await loadCore();
   const pool = instrumentedPool(url, max, stats ?? new QueryStats());
-  const client = new SqlStreams({ pool, logger: quietLogger(errors ?? []) });
+  const client = new SqlStreams({ pool, logger: quietLogger(errors ?? []), ...options });
   return { client, pool, async close() { await client.close().catch(() => {}); await pool.end().catch(() => {}); } };
 }
 
@@ -73,7 +73,45 @@ async function setup(ctx, { groups = [], produce = 0, keyed = 0 } = {}) {
     return rows[0].id;
   } finally {
     await c.end();
+    await beforeTimed(ctx.url);
   }
+}
+
+/**
+ * The database side of a consume arm, after it: per group, the committed cursor at the head, no
+ * claim lease left (open or expired, from progress() and from the lease table itself), no
+ * exception row in flight, and exception counts as the arm expects (`unresolved`: ready + deferred
+ * + dead; none in any arm without faults, and none left once the failing arm's retries succeeded).
+ */
+export async function verifyGroups(url, groups, { unresolved = 0, stream = STREAM } = {}) {
+  const { client, close } = await openClient(url, 1, null, []);
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    const out = { ok: true };
+    const streamId = (await c.query("SELECT id::text AS id FROM sqlstreams.stream_config WHERE name = $1", [stream])).rows[0].id;
+    for (const g of groups) {
+      const p = await client.stream(stream).consumer(g).progress();
+      const leases = (await c.query(
+        `SELECT count(*)::int AS n FROM sqlstreams.claim_lease_${streamId} l JOIN sqlstreams.consumer_group_config g ON g.id = l.consumer_group_id WHERE g.name = $1`,
+        [g],
+      )).rows[0].n;
+      const e = p.exceptions;
+      const left = e.ready + e.deferred + e.dead;
+      const ok = p.lag === "0" && p.committed === p.head && p.openLeases === 0 && p.expiredLeases === 0 && leases === 0 && e.inflight === 0 && left === unresolved;
+      out[g] = { head: p.head, committed: p.committed, lag: p.lag, openLeases: p.openLeases, expiredLeases: p.expiredLeases, leaseRows: leases, exceptions: e, ok };
+      out.ok &&= ok;
+    }
+    return out;
+  } finally {
+    await c.end();
+    await close();
+  }
+}
+
+/** Folds the database-side check into an arm's tally check. */
+function withDb(check, db) {
+  return { ...check, db, ok: check.ok && db.ok };
 }
 
 async function verifyLog(ctx, streamId, n) {
@@ -136,9 +174,9 @@ export async function produce(ctx) {
 // consume: drain one group over a prefilled stream
 
 /** Drains `group` until every seq in 0..n-1 was handled; returns timings and the summed report. */
-export async function drainAll({ url, group, n, batchLimit, concurrency, poolMax, defaults = false, errors, timeoutMs, handler, tally, idleSleepMs = 5, stats, isDone, startSignal }) {
+export async function drainAll({ url, stream = STREAM, group, n, batchLimit, concurrency, poolMax, defaults = false, errors, timeoutMs, handler, tally, idleSleepMs = 5, stats, isDone, startSignal }) {
   const { client, pool, close } = await openClient(url, poolMax, stats, errors);
-  const consumer = client.stream(STREAM).consumer(group);
+  const consumer = client.stream(stream).consumer(group);
   const totals = { polls: 0, rangesClaimed: 0, started: 0, succeeded: 0, failed: 0, deferred: 0, dead: 0, leaseLost: 0, idlePolls: 0 };
   try {
     await Promise.all(Array.from({ length: poolMax }, () => pool.query("SELECT 1")));
@@ -182,7 +220,7 @@ export async function consume(ctx) {
   const ranges = totals.rangesClaimed;
   return {
     metrics: { consume: rate(n, cpu.wallMs) },
-    check: tally.result(),
+    check: withDb(tally.result(), await verifyGroups(ctx.url, ["g1"])),
     where: whereFrom(cpu, stats, n, { ranges, polls: totals.polls, statementsPerRange: +(stats.count / Math.max(1, ranges)).toFixed(2), ...writes }),
     report: totals,
     settings,
@@ -198,7 +236,7 @@ let currentNice = null;
 let profileLabel = null;
 export function runWorker(role, data) {
   return new Promise((resolve, reject) => {
-    const w = new Worker(new URL("../lib/worker.mjs", import.meta.url), { workerData: { role, dbName: currentDb, nice: currentNice, profileLabel, ...data } });
+    const w = new Worker(new URL("../lib/worker.mjs", import.meta.url), { workerData: { role, dbName: currentDb, nice: currentNice, profileLabel, shape: getPayloadShape(), ...data } });
     let result;
     w.on("message", (m) => {
       if (m?.type === "result") result = m.result;
@@ -223,10 +261,11 @@ export async function consumeTwoGroups(ctx) {
   const [a, b] = await Promise.all([runWorker("drain", { ...base, group: "g1", parties: 2 }), runWorker("drain", { ...base, group: "g2", parties: 2 })]);
   const all = cpu.stop();
   const writes = await meter.stop(n * 2);
-  const ok = a.check.ok && b.check.ok;
+  const db = await verifyGroups(ctx.url, ["g1", "g2"]);
+  const ok = a.check.ok && b.check.ok && db.ok;
   return {
     metrics: { group1: rate(n, a.cpu.wallMs), group2: rate(n, b.cpu.wallMs), slowerGroup: Math.min(rate(n, a.cpu.wallMs), rate(n, b.cpu.wallMs)), total: rate(2 * n, all.wallMs) },
-    check: { ok, group1: a.check, group2: b.check, expected: 2 * n, missing: a.check.missing + b.check.missing, duplicates: a.check.duplicates + b.check.duplicates },
+    check: { ok, group1: a.check, group2: b.check, db, expected: 2 * n, missing: a.check.missing + b.check.missing, duplicates: a.check.duplicates + b.check.duplicates },
     where: { ...all, ...summarizeRoles([a, b], 2 * n), ...writes, note: "per message of either group", group1: a.cpu, group2: b.cpu, statements: a.statements },
     errors: [...a.errors, ...b.errors],
     settings: CONSUME,
@@ -249,7 +288,7 @@ export async function produceConsume(ctx) {
   const writes = await meter.stop(n);
   return {
     metrics: { produce: rate(n, p.cpu.wallMs), consume: rate(n, c.cpu.wallMs) },
-    check: { ...c.check, ok: c.check.ok && p.ok },
+    check: withDb({ ...c.check, ok: c.check.ok && p.ok }, await verifyGroups(ctx.url, ["g1"])),
     where: { ...all, ...summarizeRoles([p, c], n), consumerRoundTrips: c.roundTrips, producerRoundTrips: p.roundTrips, ...writes, maxBacklog: c.maxBacklog, statements: c.statements, producer: p.cpu, consumer: c.cpu },
     errors: [...p.errors, ...c.errors],
     settings: { ...CONSUME, backlog, produceConnections: PRODUCE_CONNECTIONS, produceBatch: PRODUCE_BATCH },
@@ -290,7 +329,7 @@ export async function ordered(ctx) {
   check.ok = check.ok && orderViolations === 0 && keyMismatch === 0;
   return {
     metrics: { consume: rate(n, cpu.wallMs) },
-    check,
+    check: withDb(check, await verifyGroups(ctx.url, ["g1"])),
     where: whereFrom(cpu, stats, n, { ranges: totals.rangesClaimed, deferred: totals.deferred, ...writes }),
     report: totals,
     settings: { ...CONSUME, keys },
@@ -328,40 +367,9 @@ export async function failing(ctx) {
   check.ok = check.ok && thrown >= expectedFailures;
   return {
     metrics: { consume: rate(n, cpu.wallMs) },
-    check,
+    check: withDb(check, await verifyGroups(ctx.url, ["g1"])),
     where: whereFrom(cpu, stats, n, { ranges: totals.rangesClaimed, failed: totals.failed, ...writes }),
     report: totals,
     settings: { ...CONSUME, failingShare: 1 / everyNth },
-  };
-}
-
-// ---------------------------------------------------------------------------------------------
-// latency: a producer paced at 500 msg/s (single produce() calls), a consumer in continuous
-// mode (drain, then a short idle sleep); latency = handler start − the message's created_at.
-
-export async function latency(ctx) {
-  const perSecond = ctx.paceRate ?? 500;
-  const seconds = ctx.seconds ?? (ctx.quick ? 2 : 10);
-  const n = ctx.nLatency ?? perSecond * seconds;
-  await setup(ctx, { groups: [{ name: "g1" }] });
-  const shared = new SharedArrayBuffer(16);
-  const idleSleepMs = ctx.idleSleepMs ?? 20;
-  const [p, c] = await Promise.all([
-    runWorker("paced", { url: ctx.url, n, shared, parties: 2, perSecond, timeoutMs: ctx.timeoutMs }),
-    runWorker("drain", { url: ctx.url, n, group: "g1", ...CONSUME, shared, parties: 2, timeoutMs: ctx.timeoutMs, idleSleepMs, latency: true }),
-  ]);
-  const lat = c.latencies; // sorted ms
-  return {
-    metrics: {
-      p50: percentile(lat, 50),
-      p90: percentile(lat, 90),
-      p99: percentile(lat, 99),
-      max: lat.length ? lat[lat.length - 1] : null,
-      achievedRate: rate(n, p.cpu.wallMs),
-    },
-    check: { ...c.check, ok: c.check.ok && p.ok },
-    where: { consumerRoundTrips: c.roundTrips, roundTripsPerMsg: +(c.roundTrips / n).toFixed(4), polls: c.totals.polls, idlePolls: c.totals.idlePolls, producerRoundTrips: p.roundTrips, late: p.late, statements: c.statements, producer: p.cpu, consumer: c.cpu },
-    errors: [...p.errors, ...c.errors],
-    settings: { perSecond, seconds, idleSleepMs, batchLimit: CONSUME.batchLimit, concurrency: CONSUME.concurrency },
   };
 }

@@ -3,7 +3,7 @@
 // payloads, the same Postgres and their fastest settings found on this machine. Each is verified
 // by counting handled messages.
 import pg from "pg";
-import { CpuMeter, Tally, makePayload, parallel, rate, sleep } from "../lib/common.mjs";
+import { CpuMeter, Tally, beforeTimed, makePayload, parallel, rate, sleep } from "../lib/common.mjs";
 
 const PRODUCE_CONNECTIONS = 4;
 const PRODUCE_BATCH = 500;
@@ -64,6 +64,7 @@ async function pgBossArm(ctx, PgBoss, settings, v12) {
   await boss.createQueue(queue);
   try {
     // Produce: bulk insert, 500 per call, 4 calls at once.
+    await beforeTimed(ctx.url);
     const cpuP = new CpuMeter().start();
     await parallel(Math.ceil(n / PRODUCE_BATCH), PRODUCE_CONNECTIONS, async (b) => {
       const jobs = [];
@@ -75,6 +76,7 @@ async function pgBossArm(ctx, PgBoss, settings, v12) {
     // Consume: handled when the handler saw every message and the database holds no unfinished job.
     const tally = new Tally(n);
     const pool = new pg.Pool({ connectionString: ctx.url, max: 1 });
+    await beforeTimed(ctx.url);
     const cpuC = new CpuMeter().start();
     for (let w = 0; w < settings.workers; w++) {
       const opts = { batchSize: settings.batchSize, pollingIntervalSeconds: settings.pollingIntervalSeconds };
@@ -138,6 +140,7 @@ async function graphileArm(ctx, gw, settings) {
   let runner = null;
   try {
     await utils.migrate();
+    await beforeTimed(ctx.url);
     const cpuP = new CpuMeter().start();
     await parallel(Math.ceil(n / PRODUCE_BATCH), PRODUCE_CONNECTIONS, async (b) => {
       const specs = [];
@@ -148,6 +151,7 @@ async function graphileArm(ctx, gw, settings) {
 
     const tally = new Tally(n);
     const pool = new pg.Pool({ connectionString: ctx.url, max: 1 });
+    await beforeTimed(ctx.url);
     const cpuC = new CpuMeter().start();
     runner = await gw.run({
       connectionString: ctx.url,

@@ -4,7 +4,8 @@
 //   [0] messages produced   [1] messages handled (first time)   [2] parties at the start line
 // Also "prefill", the untimed setup of the cost-curve arms (no shared counters).
 import { parentPort, workerData } from "node:worker_threads";
-import { CpuMeter, QueryStats, Tally, enableProfiling, makePayload, setBenchDatabase, sleep } from "./common.mjs";
+import pg from "pg";
+import { CpuMeter, QueryStats, Tally, enableProfiling, makePayload, setBenchDatabase, setPayloadShape, sleep } from "./common.mjs";
 import { STREAM, drainAll, openClient, produceRange } from "../arms/ours.mjs";
 import { floorRead } from "../arms/floors.mjs";
 
@@ -12,6 +13,7 @@ const d = workerData;
 const sh = new Int32Array(d.shared ?? new SharedArrayBuffer(16));
 const errors = [];
 setBenchDatabase(d.dbName, d.nice ?? null);
+setPayloadShape(d.shape);
 enableProfiling(d.profileLabel ? `${d.profileLabel}-${d.role}${d.group ? "-" + d.group : ""}` : null);
 
 async function startLine() {
@@ -29,7 +31,8 @@ async function drainRole() {
     const seq = msg.payload.seq;
     if (tally.see(seq) === 1) {
       Atomics.add(sh, 1, 1);
-      if (latencies) latencies.push(Date.now() - msg.createdAt.getTime());
+      // produce → handler start: the producer stamps its send time into the payload (`t`).
+      if (latencies) latencies.push(epochMs() - msg.payload.t);
     }
   };
   const isDone = () => {
@@ -38,7 +41,7 @@ async function drainRole() {
     return tally.distinct >= n;
   };
   const { cpu, totals } = await drainAll({
-    url: d.url, group: d.group, n, batchLimit: d.batchLimit, concurrency: d.concurrency, poolMax: d.poolMax,
+    url: d.url, stream: d.stream ?? STREAM, group: d.group, n, batchLimit: d.batchLimit, concurrency: d.concurrency, poolMax: d.poolMax,
     errors, timeoutMs: d.timeoutMs, handler, tally, idleSleepMs: d.idleSleepMs ?? 5, stats, isDone, startSignal: startLine,
   });
   if (latencies) latencies.sort((a, b) => a - b);
@@ -51,9 +54,9 @@ async function drainRole() {
  */
 async function producerRole(body) {
   const stats = new QueryStats();
-  const { client, pool, close } = await openClient(d.url, 4, stats, errors);
+  const { client, pool, close } = await openClient(d.url, 4, stats, errors, d.waker ? { waker: d.waker } : {});
   try {
-    const stream = client.stream(STREAM);
+    const stream = client.stream(d.stream ?? STREAM);
     await Promise.all(Array.from({ length: 4 }, () => pool.query("SELECT 1")));
     await startLine();
     stats.reset();
@@ -81,27 +84,44 @@ function produceRole() {
   });
 }
 
+/** Absolute time in ms with sub-ms precision, comparable across threads. */
+function epochMs() {
+  return performance.timeOrigin + performance.now();
+}
+
 function pacedRole() {
   return producerRole(async (stream) => {
-    const t0 = performance.now();
-    const gap = 1000 / d.perSecond;
-    const inflight = new Set();
-    let late = 0;
-    for (let i = 0; i < d.n; i++) {
-      const due = t0 + i * gap;
-      const wait = due - performance.now();
-      if (wait > 1) await sleep(wait);
-      else if (wait < -50) late++;
-      while (inflight.size >= 8) await Promise.race(inflight);
-      const p = stream.produce(makePayload(i)).then(() => {
-        Atomics.add(sh, 0, 1);
-        inflight.delete(p);
-      });
-      inflight.add(p);
+    // d.sql: a peer's own enqueue statement ($1 = the payload as JSON text) instead of produce().
+    const sqlPool = d.sql ? new pg.Pool({ connectionString: d.url, max: 4 }) : null;
+    const send = d.sql ? (payload) => sqlPool.query(d.sql, [JSON.stringify(payload)]) : (payload) => stream.produce(payload);
+    if (sqlPool) await Promise.all(Array.from({ length: 4 }, () => sqlPool.query("SELECT 1")));
+    try {
+      return await pace(send);
+    } finally {
+      await sqlPool?.end();
     }
-    await Promise.all(inflight);
-    return { late };
   });
+}
+
+async function pace(send) {
+  const t0 = performance.now();
+  const gap = 1000 / d.perSecond;
+  const inflight = new Set();
+  let late = 0;
+  for (let i = 0; i < d.n; i++) {
+    const due = t0 + i * gap;
+    const wait = due - performance.now();
+    if (wait > 1) await sleep(wait);
+    else if (wait < -50) late++;
+    while (inflight.size >= 8) await Promise.race(inflight);
+    const p = send({ ...makePayload(i), t: epochMs() }).then(() => {
+      Atomics.add(sh, 0, 1);
+      inflight.delete(p);
+    });
+    inflight.add(p);
+  }
+  await Promise.all(inflight);
+  return { late };
 }
 
 async function floorReadRole() {
@@ -119,7 +139,93 @@ async function prefillRole() {
   return { ok: errors.length === 0, errors };
 }
 
-const roles = { drain: drainRole, produce: produceRole, paced: pacedRole, "floor-read": floorReadRole, prefill: prefillRole };
+/**
+ * A group woken on produce, as `sqlstreams dev` runs it: LISTEN on the notify waker's channel; a
+ * wake for this stream and group starts a drain (or marks one pending while a drain runs); an idle
+ * drain releases the group's wake and drains again when a produce asked for it meanwhile (as the
+ * poll handler does). A schedule every `scheduleMs` is the safety net, as the group's schedule is.
+ */
+async function wakeRole() {
+  const { WAKE_CHANNEL } = await import("@sqlstreams/core");
+  const n = d.n;
+  const tally = new Tally(n);
+  const stats = new QueryStats();
+  const latencies = [];
+  const { client, pool, close } = await openClient(d.url, d.poolMax, stats, errors);
+  const consumer = client.stream(d.stream).consumer(d.group);
+  const handler = (msg) => {
+    if (tally.see(msg.payload.seq) === 1) {
+      Atomics.add(sh, 1, 1);
+      latencies.push(epochMs() - msg.payload.t);
+    }
+  };
+  const opts = { batchLimit: d.batchLimit, concurrency: d.concurrency };
+  const totals = { wakes: 0, drains: 0, scheduled: 0, released: 0 };
+  let running = null;
+  let pending = false;
+  const run = () => {
+    if (running) {
+      pending = true;
+      return running;
+    }
+    running = (async () => {
+      try {
+        do {
+          pending = false;
+          totals.drains++;
+          await consumer.drain(handler, opts);
+          totals.released++;
+        } while (pending || (await consumer.releaseWake()));
+      } catch (e) {
+        errors.push(String(e?.message ?? e));
+      } finally {
+        running = null;
+      }
+    })();
+    return running;
+  };
+  const listener = new pg.Client({ connectionString: d.url });
+  listener.on("error", (e) => errors.push(String(e?.message ?? e)));
+  listener.on("notification", (m) => {
+    let t;
+    try {
+      t = JSON.parse(m.payload ?? "");
+    } catch {
+      return;
+    }
+    if (t.stream !== d.stream || t.group !== d.group) return;
+    totals.wakes++;
+    void run();
+  });
+  try {
+    await listener.connect();
+    await listener.query(`LISTEN ${WAKE_CHANNEL}`);
+    await Promise.all(Array.from({ length: d.poolMax }, () => pool.query("SELECT 1")));
+    await run(); // warm: the group's first drain, and its wake released
+    await startLine();
+    stats.reset();
+    const cpu = new CpuMeter().start({ profile: false });
+    const end = Date.now() + d.timeoutMs;
+    let nextSchedule = Date.now() + d.scheduleMs;
+    while (tally.distinct < n) {
+      if (Date.now() > end) throw new Error(`timed out: ${tally.distinct}/${n} handled`);
+      if (Date.now() >= nextSchedule) {
+        totals.scheduled++;
+        nextSchedule = Date.now() + d.scheduleMs;
+        void run();
+      }
+      await sleep(5);
+    }
+    await running;
+    latencies.sort((a, b) => a - b);
+    return { cpu: cpu.stop(), totals, check: tally.result(), roundTrips: stats.count, statements: stats.top(10), errors, latencies };
+  } finally {
+    await listener.end().catch(() => {});
+    await close();
+  }
+}
+
+const roles = { wake: wakeRole, drain: drainRole, produce: produceRole, paced: pacedRole, "floor-read": floorReadRole, prefill: prefillRole };
 try {
   const result = await roles[d.role]();
   parentPort.postMessage({ type: "result", result });

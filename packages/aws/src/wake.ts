@@ -3,16 +3,27 @@
 // event is the schedule's `{ stream, group }`; the poller treats a wake like a tick.
 import { InvokeCommand, LambdaClient, type LambdaClientConfig } from "@aws-sdk/client-lambda";
 import { SqlStreamsError, type Waker, type WakeTarget } from "@sqlstreams/core";
+import { WAKE_TIMEOUT_MS } from "@sqlstreams/core/internal";
 import { groupKey } from "./declaration.js";
 
 type Env = Record<string, string | undefined>;
 
+/**
+ * The default client's bounds: one attempt, 1 s to connect and 1 s for the answer, so a Lambda
+ * endpoint that drops SYNs or accepts and never replies cannot hold a producer (the client bounds
+ * every wake to WAKE_TIMEOUT_MS as well). `clientConfig` may override them.
+ */
+export const LAMBDA_WAKE_CLIENT_DEFAULTS = { maxAttempts: 1, requestHandler: { connectionTimeout: 1_000, requestTimeout: 1_000 } } as const;
+
 export interface LambdaWakerOptions {
   /** `"stream/group"` → poll function name or ARN. */
   functions: Record<string, string>;
-  /** A client of your own (region, endpoint, credentials); default one from the environment. */
+  /**
+   * A client of your own (region, endpoint, credentials); default one from the environment. Give
+   * it short timeouts and `maxAttempts: 1` as the default has (LAMBDA_WAKE_CLIENT_DEFAULTS).
+   */
   client?: LambdaClient;
-  /** Options of the default client. */
+  /** Options of the default client, over LAMBDA_WAKE_CLIENT_DEFAULTS. */
   clientConfig?: LambdaClientConfig;
 }
 
@@ -28,9 +39,10 @@ export function createLambdaWaker(opts: LambdaWakerOptions): Waker {
       const name = functions[groupKey(stream, group)];
       // A group without a deployed poller (e.g. registered elsewhere): nothing to wake.
       if (!name) throw new SqlStreamsError("SQL0065", `no poll function for ${groupKey(stream, group)}`, { stream, group });
-      client ??= new LambdaClient(opts.clientConfig ?? {});
+      client ??= new LambdaClient({ ...LAMBDA_WAKE_CLIENT_DEFAULTS, ...opts.clientConfig });
       const r = await client.send(
         new InvokeCommand({ FunctionName: name, InvocationType: "Event", Payload: new TextEncoder().encode(JSON.stringify({ stream, group, source: "wake" })) }),
+        { abortSignal: AbortSignal.timeout(WAKE_TIMEOUT_MS) },
       );
       if (r.StatusCode !== 202) throw new Error(`Lambda answered ${String(r.StatusCode)} to the Event invocation of ${name}`);
     },

@@ -182,14 +182,18 @@ Back replays history for this group; forward skips messages. Refused while the g
   },
   dashboard: {
     summary: "serve the operator dashboard (overview, groups, messages; redrive, discard, pause, seek)",
-    usage: "sqlstreams dashboard [--port N] [--host H] [--read-only] [--token T]",
-    help: `Serves the web dashboard on http://127.0.0.1:5480/ (--port 0 picks a free port; the URL is printed).
-  --host H             interface to listen on (default 127.0.0.1); anything beyond loopback needs a
-                       token (SQL0060)
-  --token T            require HTTP basic auth with T as the password (default env
-                       SQLSTREAMS_DASHBOARD_TOKEN)
+    usage: "sqlstreams dashboard [--port N] [--host H] [--read-only] [--token-file PATH] [--allow-host NAMES]",
+    help: `Serves the web dashboard on 127.0.0.1:5480 (--port 0 picks a free port) and prints the URL to
+open: it carries a random token made for this start (/?token=…), which the page trades for a cookie.
+The server answers only its own Host names (127.0.0.1, localhost, [::1] and --host on its port).
+  --host H             address to listen on (default 127.0.0.1): an IP address, or a name checked by
+                       what it resolves to. Beyond loopback it needs a configured token (SQL0060) and
+                       TLS in front of it (a reverse proxy): the token travels with every request
+  --token-file PATH    the token (32+ characters) in a file; default env SQLSTREAMS_DASHBOARD_TOKEN.
+                       Never on the command line (SQL0091). A configured token is not printed
+  --allow-host NAMES   further Host names to answer, comma-separated (a proxy's or DNS name)
   --read-only          pages only: every action is refused (SQL0061)`,
-    options: { port: { type: "string" }, host: { type: "string" }, "read-only": { type: "boolean" }, token: { type: "string" } },
+    options: { port: { type: "string" }, host: { type: "string" }, "read-only": { type: "boolean" }, token: { type: "string" }, "token-file": { type: "string" }, "allow-host": { type: "string" } },
     run: async (ctx, v) => (await import("./dashboard.js")).dashboard(ctx, v),
   },
   doctor: {

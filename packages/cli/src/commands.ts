@@ -6,7 +6,7 @@ import type { Ctx, Values } from "./context.js";
 import { deadSelector, failureFilter, progressLine, rateOption } from "./operate.js";
 import { usageError } from "./errors.js";
 import { required, str } from "./args.js";
-import { age, paint, parseDuration, sparkline, table, truncate, yesNo } from "./format.js";
+import { age, escapeControls, paint, parseDuration, sparkline, table, truncate, yesNo } from "./format.js";
 
 export type { Values } from "./context.js";
 
@@ -258,7 +258,7 @@ export async function failures(ctx: Ctx, v: Values): Promise<void> {
     table(
       ["MESSAGE", "KEY", "STATUS", "ATTEMPTS", "DELAYS", "UPDATED", "RUN AFTER", "PAYLOAD", "LAST ERROR"],
       rows.map((r) => [
-        r.messageId, r.key ?? "-", paint(ctx.colour, r.status === "dead" ? "red" : "yellow", r.status), String(r.attempts), String(r.delays),
+        r.messageId, r.key === null ? "-" : escapeControls(r.key), paint(ctx.colour, r.status === "dead" ? "red" : "yellow", r.status), String(r.attempts), String(r.delays),
         `${age(now - r.updatedAt.getTime())} ago`,
         r.canRunAfter.getTime() > now ? `in ${age(r.canRunAfter.getTime() - now)}` : "now",
         truncate(JSON.stringify(r.payload) ?? "null", 40), r.lastError ?? "-",

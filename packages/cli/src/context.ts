@@ -2,7 +2,7 @@
 // connection opened on demand (and always closed).
 import pg from "pg";
 import { SqlStreams, SqlStreamsError, type LogEvent } from "@sqlstreams/core";
-import { colourEnabled } from "./format.js";
+import { colourEnabled, escapeControls, forTerminal } from "./format.js";
 
 export interface Io {
   /** stdout, one call per chunk (include the newline). */
@@ -74,9 +74,9 @@ export class Ctx {
     return !this.common.json && colourEnabled(this.io.isTTY, this.io.env);
   }
 
-  /** Writes a line (or a JSON document with --json) to stdout. */
+  /** Writes a line for a human to stdout, control characters escaped (JSON goes through printJson, exact). */
   print(text: string): void {
-    this.io.out(text.endsWith("\n") ? text : text + "\n");
+    this.io.out(forTerminal(text.endsWith("\n") ? text : text + "\n"));
   }
 
   printJson(value: unknown): void {
@@ -99,7 +99,7 @@ export class Ctx {
   readonly logger = (e: LogEvent): void => {
     if (e.level === "info" && !this.common.verbose) return;
     if (this.common.verbose) this.io.err(JSON.stringify({ time: new Date().toISOString(), ...e }) + "\n");
-    else this.io.err(`${e.level} ${e.code}: ${e.message}\n`);
+    else this.io.err(`${e.level} ${e.code}: ${escapeControls(e.message)}\n`);
   };
 
   /** The shared pool (created on first use). */

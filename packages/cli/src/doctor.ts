@@ -5,7 +5,7 @@ import { resolve } from "node:path";
 import pg from "pg";
 import { STREAM_VERSION, SYSTEM_VERSION, isSqlStreamsError } from "@sqlstreams/core";
 import {
-  type StreamFamily, connectionUse, controlPlanePresent, fenceHolders, leaseHealth, migrationState, partitionState, registeredGroups,
+  type StreamFamily, connectionUse, controlPlanePresent, fenceHolders, leaseHealth, migrationState, partitionState, registeredGroups, staleFunctions,
 } from "@sqlstreams/core/internal";
 import type { Ctx, Values } from "./context.js";
 import { DEFAULT_GROUPS_FILES, findDeclaration, handlerFile, loadDeclaration } from "./dev/app.js";
@@ -58,7 +58,12 @@ async function checkMigrations(db: pg.Pool, schema: string, out: Finding[]): Pro
   for (const s of behind) {
     out.push({ check: "migrations", severity: "error", stream: s.name, message: `stream ${s.name}: table family at version ${s.version}; this library needs ${STREAM_VERSION}`, fix: "run `sqlstreams migrate`" });
   }
-  if (v === SYSTEM_VERSION && behind.length === 0) out.push({ check: "migrations", severity: "ok", message: `no pending migrations (control plane ${v}, ${streams.length} stream famil${streams.length === 1 ? "y" : "ies"} at ${STREAM_VERSION})` });
+  const stale = v === SYSTEM_VERSION ? await staleFunctions(db, schema) : [];
+  if (stale.length > 0) {
+    const names = stale.map((f) => (f.streamId === null ? f.name : `${f.name}_${f.streamId}`));
+    out.push({ check: "migrations", severity: "error", message: `${stale.length} function${stale.length === 1 ? " differs" : "s differ"} from this library's: ${names.slice(0, 5).join(", ")}${names.length > 5 ? ", …" : ""}`, fix: "run `sqlstreams migrate`" });
+  }
+  if (v === SYSTEM_VERSION && behind.length === 0 && stale.length === 0) out.push({ check: "migrations", severity: "ok", message: `no pending migrations (control plane ${v}, ${streams.length} stream famil${streams.length === 1 ? "y" : "ies"} at ${STREAM_VERSION})` });
   return streams;
 }
 

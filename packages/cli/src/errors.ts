@@ -1,6 +1,6 @@
 // Turning every failure into: a code (when there is one), what was wrong, and how to fix it.
 import { SqlStreamsError, isSqlStreamsError } from "@sqlstreams/core";
-import { scrub } from "./format.js";
+import { escapeControls, scrub } from "./format.js";
 
 /** A failure of the command itself (not of the library): message and a fix, no SQL code. */
 export class CliError extends Error {
@@ -80,8 +80,8 @@ function safeDetails(d: Record<string, unknown>, clean: (s: string) => string): 
 
 /** `error SQL0009: …` / `  fix: …` lines for a person. */
 export function formatError(p: PrintedError): string {
-  const lines = [`error${p.code ? " " + p.code : ""}: ${p.message}`];
-  if (p.fix) lines.push(`  fix: ${p.fix}`);
-  if (p.hint) lines.push(`  hint: ${p.hint}`);
+  const lines = [`error${p.code ? " " + p.code : ""}: ${escapeControls(p.message)}`];
+  if (p.fix) lines.push(`  fix: ${escapeControls(p.fix)}`);
+  if (p.hint) lines.push(`  hint: ${escapeControls(p.hint)}`);
   return lines.join("\n");
 }

@@ -1,4 +1,5 @@
-// Human output: aligned tables, ages, masked URLs. Pure.
+// Human output: aligned tables, ages, masked URLs, control characters escaped. Pure.
+import { escapeControls } from "@sqlstreams/core/internal";
 
 /** Right-aligns a column when every non-empty cell looks like a number (ids, counts, "1/0"). */
 const NUMERIC = /^-?[0-9][0-9,./]*$/;
@@ -23,15 +24,20 @@ export function table(headers: string[], rows: string[][], opts: { maxLast?: num
   return [line(headers), ...cells.map(line)].join("\n");
 }
 
+/** One line of at most `max` characters: whitespace runs collapsed, control characters escaped, then cut. */
 export function truncate(s: string, max: number): string {
-  const one = s.replace(/\s+/g, " ");
+  const one = escapeControls(s.replace(/\s+/g, " "));
   return one.length <= max ? one : one.slice(0, Math.max(0, max - 1)) + "…";
 }
 
-/** Cuts a line to a width without touching its spacing. */
+/** Cuts a line to a width without touching its spacing (control characters escaped first). */
 export function clip(s: string, max: number): string {
-  return s.length <= max ? s : s.slice(0, Math.max(0, max - 1)) + "…";
+  const safe = escapeControls(s);
+  return safe.length <= max ? safe : safe.slice(0, Math.max(0, max - 1)) + "…";
 }
+
+/** Shows control characters of a database string as escapes (one implementation, in @sqlstreams/core). */
+export { escapeControls } from "@sqlstreams/core/internal";
 
 /** 850ms, 12s, 3m05s, 2h03m, 4d02h; "-" for none (one implementation, in @sqlstreams/core). */
 export { formatAge as age } from "@sqlstreams/core/internal";
@@ -79,6 +85,16 @@ export function yesNo(b: boolean): string {
 
 const ESC = String.fromCharCode(27);
 const ANSI = new RegExp(`${ESC}\\[[0-9;]*m`, "g");
+
+const SGR_OR_NEWLINE = new RegExp(`(${ESC}\\[[0-9;]*m|\n)`);
+
+/**
+ * Human output as it goes to the terminal: the colour codes paint() makes and line breaks kept,
+ * every other control character escaped (a safety net under the escaping at each data site).
+ */
+export function forTerminal(text: string): string {
+  return text.split(SGR_OR_NEWLINE).map((part, i) => (i % 2 === 1 ? part : escapeControls(part))).join("");
+}
 
 /** The text without colour codes (for widths). */
 export function visible(s: string): string {

@@ -6,7 +6,7 @@ import { SqlStreamsError, type DeadSelector, type FailureFilter, type InspectedM
 import type { Ctx, Values } from "./context.js";
 import { usageError } from "./errors.js";
 import { required, str } from "./args.js";
-import { age, paint, table, truncate } from "./format.js";
+import { age, escapeControls, paint, table, truncate } from "./format.js";
 
 
 export function intOption(v: Values, name: string, command: string, min: number, max: number): number | undefined {
@@ -157,9 +157,9 @@ function printMessage(ctx: Ctx, m: InspectedMessage): void {
   const c = ctx.colour;
   const now = Date.now();
   ctx.print(paint(c, "bold", `message ${m.id} of ${m.stream}`));
-  ctx.print(`  key:        ${m.key ?? "-"}${m.compactionRank !== null ? ` (compaction rank ${m.compactionRank})` : ""}`);
+  ctx.print(`  key:        ${m.key === null ? "-" : escapeControls(m.key)}${m.compactionRank !== null ? ` (compaction rank ${m.compactionRank})` : ""}`);
   ctx.print(`  created:    ${m.createdAt.toISOString()} (${age(now - m.createdAt.getTime())} ago)`);
-  ctx.print(`  options:    ${m.options === null ? "-" : JSON.stringify(m.options)}`);
+  ctx.print(`  options:    ${m.options === null ? "-" : escapeControls(JSON.stringify(m.options))}`);
   ctx.print(`  payload:    ${truncate(JSON.stringify(m.payload) ?? "null", 2_000)}`);
   if (m.groups.length === 0) ctx.print("  no consumer groups");
   for (const g of m.groups) {

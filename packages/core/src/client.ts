@@ -1,16 +1,17 @@
 import pg from "pg";
-import { type Db, DEFAULT_STATEMENT_TIMEOUT_MS, type QueryHook, assertOpen, query, transaction } from "./db.js";
+import { type Db, DEFAULT_STATEMENT_TIMEOUT_MS, type QueryHook, assertOpen, atEdge, query, transaction } from "./db.js";
 import { SqlStreamsError } from "./errors.js";
 import { EventLog, type Logger, consoleLogger } from "./log.js";
 import { asPermissionError, migrateAll, systemVersion } from "./sql/migrate.js";
 import { quoteIdent } from "./sql/names.js";
+import * as Registry from "./sql/register.js";
 import type { Runtime, StreamInfo } from "./runtime.js";
 import { Stream } from "./stream.js";
 import type { StreamDef } from "./typed.js";
 import { validateSchemaName, validateStreamName } from "./validate.js";
 import { SYSTEM_VERSION } from "./version.js";
-import { type MaintainOptions, type MaintainReport, maintainStreams } from "./maintain.js";
-import { DEFAULT_WAKE_WINDOW_MS, type Waker, claimWakes, notifyWaker, validateWakeOptions } from "./wake.js";
+import { type MaintainOptions, type MaintainReport, maintainStreams } from "./maintain/maintain.js";
+import { DEFAULT_WAKE_WINDOW_MS, type Waker, boundWaker, claimWakes, notifyWaker, validateWakeOptions } from "./wake.js";
 
 export interface SqlStreamsOptions {
   connectionString?: string;
@@ -40,6 +41,26 @@ export interface SqlStreamsOptions {
 
 export type { StreamInfo } from "./runtime.js";
 
+const URL_SHAPE = "postgres://user@host:5432/database";
+
+/**
+ * SQL0001 for a connection string pg cannot use, before any connection: a postgres:// or
+ * postgresql:// URL (or a socket path) that pg's own parser accepts. The string is never
+ * repeated in the message: it may hold a password.
+ */
+function checkConnectionString(s: unknown): void {
+  if (typeof s !== "string" || s.length === 0) throw new SqlStreamsError("SQL0001", "connectionString must be a non-empty string");
+  if (!/^(postgres|postgresql|socket):/i.test(s) && !s.startsWith("/")) {
+    throw new SqlStreamsError("SQL0001", `connectionString is malformed: expected a URL like ${URL_SHAPE}`);
+  }
+  try {
+    // pg parses the string when a client is created (no connection is opened).
+    new pg.Client({ connectionString: s });
+  } catch (e) {
+    throw new SqlStreamsError("SQL0001", `connectionString is malformed (${(e as Error).message}): expected a URL like ${URL_SHAPE}`, {}, e);
+  }
+}
+
 export class SqlStreams implements Runtime {
   /** @internal */ readonly db: Db;
   private readonly ownsPool: boolean;
@@ -58,9 +79,10 @@ export class SqlStreams implements Runtime {
         pool: hasPool ? "(set)" : "(unset)",
       });
     }
-    if (hasUrl && (typeof opts.connectionString !== "string" || opts.connectionString.length === 0)) {
-      throw new SqlStreamsError("SQL0001", "connectionString must be a non-empty string");
-    }
+    if (hasUrl) checkConnectionString(opts.connectionString);
+    // A given pool's own connection string, when it has one, is held to the same rule.
+    const poolUrl = hasPool ? (opts.pool as { options?: { connectionString?: unknown } }).options?.connectionString : undefined;
+    if (typeof poolUrl === "string" && poolUrl !== "") checkConnectionString(poolUrl);
     const schema = validateSchemaName(opts.schema ?? "sqlstreams");
     const statementTimeout = opts.statementTimeout ?? DEFAULT_STATEMENT_TIMEOUT_MS;
     if (typeof statementTimeout !== "number" || !Number.isInteger(statementTimeout) || statementTimeout < 100 || statementTimeout > 3_600_000) {
@@ -100,7 +122,7 @@ export class SqlStreams implements Runtime {
       c.on("error", () => {});
     });
     this.db = { pool, schema, q: quoteIdent(schema), onQuery: opts.onQuery, events, closed: false, statementTimeout };
-    this.waker = opts.waker === "notify" ? notifyWaker(this.db) : opts.waker;
+    this.waker = boundWaker(opts.waker === "notify" ? notifyWaker(this.db) : opts.waker);
   }
 
   get schema(): string {
@@ -108,14 +130,16 @@ export class SqlStreams implements Runtime {
   }
 
   /** Creates or upgrades the control plane and every stream family. Idempotent; safe to race. */
-  async migrate(): Promise<void> {
-    assertOpen(this.db);
-    try {
-      await transaction(this.db, (c) => migrateAll(this.db, c));
-    } catch (e) {
-      throw asPermissionError(e);
-    }
-    this.readyPromise = Promise.resolve();
+  migrate(): Promise<void> {
+    return atEdge("migrate()", async () => {
+      assertOpen(this.db);
+      try {
+        await transaction(this.db, (c) => migrateAll(this.db, c));
+      } catch (e) {
+        throw asPermissionError(e);
+      }
+      this.readyPromise = Promise.resolve();
+    });
   }
 
   /** Ends the pool this client created (never a pool it was given). */
@@ -132,9 +156,11 @@ export class SqlStreams implements Runtime {
   }
 
   /** Runs maintenance (partitions, retention, sweeps) for every stream or the named ones. */
-  async maintain(opts: MaintainOptions & { streams?: string[] } = {}): Promise<Record<string, MaintainReport>> {
-    await this.ready();
-    return maintainStreams(this, opts);
+  maintain(opts: MaintainOptions & { streams?: string[] } = {}): Promise<Record<string, MaintainReport>> {
+    return atEdge("maintain()", async () => {
+      await this.ready();
+      return maintainStreams(this, opts);
+    });
   }
 
   /**
@@ -143,19 +169,21 @@ export class SqlStreams implements Runtime {
    * produceBatch() call it after their commit; after produceInTx, call it once your transaction
    * has committed. Needs the `waker` option (SQL0063); a waker that throws is logged (SQL0064).
    */
-  async wake(stream: string): Promise<string[]> {
-    const waker = this.waker;
-    if (!waker) throw new SqlStreamsError("SQL0063", "wake() needs a client created with the waker option");
-    await this.ready();
-    const groups = await claimWakes(this.db, validateStreamName(stream), this.wakeWindow);
-    const results = await Promise.allSettled(groups.map(async (group) => waker.wake({ stream, group })));
-    results.forEach((r, i) => {
-      if (r.status === "rejected") {
-        const err = r.reason as Error;
-        this.db.events.emit({ level: "warn", code: "SQL0064", stream, group: groups[i], message: `waking ${stream}/${groups[i]} failed: ${err?.message ?? String(err)}` });
-      }
+  wake(stream: string): Promise<string[]> {
+    return atEdge("wake()", async () => {
+      const waker = this.waker;
+      if (!waker) throw new SqlStreamsError("SQL0063", "wake() needs a client created with the waker option");
+      await this.ready();
+      const groups = await claimWakes(this.db, validateStreamName(stream), this.wakeWindow);
+      const results = await Promise.allSettled(groups.map(async (group) => waker.wake({ stream, group })));
+      results.forEach((r, i) => {
+        if (r.status === "rejected") {
+          const err = r.reason as Error;
+          this.db.events.emit({ level: "warn", code: "SQL0064", stream, group: groups[i], message: `waking ${stream}/${groups[i]} failed: ${err?.message ?? String(err)}` });
+        }
+      });
+      return groups;
     });
-    return groups;
   }
 
   /** @internal After a produce committed: wake the stream's groups if a waker is set; never throws. */
@@ -169,22 +197,21 @@ export class SqlStreams implements Runtime {
   }
 
   /** Names of every registered stream. */
-  async streamNames(): Promise<string[]> {
-    await this.ready();
-    const r = await query<{ name: string }>(this.db, this.db.pool, `SELECT name FROM ${this.db.q}.stream_config ORDER BY id`);
-    return r.rows.map((x) => x.name);
+  streamNames(): Promise<string[]> {
+    return atEdge("streamNames()", async () => {
+      await this.ready();
+      const r = await query<{ name: string }>(this.db, this.db.pool, Registry.streamNames(this.db.q));
+      return r.rows.map((x) => x.name);
+    });
   }
 
   /** Every registered consumer group as { stream, group }, by stream then group name. */
-  async consumerGroups(): Promise<{ stream: string; group: string }[]> {
-    await this.ready();
-    const r = await query<{ stream: string; group: string }>(
-      this.db,
-      this.db.pool,
-      `SELECT s.name AS stream, g.name AS "group" FROM ${this.db.q}.stream_config s
-         JOIN ${this.db.q}.consumer_group_config g ON g.stream_id = s.id ORDER BY s.name, g.name`,
-    );
-    return r.rows;
+  consumerGroups(): Promise<{ stream: string; group: string }[]> {
+    return atEdge("consumerGroups()", async () => {
+      await this.ready();
+      const r = await query<{ stream: string; group: string }>(this.db, this.db.pool, Registry.consumerGroups(this.db.q));
+      return r.rows;
+    });
   }
 
   /** @internal Checks the schema version once per client, before its first database action. */
@@ -221,12 +248,7 @@ export class SqlStreams implements Runtime {
     const cached = this.streams.get(name);
     if (cached && !fresh && Date.now() - cached.maxPayloadFetchedAt < 60_000) return cached;
     await this.ready();
-    const r = await query<{ id: string; partition_size: string; max_payload_bytes: number }>(
-      this.db,
-      this.db.pool,
-      `SELECT id::text, partition_size::text, max_payload_bytes FROM ${this.db.q}.stream_config WHERE name = $1`,
-      [name],
-    );
+    const r = await query<{ id: string; partition_size: string; max_payload_bytes: number }>(this.db, this.db.pool, Registry.streamByName(this.db.q), [name]);
     if (r.rowCount === 0) {
       this.streams.delete(name);
       throw new SqlStreamsError("SQL0009", `stream ${JSON.stringify(name)} is not registered`, { stream: name });

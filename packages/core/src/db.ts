@@ -68,6 +68,46 @@ export function isTransient(e: unknown): boolean {
   return /Connection terminated|connection timeout|Client has encountered a connection error|terminating connection|server conn crashed|server closed the connection/i.test(m);
 }
 
+/** SQLSTATEs of a server that is there but takes no new connection now. */
+const REFUSING = new Set(["53300", "57P03"]);
+const UNREACHABLE_NETWORK = new Set([...NETWORK, "EHOSTUNREACH", "ENETUNREACH", "ECONNABORTED"]);
+
+/**
+ * The one classifier of connection failures (docs/operations.md#connection-errors): a database
+ * that cannot be reached, does not exist, refuses new connections or the credentials, a
+ * connection string pg cannot parse, or a connection lost mid-statement. Returns the coded error
+ * (the pg error as its cause), or undefined for anything else (SqlStreamsErrors included).
+ */
+export function connectionFailure(e: unknown, what: string): SqlStreamsError | undefined {
+  const err = e as { code?: unknown; message?: unknown } | null;
+  if (typeof err !== "object" || err === null || e instanceof SqlStreamsError) return undefined;
+  const code = typeof err.code === "string" ? err.code : "";
+  const raw = typeof err.message === "string" && err.message ? err.message : code;
+  const said = `${raw}${code && !raw.includes(code) ? ` (${code})` : ""}`;
+  const coded = (c: "SQL0001" | "SQL0032" | "SQL0033", why: string) => new SqlStreamsError(c, `${what}: ${why}: ${said}`, code ? { reason: code } : {}, e);
+  if (code === "ERR_INVALID_URL") return coded("SQL0001", "the connection string is malformed (expected a URL like postgres://user@host:5432/database)");
+  if (code === "28P01" || code === "28000" || (code === "08P01" && isPoolerAuthMessage(raw))) return coded("SQL0032", "the database rejected the credentials");
+  if (code === "3D000") return coded("SQL0033", "the database does not exist");
+  if (REFUSING.has(code) || isPoolerNotSent(e)) return coded("SQL0033", "the database refuses new connections now (too many connections, or starting up or shutting down)");
+  if (UNREACHABLE_NETWORK.has(code) || /timeout exceeded when trying to connect/i.test(raw)) return coded("SQL0033", "cannot reach the database");
+  if (code.startsWith("08") || code === "57P01" || code === "57P02" || (!code && isTransient(e))) return coded("SQL0033", "the connection to the database failed");
+  return undefined;
+}
+
+/**
+ * Runs a public call: a connection failure leaves it as a coded error (connectionFailure), also
+ * when a poll already reported it as SQL0033 (its cause is classified, so a drain and a produce
+ * word the same failure alike); every other error passes unchanged.
+ */
+export async function atEdge<T>(what: string, call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (e) {
+    const failure = e instanceof SqlStreamsError && e.code === "SQL0033" ? e.cause : e;
+    throw connectionFailure(failure, what) ?? e;
+  }
+}
+
 export function assertOpen(db: Db): void {
   if (db.closed) throw new SqlStreamsError("SQL0002", "the client was closed");
 }

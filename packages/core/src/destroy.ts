@@ -5,7 +5,8 @@ import type pg from "pg";
 import type { Runtime } from "./runtime.js";
 import { type Db, RETRY_PAUSES, query, transaction } from "./db.js";
 import { SqlStreamsError } from "./errors.js";
-import { retentionLockKey } from "./sql/maintain.js";
+import * as Destroy from "./sql/destroy.js";
+import { retentionLockKey } from "./maintain/floor.js";
 import { lockMigrations } from "./sql/migrate.js";
 import { table } from "./sql/names.js";
 import { validateGroupName, validateStreamName } from "./validate.js";
@@ -47,7 +48,7 @@ export interface DestroyStreamResult {
 }
 
 /** Lock waits of a destroy; a busy stream fails with SQL0042 rather than queueing producers for long. */
-const DESTROY_LOCK_TIMEOUT = "5000ms";
+const DESTROY_LOCK_TIMEOUT_MS = 5_000;
 
 function opt(opts: unknown): boolean {
   if (opts === undefined || opts === null) return false;
@@ -60,24 +61,13 @@ function opt(opts: unknown): boolean {
   return f === true;
 }
 
-function liveWorkSql(db: Db, streamId: string, groupFilter: string): string {
-  const eq = table(db.q, streamId, "exception_queue");
-  const cl = table(db.q, streamId, "claim_lease");
-  const kl = table(db.q, streamId, "message_key_lease");
-  return `SELECT
-      (SELECT count(*) FROM ${cl} l WHERE l.consumer_group_id ${groupFilter})::int AS range_leases,
-      (SELECT count(*) FROM ${kl} k WHERE k.consumer_group_id ${groupFilter} AND k.expires_at > now())::int AS key_leases,
-      (SELECT count(*) FROM ${eq} e WHERE e.consumer_group_id ${groupFilter} AND e.status = 'ready')::int AS ready,
-      (SELECT count(*) FROM ${eq} e WHERE e.consumer_group_id ${groupFilter} AND e.status = 'deferred')::int AS deferred,
-      (SELECT count(*) FROM ${eq} e WHERE e.consumer_group_id ${groupFilter} AND e.status = 'inflight')::int AS inflight`;
-}
-
-async function liveWork(db: Db, c: pg.PoolClient, streamId: string, groupFilter: string, values: unknown[]): Promise<LiveWork> {
+/** The live work of one group (`id` a group id) or of every group of a stream (`id` the stream id). */
+async function liveWork(db: Db, c: pg.PoolClient, streamId: string, of: "group" | "stream", id: string): Promise<LiveWork> {
   const r = await query<{ range_leases: number; key_leases: number; ready: number; deferred: number; inflight: number }>(
     db,
     c,
-    liveWorkSql(db, streamId, groupFilter),
-    values,
+    Destroy.liveWork(db.q, streamId, of),
+    [id],
   );
   const x = r.rows[0];
   return { rangeLeases: x.range_leases, keyLeases: x.key_leases, ready: x.ready, deferred: x.deferred, inflight: x.inflight };
@@ -98,7 +88,7 @@ function describe(w: LiveWork): string {
 
 function lockBusy(e: unknown, what: string): unknown {
   if ((e as { code?: string })?.code === "55P03") {
-    return new SqlStreamsError("SQL0042", `${what} refused: its tables are in use (lock wait over ${DESTROY_LOCK_TIMEOUT}); retry when producers and pollers are idle`, {}, e);
+    return new SqlStreamsError("SQL0042", `${what} refused: its tables are in use (lock wait over ${DESTROY_LOCK_TIMEOUT_MS}ms); retry when producers and pollers are idle`, {}, e);
   }
   return e;
 }
@@ -112,7 +102,7 @@ async function destroyTx<T>(db: Db, what: string, fn: (c: pg.PoolClient) => Prom
   for (let attempt = 0; ; attempt++) {
     try {
       return await transaction(db, async (c) => {
-        await query(db, c, `SET LOCAL lock_timeout = '${DESTROY_LOCK_TIMEOUT}'`);
+        await query(db, c, Destroy.lockTimeout(DESTROY_LOCK_TIMEOUT_MS));
         return fn(c);
       });
     } catch (e) {
@@ -127,7 +117,7 @@ async function destroyTx<T>(db: Db, what: string, fn: (c: pg.PoolClient) => Prom
 }
 
 async function streamIdOf(db: Db, c: pg.PoolClient, name: string): Promise<string> {
-  const s = await query<{ id: string }>(db, c, `SELECT id::text FROM ${db.q}.stream_config WHERE name = $1 FOR UPDATE`, [name]);
+  const s = await query<{ id: string }>(db, c, Destroy.streamIdByName(db.q, "FOR UPDATE"), [name]);
   if (s.rowCount === 0) throw new SqlStreamsError("SQL0009", `stream ${JSON.stringify(name)} is not registered`, { stream: name });
   return s.rows[0].id;
 }
@@ -146,26 +136,18 @@ export async function destroyGroup(client: Runtime, stream: string, group: strin
   const db = client.db;
   const result = await destroyTx(db, `destroy of group ${streamName}/${groupName}`, async (c) => {
     // Share-lock the stream row so a concurrent destroyStream() cannot drop the tables under us.
-    const s = await query<{ id: string }>(db, c, `SELECT id::text FROM ${db.q}.stream_config WHERE name = $1 FOR SHARE`, [streamName]);
+    const s = await query<{ id: string }>(db, c, Destroy.streamIdByName(db.q, "FOR SHARE"), [streamName]);
     if (s.rowCount === 0) throw new SqlStreamsError("SQL0009", `stream ${JSON.stringify(streamName)} is not registered`, { stream: streamName });
     const streamId = s.rows[0].id;
-    const t = (name: string) => table(db.q, streamId, name);
-    const g = await query<{ id: string }>(
-      db,
-      c,
-      `SELECT id::text FROM ${db.q}.consumer_group_config WHERE stream_id = $1 AND name = $2 FOR UPDATE`,
-      [streamId, groupName],
-    );
+    const g = await query<{ id: string }>(db, c, Destroy.lockGroup(db.q), [streamId, groupName]);
     if (g.rowCount === 0) {
       throw new SqlStreamsError("SQL0010", `consumer group ${JSON.stringify(groupName)} is not registered on stream ${streamName}`, { stream: streamName, group: groupName });
     }
     const groupId = g.rows[0].id;
-    // Locks in the order the poll takes them: range leases (recording locks its lease, then the
-    // cursor), then the cursor (a fresh claim locks it first, then waits for us and finds no group),
-    // then exception rows before key leases (starting and recording a row lock it, then its key).
-    await query(db, c, `SELECT 1 FROM ${t("claim_lease")} WHERE consumer_group_id = $1 ORDER BY token FOR UPDATE`, [groupId]);
-    await query(db, c, `SELECT 1 FROM ${t("consumer_group_cursor")} WHERE consumer_group_id = $1 FOR UPDATE`, [groupId]);
-    const live = await liveWork(db, c, streamId, "= $1", [groupId]);
+    // Locks in the order the poll takes them (Destroy.lockGroupWork), then exception rows before
+    // key leases (starting and recording a row lock it, then its key).
+    for (const lock of Destroy.lockGroupWork(db.q, streamId)) await query(db, c, lock, [groupId]);
+    const live = await liveWork(db, c, streamId, "group", groupId);
     if (hasLiveWork(live) && !force) {
       throw new SqlStreamsError(
         "SQL0042",
@@ -173,20 +155,20 @@ export async function destroyGroup(client: Runtime, stream: string, group: strin
         { stream: streamName, group: groupName, ...live },
       );
     }
-    const del = async (name: string) => (await query(db, c, `DELETE FROM ${t(name)} WHERE consumer_group_id = $1`, [groupId])).rowCount ?? 0;
-    const exceptionRows = await del("exception_queue");
-    const deliveryLogRows = await del("delivery_log");
-    const rangeLeases = await del("claim_lease");
-    const keyLeases = await del("message_key_lease");
-    await del("consumer_group_cursor");
-    await del("progress_history");
-    await query(db, c, `DELETE FROM ${db.q}.consumer_group_config WHERE id = $1`, [groupId]);
+    const deleted: Partial<Record<(typeof Destroy.GROUP_TABLES)[number], number>> = {};
+    for (const name of Destroy.GROUP_TABLES) deleted[name] = (await query(db, c, Destroy.deleteGroupRows(db.q, streamId, name), [groupId])).rowCount ?? 0;
+    await query(db, c, Destroy.deleteGroup(db.q), [groupId]);
     const out: DestroyGroupResult = {
       stream: streamName,
       group: groupName,
       forced: force,
       live,
-      deleted: { exceptionRows, deliveryLogRows, rangeLeases, keyLeases },
+      deleted: {
+        exceptionRows: deleted.exception_queue ?? 0,
+        deliveryLogRows: deleted.delivery_log ?? 0,
+        rangeLeases: deleted.claim_lease ?? 0,
+        keyLeases: deleted.message_key_lease ?? 0,
+      },
     };
     return out;
   });
@@ -212,28 +194,21 @@ export async function destroyStream(client: Runtime, stream: string, opts: Destr
   const result = await destroyTx(db, `destroy of stream ${streamName}`, async (c) => {
     await lockMigrations(db, c);
     const streamId = await streamIdOf(db, c, streamName);
-    // Wait for a partition drop or sweep batch of a running maintain() to finish.
-    await query(db, c, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [retentionLockKey(db, streamId)]);
-    const ml = table(db.q, streamId, "message_log");
-    const present = await query<{ ok: boolean }>(db, c, "SELECT to_regclass($1) IS NOT NULL AS ok", [ml]);
+    await query(db, c, Destroy.waitForRetention, [retentionLockKey(db, streamId)]);
+    const present = await query<{ ok: boolean }>(db, c, Destroy.relationExists, [table(db.q, streamId, "message_log")]);
     let hadMessages = false;
     if (present.rows[0].ok) {
       // No message can arrive between the check below and the drop. (A poll that holds a family
       // table and waits for the log can deadlock with us here; Postgres breaks it and destroyTx
       // runs again.)
-      await query(db, c, `LOCK TABLE ${ml} IN ACCESS EXCLUSIVE MODE`);
-      hadMessages = (await query<{ any: boolean }>(db, c, `SELECT EXISTS (SELECT 1 FROM ${ml}) AS any`)).rows[0].any;
+      await query(db, c, Destroy.lockLog(db.q, streamId));
+      hadMessages = (await query<{ any: boolean }>(db, c, Destroy.logHasMessages(db.q, streamId))).rows[0].any;
     }
-    const groups = await query<{ name: string }>(
-      db,
-      c,
-      `SELECT name FROM ${db.q}.consumer_group_config WHERE stream_id = $1 ORDER BY id`,
-      [streamId],
-    );
+    const groups = await query<{ name: string }>(db, c, Destroy.groupNames(db.q), [streamId]);
     if (!force) {
       const familyPresent = present.rows[0].ok;
       const live = familyPresent
-        ? await liveWork(db, c, streamId, `IN (SELECT id FROM ${db.q}.consumer_group_config WHERE stream_id = $1)`, [streamId])
+        ? await liveWork(db, c, streamId, "stream", streamId)
         : null;
       if (hadMessages || (live && hasLiveWork(live))) {
         const why = [hadMessages ? "it still holds messages" : "", live && hasLiveWork(live) ? `its groups have ${describe(live)}` : ""]
@@ -246,19 +221,10 @@ export async function destroyStream(client: Runtime, stream: string, opts: Destr
         );
       }
     }
-    const family = ["message_log", "exception_queue", "delivery_log", "consumer_group_cursor", "claim_lease", "message_key_lease", "compaction_head", "idempotency_key", "progress_history"];
-    await query(db, c, `DROP TABLE IF EXISTS ${family.map((t) => table(db.q, streamId, t)).join(", ")}`);
-    // The family's protocol functions are named <step>_<N>; drop every overload found.
-    const fns = await query<{ sig: string }>(
-      db,
-      c,
-      `SELECT p.oid::regprocedure::text AS sig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-        WHERE n.nspname = $1 AND p.proname ~ $2`,
-      [db.schema, `^[a-z][a-z_]*_${streamId}$`],
-    );
-    for (const f of fns.rows) await query(db, c, `DROP FUNCTION IF EXISTS ${f.sig}`);
-    // consumer_group_config and migration_log rows go by ON DELETE CASCADE.
-    await query(db, c, `DELETE FROM ${db.q}.stream_config WHERE id = $1`, [streamId]);
+    await query(db, c, Destroy.dropFamily(db.q, streamId));
+    const fns = await query<{ sig: string }>(db, c, Destroy.familyFunctions, [db.schema, Destroy.familyFunctionPattern(streamId)]);
+    for (const f of fns.rows) await query(db, c, Destroy.dropFunction(f.sig));
+    await query(db, c, Destroy.deleteStream(db.q), [streamId]);
     const out: DestroyStreamResult = { stream: streamName, streamId, forced: force, hadMessages, groups: groups.rows.map((g) => g.name) };
     return out;
   });

@@ -6,14 +6,14 @@ export {
   Consumer, type Progress, type ProgressSample, type FailureRow, type RedriveSelector, type DeadSelector, type FailureFilter, type BatchOptions, type SeekTarget, type ExceptionStatus,
 } from "./consumer.js";
 export { type Message, type Handler, type CycleReport, mergeReports } from "./cycle/types.js";
-export type { InspectedMessage, InspectTarget, GroupView, MessagePosition, TimelineEntry } from "./operator.js";
+export type { InspectedMessage, InspectTarget, GroupView, MessagePosition, TimelineEntry } from "./operator/inspect.js";
 export { Delay, Permanent, type Outcome } from "./outcome.js";
 export { SqlStreamsError, ERROR_CODES, type ErrorCode, isSqlStreamsError } from "./errors.js";
 export type {
   RetryPolicy, MessageOptions, ConsumerConfig, StreamOptions, PollOptions, Concurrency, DeliveryLogMode,
 } from "./config.js";
 export type { Logger, LogEvent } from "./log.js";
-export type { MaintainOptions, MaintainReport } from "./maintain.js";
+export type { MaintainOptions, MaintainReport } from "./maintain/maintain.js";
 export type { DestroyOptions, DestroyGroupResult, DestroyStreamResult } from "./destroy.js";
 export { LIBRARY_VERSION, SYSTEM_VERSION, STREAM_VERSION } from "./version.js";
 export { defineStream, type StreamDef, type StandardSchema, type SchemaIssue, type PayloadOf } from "./typed.js";

@@ -5,6 +5,8 @@ import { SqlStreamsError } from "./errors.js";
 const OUTCOME = Symbol.for("sqlstreams.outcome");
 const MAX_DELAY_MS = 31_536_000_000;
 const MAX_ERROR_TEXT = 8_000;
+/** What Delay(ms) waits for ms <= 0. */
+export const DELAY_FLOOR_MS = 1_000;
 
 export interface Outcome {
   readonly [OUTCOME]: "delay" | "permanent";
@@ -26,12 +28,22 @@ export class PermanentOutcome extends Error implements Outcome {
   }
 }
 
-/** "Run me again later": not a failure; counts a delay. A negative ms means "next poll". */
+/**
+ * "Run me again later": not a failure; counts a delay. `ms` is a finite number of milliseconds
+ * up to one year (NaN or Infinity: SQL0015). Zero or less waits DELAY_FLOOR_MS (1 000 ms), so a
+ * delay computed from a time already past (`Delay(retryAt - Date.now())`) cannot run the message
+ * again in a loop (docs/exception-lifecycle.md#attempts-and-budget).
+ */
 export function Delay(ms: number): Outcome & Error {
   if (typeof ms !== "number" || !Number.isFinite(ms) || ms > MAX_DELAY_MS) {
     throw new SqlStreamsError("SQL0015", `Delay(ms) needs a finite number of milliseconds up to ${MAX_DELAY_MS}, got ${String(ms)}`, { value: ms });
   }
-  return new DelayOutcome(ms);
+  return new DelayOutcome(delayMs(ms));
+}
+
+/** What Delay(ms) waits: whole milliseconds, DELAY_FLOOR_MS for zero or less. */
+function delayMs(ms: number): number {
+  return ms <= 0 ? DELAY_FLOOR_MS : Math.ceil(ms);
 }
 
 /** The message cannot succeed: dead at once, no retries. */
@@ -49,14 +61,14 @@ function isOutcome(v: unknown): v is DelayOutcome | PermanentOutcome {
   return typeof v === "object" && v !== null && OUTCOME in v;
 }
 
-/** Classifies what a handler returned (`threw` false) or threw (`threw` true). */
 /** Every plain success is this one frozen object: a hot-path run allocates no outcome. */
 const SUCCESS: Classified = Object.freeze({ kind: "success" });
 
+/** Classifies what a handler returned (`threw` false) or threw (`threw` true). */
 export function classify(value: unknown, threw: boolean): Classified {
   if (isOutcome(value)) {
     if (value[OUTCOME] === "delay") {
-      const ms = Math.max(0, Math.ceil((value as DelayOutcome).ms));
+      const ms = delayMs((value as DelayOutcome).ms);
       return { kind: "delay", ms, error: `SQL0025 delayed: run again in ${ms} ms` };
     }
     return { kind: "permanent", error: cut((value as PermanentOutcome).message) };
@@ -87,7 +99,20 @@ export function errorText(e: unknown): string {
   return cut(lines.join("\n"));
 }
 
+/**
+ * A thrown value that is not an Error, readably: a string as itself, an object or array as JSON
+ * (bigints as digits), anything JSON cannot show (a cycle, a hostile getter, undefined) by String().
+ */
 function safeString(v: unknown): string {
+  if (typeof v === "string") return v;
+  if (typeof v === "object" && v !== null) {
+    try {
+      const json = JSON.stringify(v, (_k, x: unknown) => (typeof x === "bigint" ? x.toString() : x));
+      if (typeof json === "string") return json;
+    } catch {
+      // not JSON: String() below
+    }
+  }
   try {
     return String(v);
   } catch {

@@ -4,14 +4,23 @@
 // Origin / Sec-Fetch-Site headers; read-only mode refuses them (docs/operations.md#dashboard).
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { SqlStreamsError, isSqlStreamsError, type FailureFilter, type Progress, type SqlStreams } from "@sqlstreams/core";
-import { age, esc, page, postForm, table } from "./html.js";
+import { SCRIPT_HASH, age, esc, page, postForm, table } from "./html.js";
 
 export interface DashboardOptions {
   client: SqlStreams;
   /** Refuse every action (SQL0061); pages hide their buttons. */
   readOnly?: boolean;
-  /** When set, every request needs it: HTTP basic auth (any user, this password) or `Authorization: Bearer`. */
+  /**
+   * When set, every request needs it: opening any page with `?token=…` once (which sets a cookie
+   * and redirects), HTTP basic auth (any user, this password) or `Authorization: Bearer`.
+   */
   token?: string;
+  /**
+   * The `Host` header values (`name:port`, as a browser sends them) the app answers; any other
+   * gets 421 (SQL0090), which defeats DNS rebinding. `Origin` is checked against the same list.
+   * Default: none checked, Origin compared with Host (behind a Function URL, AWS routes by Host).
+   */
+  hosts?: string[];
   /** Path prefix the app is mounted under (e.g. "/ops"); default none. */
   basePath?: string;
 }
@@ -21,7 +30,10 @@ export type FetchHandler = (req: Request) => Promise<Response>;
 const CSRF_COOKIE = "sqlstreams_csrf";
 const STATUSES = ["dead", "ready", "deferred", "inflight"] as const;
 const PAGE = 50;
+/** Rows one bulk redrive or discard acts on. */
+const BULK_LIMIT = 10_000;
 
+/** A request the dashboard refuses with a 4xx; shown as SQL0090. */
 class HttpError extends Error {
   constructor(
     readonly status: number,
@@ -31,13 +43,63 @@ class HttpError extends Error {
   }
 }
 
+/** The status and the coded text of a failed request: 4xx for anything the request got wrong, 500 for the rest. */
+function describe(e: unknown): { status: number; message: string } {
+  if (e instanceof HttpError) return { status: e.status, message: `SQL0090 ${e.message}` };
+  if (isSqlStreamsError(e)) return { status: ["SQL0009", "SQL0010", "SQL0058"].includes(e.code) ? 404 : e.code === "SQL0061" ? 403 : e.code === "SQL0050" ? 503 : 400, message: e.message };
+  const code = (e as { code?: unknown } | null)?.code;
+  // Class 22, data exception: a value from the request Postgres cannot take (an id beyond bigint, a
+  // timestamp out of range, an unsupported escape in a JSON filter).
+  if (typeof code === "string" && code.startsWith("22")) return { status: 400, message: `SQL0090 the request carries a value the database cannot take: ${(e as Error).message}` };
+  return { status: 500, message: e instanceof Error ? e.message : String(e) };
+}
+
+/**
+ * The banners an action's redirect may show: fixed texts, filled with numbers only (`?done=code&n=1,0`),
+ * so a link cannot make the dashboard say words of someone else's choosing.
+ */
+const BANNERS = {
+  redriven: (n: string[]) => (n.length === 2 ? `redrove ${n[0]} dead message(s)${n[1] !== "0" ? `, skipped ${n[1]}` : ""}` : null),
+  discarded: (n: string[]) => (n.length === 2 ? `discarded ${n[0]} dead message(s)${n[1] !== "0" ? `, skipped ${n[1]}` : ""}; audit rows written` : null),
+  paused: (n: string[]) => (n.length === 0 ? "paused" : null),
+  resumed: (n: string[]) => (n.length === 0 ? "resumed" : null),
+  seek: (n: string[]) => (n.length === 5 ? `seek: claimed ${n[0]} → ${n[1]}, committed ${n[2]} → ${n[3]}; ${n[4]} exception row(s) above the new position deleted` : null),
+} as const;
+
+function banner(u: URL): string | null {
+  const code = u.searchParams.get("done") ?? "";
+  if (!Object.hasOwn(BANNERS, code)) return null;
+  const raw = u.searchParams.get("n") ?? "";
+  const n = raw === "" ? [] : raw.split(",");
+  if (n.some((x) => !/^[0-9]{1,20}$/.test(x))) return null;
+  return BANNERS[code as keyof typeof BANNERS](n);
+}
+
+/** U+0000 can be neither stored nor compared in Postgres text: refused in any parameter. */
+function noNul(params: URLSearchParams): void {
+  for (const [k, v] of params) if (k.includes("\u0000") || v.includes("\u0000")) throw new HttpError(400, `parameter ${JSON.stringify(k)} contains U+0000`);
+}
+
+/** A message id as Postgres stores it: a bigint, 0 … 9223372036854775807. */
+function messageId(x: string, what: string): string {
+  if (!/^[0-9]{1,19}$/.test(x) || BigInt(x) > 9_223_372_036_854_775_807n) throw new HttpError(400, `${what} must be a message id (0 … 9223372036854775807), got ${JSON.stringify(x.slice(0, 40))}`);
+  return x;
+}
+
 function sameSecret(a: string, b: string): boolean {
   const x = createHash("sha256").update(a).digest();
   const y = createHash("sha256").update(b).digest();
   return timingSafeEqual(x, y);
 }
 
+/** The auth cookie's name: one per token, so dashboards on other ports of the same host don't clash. */
+function authCookieName(token: string): string {
+  return `sqlstreams_auth_${createHash("sha256").update(`cookie:${token}`).digest("hex").slice(0, 12)}`;
+}
+
 function authorized(req: Request, token: string): boolean {
+  const fromCookie = cookie(req, authCookieName(token));
+  if (fromCookie !== undefined && sameSecret(decodeURIComponent(fromCookie), token)) return true;
   const h = req.headers.get("authorization") ?? "";
   if (h.startsWith("Bearer ")) return sameSecret(h.slice(7).trim(), token);
   if (h.startsWith("Basic ")) {
@@ -65,19 +127,61 @@ function html(body: string, status = 200, headers: Record<string, string> = {}):
       "x-frame-options": "DENY",
       "x-content-type-options": "nosniff",
       "referrer-policy": "same-origin",
-      "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+      "content-security-policy": `default-src 'none'; style-src 'unsafe-inline'; script-src '${SCRIPT_HASH}'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'`,
       ...headers,
     },
   });
 }
 
+function plain(status: number, text: string, headers: Record<string, string> = {}): Response {
+  return new Response(`${text}\n`, { status, headers: { "content-type": "text/plain; charset=utf-8", "cache-control": "no-store", ...headers } });
+}
+
+/** The request's Origin is one of the app's own (its hosts, else the request's Host). */
+function allowedOrigin(origin: string, req: Request, url: URL, hosts: Set<string> | undefined): boolean {
+  try {
+    const o = new URL(origin);
+    if (o.protocol !== url.protocol) return false;
+    return hosts ? hosts.has(o.host.toLowerCase()) : o.host === (req.headers.get("host") ?? url.host);
+  } catch {
+    return false;
+  }
+}
+
 export function createDashboard(o: DashboardOptions): FetchHandler {
   const base = (o.basePath ?? "").replace(/\/+$/, "");
   const readOnly = o.readOnly === true;
+  const hosts = o.hosts ? new Set(o.hosts.map((h) => h.toLowerCase())) : undefined;
   return async (req) => {
     const url = new URL(req.url);
-    if (o.token !== undefined && !authorized(req, o.token)) {
-      return new Response("authentication required\n", { status: 401, headers: { "www-authenticate": 'Basic realm="sqlstreams dashboard", charset="UTF-8"', "content-type": "text/plain" } });
+    // DNS rebinding: a page of attacker.example that now resolves to this machine sends its own Host.
+    if (hosts && !hosts.has((req.headers.get("host") ?? "").toLowerCase())) {
+      return plain(421, "error SQL0090: this dashboard does not answer for that Host header; open it by the URL it printed");
+    }
+    // Another origin's page (another port, another name) may neither read nor act, GET or POST.
+    const origin = req.headers.get("origin");
+    if (origin !== null && origin !== "null" && !allowedOrigin(origin, req, url, hosts)) {
+      return plain(403, "error SQL0061: request from another origin refused");
+    }
+    if (o.token !== undefined) {
+      const given = url.searchParams.get("token");
+      if (given !== null && (req.method === "GET" || req.method === "HEAD") && sameSecret(given, o.token)) {
+        // The printed URL's token becomes a cookie; the redirect drops it from the address bar.
+        url.searchParams.delete("token");
+        const secure = url.protocol === "https:" ? "; Secure" : "";
+        return new Response(null, {
+          status: 303,
+          headers: {
+            location: `${url.pathname}${url.search}`,
+            "cache-control": "no-store",
+            "referrer-policy": "no-referrer",
+            "set-cookie": `${authCookieName(o.token)}=${encodeURIComponent(o.token)}; Path=${base || "/"}; HttpOnly; SameSite=Strict${secure}`,
+          },
+        });
+      }
+      if (!authorized(req, o.token)) {
+        return plain(401, "authentication required: open the dashboard with the URL it printed (…/?token=…), or send the token as the basic-auth password", { "www-authenticate": 'Basic realm="sqlstreams dashboard", charset="UTF-8"' });
+      }
     }
     // One random token per browser, in a cookie the page's forms repeat (double submit).
     const existing = cookie(req, CSRF_COOKIE);
@@ -93,14 +197,14 @@ export function createDashboard(o: DashboardOptions): FetchHandler {
         return r instanceof Response ? r : html(r, 200, setCookie);
       }
       if (req.method !== "GET" && req.method !== "HEAD") throw new HttpError(405, `method ${req.method} not allowed`);
+      noNul(url.searchParams);
       if (path === "/") return html(await overview(ctx), 200, setCookie);
       if (path === "/group") return html(await groupPage(ctx), 200, setCookie);
       if (path === "/message") return html(await messagePage(ctx), 200, setCookie);
       if (path === "/healthz") return new Response("ok\n", { headers: { "content-type": "text/plain" } });
       throw new HttpError(404, `no page ${path}`);
     } catch (e) {
-      const status = e instanceof HttpError ? e.status : isSqlStreamsError(e) ? (["SQL0009", "SQL0010", "SQL0058"].includes(e.code) ? 404 : e.code === "SQL0061" ? 403 : 400) : 500;
-      const message = e instanceof Error ? e.message : String(e);
+      const { status, message } = describe(e);
       return html(page({ title: "error", base, readOnly, error: message }, `<p><a href="${esc(base)}/">Back to the overview</a></p>`), status, setCookie);
     }
   };
@@ -186,7 +290,7 @@ async function overview(v: View): Promise<string> {
 <button type="submit">Inspect</button></fieldset></form>`;
   const dead = progress.filter((p) => p.exceptions.dead > 0).length;
   return page(
-    { title: "overview", base: v.base, readOnly: v.readOnly, flash: v.url.searchParams.get("done"), refresh: true },
+    { title: "overview", base: v.base, readOnly: v.readOnly, flash: banner(v.url), refresh: true },
     `<h1>Streams and consumer groups</h1>
 <p>${progress.length} group(s)${dead > 0 ? `; <span class="bad">${dead} with dead messages</span> (lag 0 with dead rows is not success)` : ""}.</p>
 ${table(
@@ -259,7 +363,10 @@ async function groupPage(v: View): Promise<string> {
 <label for="f-payload">Payload contains (JSON)</label><input id="f-payload" name="payload" value="${esc(raw.payload)}" size="16">
 <button type="submit">Apply</button></fieldset></form>`;
   const matching = { ...sg, error: raw.error, key: raw.key, since: raw.since, payload: raw.payload };
-  const bulk = v.readOnly || f.status !== "dead" || total === 0 ? "" : `<p>${postForm(`${v.base}/action/redrive`, v.csrf, { ...matching, all: "1" }, `Redrive all ${total} matching`)} ${postForm(`${v.base}/action/discard`, v.csrf, { ...matching, all: "1" }, `Discard all ${total} matching`, { danger: true })}</p>`;
+  // One action handles at most BULK_LIMIT rows: the labels say how many this press acts on.
+  const many = total > BULK_LIMIT;
+  const howMany = many ? `${BULK_LIMIT.toLocaleString("en-US")} of the ${total.toLocaleString("en-US")} matching` : `all ${total.toLocaleString("en-US")} matching`;
+  const bulk = v.readOnly || f.status !== "dead" || total === 0 ? "" : `<p>${postForm(`${v.base}/action/redrive`, v.csrf, { ...matching, all: "1" }, `Redrive ${howMany}`)} ${postForm(`${v.base}/action/discard`, v.csrf, { ...matching, all: "1" }, `Discard ${howMany}`, { danger: true })}${many ? ` <span class="muted">(at most ${BULK_LIMIT.toLocaleString("en-US")} a press; press again for more)</span>` : ""}</p>`;
   const controls = v.readOnly ? "" : `<fieldset><legend>Group</legend>
 ${p.paused ? postForm(`${v.base}/action/resume`, v.csrf, sg, "Resume") : postForm(`${v.base}/action/pause`, v.csrf, sg, "Pause")}
 <form class="inline" method="post" action="${esc(v.base)}/action/seek"><input type="hidden" name="csrf" value="${esc(v.csrf)}"><input type="hidden" name="stream" value="${esc(stream)}"><input type="hidden" name="group" value="${esc(group)}">
@@ -268,7 +375,7 @@ ${p.paused ? postForm(`${v.base}/action/resume`, v.csrf, sg, "Resume") : postFor
   const next = f.offset + rows.length < total ? `<a href="${esc(link(v, "/group", { ...sg, ...raw, offset: String(f.offset + rows.length) }))}">Next page</a>` : "";
   const prev = f.offset > 0 ? `<a href="${esc(link(v, "/group", { ...sg, ...raw, offset: String(Math.max(0, f.offset - PAGE)) }))}">Previous page</a>` : "";
   return page(
-    { title: `${stream} / ${group}`, base: v.base, readOnly: v.readOnly, flash: v.url.searchParams.get("done"), refresh: true },
+    { title: `${stream} / ${group}`, base: v.base, readOnly: v.readOnly, flash: banner(v.url), refresh: true },
     `<h1>${esc(stream)} / ${esc(group)}</h1>
 <p>head ${esc(p.head)}, committed ${esc(p.committed)}, lag ${esc(p.lag)}; ready ${p.exceptions.ready}, deferred ${p.exceptions.deferred}, inflight ${p.exceptions.inflight},
 <span class="${p.exceptions.dead > 0 ? "bad" : ""}">dead ${p.exceptions.dead}</span>, superseded ${p.exceptions.superseded}; oldest unresolved ${esc(age(p.oldestUnresolvedAgeMs))}; ${p.paused ? '<span class="warn">paused</span>' : "running"}.</p>
@@ -281,7 +388,8 @@ ${table(`${f.status} rows ${total === 0 ? "" : `${f.offset + 1}–${f.offset + r
 
 async function messagePage(v: View): Promise<string> {
   const stream = need(v.url, "stream");
-  const id = v.url.searchParams.get("id") || undefined;
+  const rawId = v.url.searchParams.get("id") || undefined;
+  const id = rawId === undefined ? undefined : messageId(rawId, "id");
   const key = v.url.searchParams.get("key") || undefined;
   if ((id === undefined) === (key === undefined)) throw new HttpError(400, "give a message id or a key");
   const found = await v.client.stream(stream).inspect(id !== undefined ? { id } : { key });
@@ -303,25 +411,23 @@ ${table(`Delivery log of ${g.group}`, ["At", { text: "Attempt", num: true }, "St
 <p>key ${esc(m.key ?? "-")}; created ${esc(m.createdAt.toISOString())} (${esc(age(now - m.createdAt.getTime()))} ago); options ${esc(m.options === null ? "-" : JSON.stringify(m.options))}</p>
 <pre>${esc(JSON.stringify(m.payload, null, 2))}</pre>${groups.join("\n")}</article>`;
   });
-  return page({ title: `${stream} message ${id ?? key}`, base: v.base, readOnly: v.readOnly, flash: v.url.searchParams.get("done") }, `<h1>${esc(stream)}</h1>${parts.join("\n")}`);
+  return page({ title: `${stream} message ${id ?? key}`, base: v.base, readOnly: v.readOnly, flash: banner(v.url) }, `<h1>${esc(stream)}</h1>${parts.join("\n")}`);
 }
 
-/** Cross-site requests are refused: the browser's Sec-Fetch-Site, else Origin against Host. */
+/**
+ * Cross-site requests are refused: the browser's Sec-Fetch-Site, and an Origin other than the
+ * app's own was already refused before any page or action ran; "null" (sandboxed, file:) is refused.
+ */
 function sameOrigin(req: Request): boolean {
   const site = req.headers.get("sec-fetch-site");
-  if (site !== null) return site === "same-origin" || site === "none";
-  const origin = req.headers.get("origin");
-  if (origin === null || origin === "null") return origin === null;
-  try {
-    return new URL(origin).host === (req.headers.get("host") ?? new URL(req.url).host);
-  } catch {
-    return false;
-  }
+  if (site !== null && site !== "same-origin" && site !== "none") return false;
+  return req.headers.get("origin") !== "null";
 }
 
 async function action(v: View, req: Request, path: string, cookieToken: string | undefined): Promise<Response | string> {
   if (v.readOnly) throw new SqlStreamsError("SQL0061", "the dashboard is read-only: actions are disabled");
   const form = new URLSearchParams(await req.text());
+  noNul(form);
   const sent = form.get("csrf") ?? "";
   if (!sameOrigin(req) || cookieToken === undefined || sent === "" || !sameSecret(sent, cookieToken)) {
     throw new SqlStreamsError("SQL0061", "the request failed the cross-site check (missing or wrong form token, or another site's page)");
@@ -329,25 +435,26 @@ async function action(v: View, req: Request, path: string, cookieToken: string |
   const stream = need(form, "stream");
   const group = need(form, "group");
   const c = v.client.stream(stream).consumer(group);
-  const back = (done: string) => {
+  const back = (done: keyof typeof BANNERS, counts: (number | string | bigint)[] = []) => {
+    const n = counts.length > 0 ? counts.map(String).join(",") : undefined;
     const to = form.get("back") === "message" && form.get("ids")
-      ? link(v, "/message", { stream, id: form.get("ids") ?? undefined, done })
-      : link(v, "/group", { stream, group, done });
+      ? link(v, "/message", { stream, id: form.get("ids") ?? undefined, done, n })
+      : link(v, "/group", { stream, group, done, n });
     return new Response(null, { status: 303, headers: { location: to, "cache-control": "no-store" } });
   };
   const selector = () => {
-    if (form.get("ids")) return { ids: (form.get("ids") as string).split(",") };
+    if (form.get("ids")) return { ids: (form.get("ids") as string).split(",").map((x) => messageId(x, "ids")) };
     const f = filterOf(new URL(`http://x/?${new URLSearchParams({ error: form.get("error") ?? "", key: form.get("key") ?? "", since: form.get("since") ?? "", payload: form.get("payload") ?? "" }).toString()}`)).filter;
-    return { ...(f.errorContains ? { errorContains: f.errorContains } : {}), ...(f.key ? { key: f.key } : {}), ...(f.since ? { deadSince: f.since } : {}), ...(f.payloadContains !== undefined ? { payloadContains: f.payloadContains } : {}), all: true as const, limit: 10_000 };
+    return { ...(f.errorContains ? { errorContains: f.errorContains } : {}), ...(f.key ? { key: f.key } : {}), ...(f.since ? { deadSince: f.since } : {}), ...(f.payloadContains !== undefined ? { payloadContains: f.payloadContains } : {}), all: true as const, limit: BULK_LIMIT };
   };
   switch (path) {
     case "/action/redrive": {
       const r = await c.redrive(selector(), { reason: "dashboard" });
-      return back(`redrove ${r.redriven} dead message(s)${r.skipped ? `, skipped ${r.skipped}` : ""}`);
+      return back("redriven", [r.redriven, r.skipped]);
     }
     case "/action/discard": {
       const r = await c.discard(selector(), { reason: "dashboard" });
-      return back(`discarded ${r.discarded} dead message(s)${r.skipped ? `, skipped ${r.skipped}` : ""}; audit rows written`);
+      return back("discarded", [r.discarded, r.skipped]);
     }
     case "/action/pause":
       await c.pause();
@@ -356,12 +463,13 @@ async function action(v: View, req: Request, path: string, cookieToken: string |
       await c.resume();
       return back("resumed");
     case "/action/seek": {
-      const id = form.get("id") || undefined;
+      const rawId = form.get("id") || undefined;
+      const id = rawId === undefined ? undefined : messageId(rawId, "id");
       const time = form.get("time") || undefined;
       if ((id === undefined) === (time === undefined)) throw new HttpError(400, "seek needs an id or a time");
       if (form.get("confirm") !== "yes") return confirmSeek(v, stream, group, id, time);
       const r = await c.seek(id !== undefined ? { id } : { time }, { force: form.get("force") === "yes" });
-      return back(`seek: claimed ${r.previous.claimed} → ${r.claimed}, committed ${r.previous.committed} → ${r.committed}; ${r.deletedRows} exception row(s) above the new position deleted`);
+      return back("seek", [r.previous.claimed, r.claimed, r.previous.committed, r.committed, r.deletedRows]);
     }
     default:
       throw new HttpError(404, `no action ${path}`);

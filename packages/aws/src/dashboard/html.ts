@@ -1,5 +1,6 @@
 // HTML building blocks of the dashboard: escaping, the page frame, tables and forms. Every value
 // that reaches a page goes through esc() (docs/operations.md#dashboard).
+import { createHash } from "node:crypto";
 
 export function esc(v: unknown): string {
   return String(v ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c] as string);
@@ -49,6 +50,9 @@ const SCRIPT = `
   arm();
 })();
 `;
+
+/** The CSP source of SCRIPT: the one script the pages run, and no other (no inline handlers). */
+export const SCRIPT_HASH = `sha256-${createHash("sha256").update(SCRIPT).digest("base64")}`;
 
 export interface PageOptions {
   title: string;

@@ -4,10 +4,10 @@
 // lease it ran under is renewed in the database, so no other process can start the key either,
 // for at most ABANDON_BOUND × timeout; then SQL0048 says the key is no longer protected.
 import type { Db } from "../db.js";
-import { outsideBudget, queryRetry } from "../db.js";
+import { outsideBudget } from "../db.js";
 import { now } from "../clock.js";
-import * as S from "../sql/cycle.js";
-import type { Ctx } from "./context.js";
+import * as statements from "../sql/cycle.js";
+import type { PollContext } from "./context.js";
 
 /** How long, in multiples of the run's timeout from its start, a key lease is renewed for it. */
 export const ABANDON_BOUND = 10;
@@ -20,12 +20,12 @@ function id(stream: string, group: string, key: string): string {
 }
 
 /** True while an abandoned run of this key, started by this client, has not settled. */
-export function keyAbandoned<T>(ctx: Ctx<T>, key: string): boolean {
+export function keyAbandoned<T>(ctx: PollContext<T>, key: string): boolean {
   return (unsettled.get(ctx.db)?.get(id(ctx.stream, ctx.group, key)) ?? 0) > 0;
 }
 
 /** The keys of this poll's group with an unsettled abandoned run started by this client. */
-export function abandonedKeys<T>(ctx: Ctx<T>): string[] {
+export function abandonedKeys<T>(ctx: PollContext<T>): string[] {
   const byKey = unsettled.get(ctx.db);
   if (byKey === undefined || byKey.size === 0) return [];
   const prefix = id(ctx.stream, ctx.group, "");
@@ -50,13 +50,13 @@ export interface AbandonedRun {
  * Registers an abandoned run: the key counts as busy in this process until `settled`, and its key
  * lease (when it has a token) is renewed every third of a lease length meanwhile, then released.
  */
-export function abandon<T>(ctx: Ctx<T>, run: AbandonedRun): void {
-  const { db, t, groupId, stream, group } = ctx;
+export function abandon<T>(ctx: PollContext<T>, run: AbandonedRun): void {
+  const { db, tables: t, groupId, stream, group } = ctx;
   const k = id(stream, group, run.key);
   let byKey = unsettled.get(db);
   if (!byKey) unsettled.set(db, (byKey = new Map()));
   byKey.set(k, (byKey.get(k) ?? 0) + 1);
-  const leaseMs = run.timeoutMs + ctx.o.recordMargin;
+  const leaseMs = run.timeoutMs + ctx.options.recordMargin;
   const until = run.startedAt + ABANDON_BOUND * run.timeoutMs;
   db.events.emit({
     level: "warn", code: "SQL0047",
@@ -82,7 +82,8 @@ export function abandon<T>(ctx: Ctx<T>, run: AbandonedRun): void {
         return;
       }
       try {
-        const r = await queryRetry(db, S.renewKeyLease(t), [groupId, run.key, run.token, Math.ceil(Math.min(leaseMs, until - now() + ctx.o.recordMargin))]);
+        const ms = Math.ceil(Math.min(leaseMs, until - now() + ctx.options.recordMargin));
+        const r = await statements.renewKeyLease.retry(db, t, { groupId, key: run.key, keyToken: run.token, ms });
         if (r.rowCount === 0) {
           if (!done) stopWarn("lost its key lease (it expired and was taken over)");
           return;
@@ -108,7 +109,7 @@ export function abandon<T>(ctx: Ctx<T>, run: AbandonedRun): void {
       else byKey.delete(k);
       if (run.token === null || db.closed) return;
       try {
-        await queryRetry(db, S.releaseKeyLease(t), [groupId, run.key, run.token]);
+        await statements.releaseKeyLease.retry(db, t, { groupId, key: run.key, keyToken: run.token });
       } catch {
         // The lease expires on its own.
       }
@@ -125,7 +126,7 @@ export interface Watch {
 const UNWATCHED: Watch = Object.freeze({ abandoned: false, onAbandon: undefined });
 
 /** A watch for a run about to start; keyless (or parallel) runs have no key to keep. */
-export function watchRun<T>(ctx: Ctx<T>, key: string | null, token: string | null, messageId: string, timeoutMs: number): Watch {
+export function watchRun<T>(ctx: PollContext<T>, key: string | null, token: string | null, messageId: string, timeoutMs: number): Watch {
   if (key === null) return UNWATCHED; // never written: without onAbandon nothing sets `abandoned`
   const w: Watch = { abandoned: false, onAbandon: undefined };
   const startedAt = now();

@@ -1,76 +1,39 @@
 // What one poll knows and shares between its phases, and the small helpers every phase uses.
 import type { Runtime } from "../runtime.js";
 import {
-  type ConsumerConfig, type DeliveryLogMode, type GroupResolution, type MessageOptions, type ResolvedMessage,
-  type ResolvedPollOptions, resolveMessage,
+  type DeliveryLogMode, type GroupResolution, type MessageOptions, type ResolvedMessage, type ResolvedPollOptions,
+  resolveMessage, timeoutBounds,
 } from "../config.js";
 import type { Db } from "../db.js";
 import { compareIds } from "../ids.js";
-import type * as S from "../sql/cycle.js";
+import type { LeaseParams, MessageRow, Tables, TimeoutParams } from "../sql/cycle.js";
 import { RunMessage } from "./run.js";
-import type { LastRun, RangeSample, RangeSizer } from "./sizer.js";
 import type { CycleReport, Handler } from "./types.js";
-import { now } from "../clock.js";
+import { type OnMonotonicClock, now } from "../clock.js";
 
-export interface RawMessage {
-  id: string;
-  message_key: string | null;
-  compaction_rank: string | null;
-  payload: unknown;
-  options: MessageOptions | null;
-  /** A Date, or epoch milliseconds where claim_N returns it so. */
-  created_at: Date | number;
-}
-export interface RangeMessage extends RawMessage {
+export interface RangeMessage extends MessageRow {
   resolved: ResolvedMessage;
 }
-export interface LoadRow {
-  group_id: string;
-  config: ConsumerConfig;
-  paused: boolean;
-  mode: DeliveryLogMode;
-  claimed: string;
-  committed: string;
-  settled_head: string;
-  pending_head: string;
-  head: string;
-  has_cursor: boolean;
-  reclaimable: boolean;
-  expirable: boolean;
-  reservable: boolean;
-  target: string;
-  obs: string;
-}
 
-export interface Ctx<T> {
+/** Poll options as a poll runs with them: the deadline on the monotonic clock. */
+export type PollOptions = OnMonotonicClock<ResolvedPollOptions>;
+
+export interface PollContext<T> {
   client: Runtime;
   db: Db;
-  t: S.Tables;
+  tables: Tables;
   stream: string;
   group: string;
   groupId: string;
-  g: GroupResolution;
+  resolution: GroupResolution;
   mode: DeliveryLogMode;
   handler: Handler<T>;
-  o: ResolvedPollOptions;
+  options: PollOptions;
   report: CycleReport;
   /** Set once no further handler may start in this poll (abort, deadline, lost lease). */
   stop: boolean;
-  /** Something this poll did or saw can move the committed cursor: advance it at the end. */
-  advance: boolean;
-  /** The fence could not prove visible ids yet (an older write transaction is still open). */
-  fenceBlocked: boolean;
   /** Resolutions of messages produced without options, by (has key, compacted). */
   plain: Map<number, ResolvedMessage>;
-  /** Filled by the range phase when a drain sizes its ranges (docs/poll-cycle.md#range-size-in-a-drain). */
-  sample: RangeSample | undefined;
-  /** A drain's poll state: its sizer, and the sample of the range run last (docs/poll-cycle.md#the-steady-state). */
-  state: { sizer?: RangeSizer; sample?: RangeSample; lastRun?: LastRun } | undefined;
-  /** Monotonic ms after which no range is recorded together with the next claim. */
-  chainUntil: number;
-  /** Exception rows to expire / due to reserve, as the load or a later record said. */
-  expirable: boolean;
-  reservable: boolean;
 }
 
 export const big = (s: string) => BigInt(s);
@@ -83,26 +46,65 @@ export function byId<R extends { id: string }>(rows: R[]): R[] {
   return rows;
 }
 
-export function aborted<T>(ctx: Ctx<T>): boolean {
-  return ctx.o.signal?.aborted === true;
+export function aborted<T>(ctx: PollContext<T>): boolean {
+  return ctx.options.signal?.aborted === true;
 }
 
-export function leaseCap<T>(ctx: Ctx<T>): number | null {
-  return ctx.o.deadline === undefined ? null : Math.max(1, Math.floor(ctx.o.deadline - now()) + ctx.o.recordMargin);
+/** Whether a message takes a key lease: it has a key and is not parallel (docs/ordering.md#key-leases). */
+export function isKeyed(concurrency: string, key: string | null): key is string {
+  return concurrency !== "parallel" && key !== null;
 }
 
-export function resolve<T>(ctx: Ctx<T>, m: RawMessage, stored?: MessageOptions | null): ResolvedMessage {
+/** The cap of every lease this poll takes: deadline + recordMargin (null without a deadline). */
+export function leaseCap<T>(ctx: PollContext<T>): number | null {
+  return ctx.options.deadline === undefined ? null : Math.max(1, Math.floor(ctx.options.deadline - now()) + ctx.options.recordMargin);
+}
+
+/**
+ * A run's lease: one run of `timeout` plus recordMargin (+ `headroom`, for a key lease a chain
+ * passes on), capped at deadline + recordMargin.
+ */
+export function runLeaseMs<T>(ctx: PollContext<T>, timeout: number, headroom = 0): number {
+  const cap = leaseCap(ctx);
+  const ms = timeout + ctx.options.recordMargin + headroom;
+  return cap === null ? ms : Math.min(ms, cap);
+}
+
+/**
+ * The cap of a range lease: leaseCap, and in a drain also the lease bound (or one run of the
+ * default timeout when that is longer). A message that would not fit in the remaining lease
+ * extends it before it starts (docs/poll-cycle.md#range-size-in-a-drain).
+ */
+export function rangeLeaseCap<T>(ctx: PollContext<T>): number | null {
+  const cap = leaseCap(ctx);
+  if (ctx.options.rangeLeaseBound === undefined) return cap;
+  const bound = Math.max(ctx.options.rangeLeaseBound, ctx.resolution.defaults.timeout + ctx.options.recordMargin);
+  return cap === null ? bound : Math.min(cap, bound);
+}
+
+/** What a lease is sized with, as the claim, the takeover and the reservation take it. */
+export function leaseParams<T>(ctx: PollContext<T>, leaseCapMs: number | null): LeaseParams {
+  return { concurrency: ctx.options.concurrency, recordMargin: ctx.options.recordMargin, leaseCapMs };
+}
+
+/** The group's timeout bounds, as the claim and the reservation take them. */
+export function timeoutParams<T>(ctx: PollContext<T>): TimeoutParams {
+  const b = timeoutBounds(ctx.resolution);
+  return { timeoutDefault: b.def, timeoutMin: b.min, timeoutMax: b.max };
+}
+
+export function resolve<T>(ctx: PollContext<T>, m: Pick<MessageRow, "id" | "message_key" | "compaction_rank" | "options">, stored?: MessageOptions | null): ResolvedMessage {
   const opts = stored === undefined ? m.options : stored;
   if (opts === null) {
     const k = (m.message_key !== null ? 1 : 0) + (m.compaction_rank !== null ? 2 : 0);
     let hit = ctx.plain.get(k);
     if (!hit) {
-      hit = resolveMessage(ctx.g, null, m.message_key !== null, m.compaction_rank !== null).resolved;
+      hit = resolveMessage(ctx.resolution, null, m.message_key !== null, m.compaction_rank !== null).resolved;
       ctx.plain.set(k, hit);
     }
     return hit;
   }
-  const r = resolveMessage(ctx.g, stored === undefined ? m.options : stored, m.message_key !== null, m.compaction_rank !== null);
+  const r = resolveMessage(ctx.resolution, stored === undefined ? m.options : stored, m.message_key !== null, m.compaction_rank !== null);
   for (const f of r.clamped) {
     ctx.db.events.emit({
       level: "info", code: "SQL0039", message: `produced option ${f} of message ${m.id} was clamped to the group's bounds`,
@@ -113,20 +115,20 @@ export function resolve<T>(ctx: Ctx<T>, m: RawMessage, stored?: MessageOptions |
 }
 
 /** The abort and deadline checks before a start (docs/poll-cycle.md#dispatch steps 1–2). False means: do not start. */
-export function mayStart<T>(ctx: Ctx<T>, timeout: number): boolean {
+export function mayStart<T>(ctx: PollContext<T>, timeout: number): boolean {
   if (ctx.stop) return false;
   if (aborted(ctx)) {
     ctx.stop = true;
     return false;
   }
-  if (ctx.o.deadline !== undefined && now() + timeout + ctx.o.recordMargin > ctx.o.deadline) {
+  if (ctx.options.deadline !== undefined && now() + timeout + ctx.options.recordMargin > ctx.options.deadline) {
     ctx.stop = true;
     return false;
   }
   return true;
 }
 
-export function logNotStarted<T>(ctx: Ctx<T>, n: number): void {
+export function logNotStarted<T>(ctx: PollContext<T>, n: number): void {
   if (n <= 0) return;
   ctx.report.notStarted += n;
   ctx.db.events.emit({
@@ -135,16 +137,16 @@ export function logNotStarted<T>(ctx: Ctx<T>, n: number): void {
   });
 }
 
-export function lostLease<T>(ctx: Ctx<T>, what: string): void {
+export function lostLease<T>(ctx: PollContext<T>, what: string): void {
   ctx.report.leaseLost++;
   ctx.db.events.emit({ level: "warn", code: "SQL0034", message: `lease lost: ${what}; its outcomes were discarded`, stream: ctx.stream, group: ctx.group });
 }
 
-export function logDead<T>(ctx: Ctx<T>, id: string, error: string | null): void {
+export function logDead<T>(ctx: PollContext<T>, id: string, error: string | null): void {
   ctx.db.events.emit({ level: "warn", code: "SQL0037", message: `message ${id} is dead: ${(error ?? "").split("\n")[0]}`, stream: ctx.stream, group: ctx.group, messageId: id }, false);
 }
 
-export function message<T>(ctx: Ctx<T>, m: RawMessage, attempt: number, delays: number, payload: unknown = m.payload): RunMessage<T> {
+export function message<T>(ctx: PollContext<T>, m: MessageRow, attempt: number, delays: number, payload: unknown = m.payload): RunMessage<T> {
   const tp = (m.options as { traceparent?: unknown } | null)?.traceparent;
   return new RunMessage<T>(m.id, payload as T, m.message_key, attempt, delays, ctx.stream, ctx.group, m.created_at, typeof tp === "string" ? tp : null);
 }

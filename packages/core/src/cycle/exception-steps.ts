@@ -2,11 +2,11 @@
 // starts and outcomes queue here and go to exception_step_N together, at most one call in flight
 // per phase. What arrives while a call is out waits for its answer and goes in the next call, so
 // no outcome waits for a slow handler, only for at most one other round trip.
-import { type RetryState, queryRetry } from "../db.js";
+import type { RetryState } from "../db.js";
 import { now } from "../clock.js";
-import * as S from "../sql/cycle.js";
-import { type ExceptionRecord, type ExceptionStart, type ExceptionStepRow, decodeExceptionStep } from "../sql/results.js";
-import type { Ctx } from "./context.js";
+import * as statements from "../sql/cycle.js";
+import { type ExceptionRecord, type ExceptionStart, decodeExceptionStep } from "../sql/results.js";
+import type { PollContext } from "./context.js";
 
 /** A reserved row to start: its key lease token (null: none to take) and run lease length. */
 export interface StartRequest {
@@ -30,7 +30,7 @@ export interface OutcomeWrite {
   dl_error: string | null;
 }
 
-interface Pending<I, O> {
+interface Queued<I, O> {
   item: I;
   resolve: (o: O) => void;
   reject: (e: unknown) => void;
@@ -45,13 +45,13 @@ export interface StartAnswer {
 }
 
 export class ExceptionSteps<T> {
-  private readonly starts: Pending<StartRequest, StartAnswer>[] = [];
-  private readonly outcomes: Pending<OutcomeWrite, ExceptionRecord>[] = [];
+  private readonly starts: Queued<StartRequest, StartAnswer>[] = [];
+  private readonly outcomes: Queued<OutcomeWrite, ExceptionRecord>[] = [];
   private busy = false;
   private scheduled = false;
 
   constructor(
-    private readonly ctx: Ctx<T>,
+    private readonly ctx: PollContext<T>,
     private readonly token: string,
   ) {}
 
@@ -68,7 +68,7 @@ export class ExceptionSteps<T> {
     return this.enqueue(this.outcomes, w, leaseUntil);
   }
 
-  private enqueue<I, O>(q: Pending<I, O>[], item: I, leaseUntil: number): Promise<O> {
+  private enqueue<I, O>(q: Queued<I, O>[], item: I, leaseUntil: number): Promise<O> {
     const p = new Promise<O>((resolve, reject) => q.push({ item, resolve, reject, leaseUntil }));
     this.schedule();
     return p;
@@ -91,11 +91,11 @@ export class ExceptionSteps<T> {
     this.busy = true;
     const sentBefore = now();
     try {
-      const { db, t, groupId } = this.ctx;
+      const { db, tables: t, groupId } = this.ctx;
       const state: RetryState = { retried: false };
-      const res = await queryRetry<ExceptionStepRow>(db, S.exceptionStep(t), [
-        groupId, this.token, JSON.stringify(outs.map((o) => o.item)), JSON.stringify(starts.map((s) => s.item)),
-      ], state);
+      const res = await statements.exceptionStep.retry(db, t, {
+        groupId, token: this.token, outcomes: JSON.stringify(outs.map((o) => o.item)), starts: JSON.stringify(starts.map((s) => s.item)),
+      }, state);
       const d = decodeExceptionStep(res.rows);
       if (state.retried) ownRecords(outs, d.records);
       settle(outs, d.records, (r) => r);
@@ -114,7 +114,7 @@ export class ExceptionSteps<T> {
  * While a row's lease had not expired nobody else could have taken it, so "lost" is our own
  * record; after that nobody can tell (docs/crash-recovery.md#unknown-commits).
  */
-function ownRecords(outs: Pending<OutcomeWrite, ExceptionRecord>[], answers: Map<string, ExceptionRecord>): void {
+function ownRecords(outs: Queued<OutcomeWrite, ExceptionRecord>[], answers: Map<string, ExceptionRecord>): void {
   const answeredAt = now();
   for (const o of outs) {
     if (answers.get(o.item.id)?.kind !== "lost") continue;
@@ -122,7 +122,7 @@ function ownRecords(outs: Pending<OutcomeWrite, ExceptionRecord>[], answers: Map
   }
 }
 
-function settle<I extends { id: string }, A, O>(ps: Pending<I, O>[], answers: Map<string, A>, wrap: (a: A, p: Pending<I, O>) => O): void {
+function settle<I extends { id: string }, A, O>(ps: Queued<I, O>[], answers: Map<string, A>, wrap: (a: A, p: Queued<I, O>) => O): void {
   for (const p of ps) {
     const a = answers.get(p.item.id);
     if (a === undefined) p.reject(new Error(`exception_step_N returned no result for message ${p.item.id}`));

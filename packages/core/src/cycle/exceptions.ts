@@ -2,41 +2,46 @@
 // each under its own lease, run it, record its outcome, release what did not start. Starts and
 // outcomes travel in batches (docs/poll-cycle.md#batched-starts-and-records).
 import { randomUUID } from "node:crypto";
-import { type MessageOptions, resolveMessage, timeoutBounds } from "../config.js";
-import { type RetryState, query, queryRetry, transactionRetry } from "../db.js";
-import * as S from "../sql/cycle.js";
+import { resolveMessage } from "../config.js";
+import { type RetryState, transactionRetry } from "../db.js";
+import * as statements from "../sql/cycle.js";
 import { type ExceptionRecord, type ExceptionStart, decodeStart, deferredReason } from "../sql/results.js";
-import { type Ctx, type RawMessage, aborted, big, leaseCap, logDead, logNotStarted, lostLease, mayStart, message, resolve } from "./context.js";
+import {
+  type PollContext, aborted, big, isKeyed, leaseCap, leaseParams, logDead, logNotStarted, lostLease, mayStart, message, resolve,
+  runLeaseMs, timeoutParams,
+} from "./context.js";
 import { type Plan, type RunOutcome, plan, planExpired } from "./plan.js";
 import { runHandler } from "./run.js";
 import { abandonedKeys, keyAbandoned, watchRun } from "./abandoned.js";
 import { now } from "../clock.js";
 import { ExceptionSteps, type OutcomeWrite } from "./exception-steps.js";
 
-// ---------------------------------------------------------------------------------------------
-// Exception phase
-// ---------------------------------------------------------------------------------------------
+/** What an exception step did: took work (rows expired, or reserved), and whether the cursor may move. */
+export interface ExceptionFacts {
+  took: boolean;
+  advance: boolean;
+}
 
 /** docs/crash-recovery.md#the-kill-backstop: charge or kill inflight rows whose run lease expired. */
-export async function expirePhase<T>(ctx: Ctx<T>): Promise<boolean> {
-  const { db, t } = ctx;
+export async function expirePhase<T>(ctx: PollContext<T>): Promise<ExceptionFacts> {
+  const { db, tables: t, groupId } = ctx;
   const counts = await transactionRetry(db, async (c) => {
-    const rows = (await query<{ message_id: string; attempts: number; delays: number; last_error: string | null; message_key: string | null; options: MessageOptions | null; compacted: boolean | null }>(db, c, S.lockExpiredRuns(t), [ctx.groupId])).rows;
+    const rows = (await statements.lockExpiredRuns.query(db, c, t, { groupId })).rows;
     if (rows.length === 0) return { expired: 0, killed: 0, killedIds: [] as string[] };
     const updates: unknown[] = [];
     const logs: unknown[] = [];
     let expired = 0;
     const killedIds: string[] = [];
     for (const r of rows) {
-      const resolved = resolveMessage(ctx.g, r.options, r.message_key !== null, r.compacted === true).resolved;
-      const e = planExpired(r.attempts, r.delays, r.last_error, resolved, ctx.g.exceptionInitialBackoff);
+      const resolved = resolveMessage(ctx.resolution, r.options, r.message_key !== null, r.compacted === true).resolved;
+      const e = planExpired(r.attempts, r.delays, r.last_error, resolved, ctx.resolution.exceptionInitialBackoff);
       updates.push({ message_id: r.message_id, status: e.status, attempts: e.attempts, run_after_ms: e.runAfterMs, last_error: e.lastError });
       if (ctx.mode !== "off") logs.push({ message_id: r.message_id, ...e.log });
       if (e.status === "dead") killedIds.push(r.message_id);
       else expired++;
     }
-    await query(db, c, S.applyExpired(t), [ctx.groupId, JSON.stringify(updates)]);
-    if (logs.length) await query(db, c, S.insertDeliveryLog(t), [ctx.groupId, JSON.stringify(logs)]);
+    await statements.applyExpired.query(db, c, t, { groupId, rows: JSON.stringify(updates) });
+    if (logs.length) await statements.insertDeliveryLog.query(db, c, t, { groupId, rows: JSON.stringify(logs) });
     return { expired, killed: killedIds.length, killedIds };
   });
   ctx.report.expired += counts.expired;
@@ -45,21 +50,8 @@ export async function expirePhase<T>(ctx: Ctx<T>): Promise<boolean> {
   for (const id of counts.killedIds) {
     db.events.emit({ level: "warn", code: "SQL0038", message: `kill backstop: message ${id} crash-looped until its budget ran out; now dead`, stream: ctx.stream, group: ctx.group, messageId: id }, false);
   }
-  if (counts.expired + counts.killed > 0) ctx.advance = true;
-  return counts.expired + counts.killed > 0;
-}
-
-interface ReservedRow extends RawMessage {
-  message_id: string;
-  concurrency: string;
-  attempts: number;
-  delays: number;
-  /** Set when reserve_exceptions_N started the row already (null: the phase starts it). */
-  kind: string | null;
-  reason: string | null;
-  ref: string | null;
-  key_token: string | null;
-  run_ms: number | null;
+  const took = counts.expired + counts.killed > 0;
+  return { took, advance: took };
 }
 
 /** A row reserve_exceptions_N started: what the start decided and the key lease token its run holds. */
@@ -74,42 +66,42 @@ interface Prestart {
  * docs/poll-cycle.md#the-exception-phase: reserve due rows and start the first `concurrency` of
  * them in one round trip, run, start the rest and record, in batches; release what did not start.
  */
-export async function exceptionPhase<T>(ctx: Ctx<T>): Promise<boolean> {
-  const { db, t, o } = ctx;
-  const tb = timeoutBounds(ctx.g);
+export async function exceptionPhase<T>(ctx: PollContext<T>): Promise<ExceptionFacts> {
+  const { db, tables: t, options: o } = ctx;
   const token = randomUUID();
-  // The abort and deadline checks of docs/poll-cycle.md#dispatch, made in SQL for the rows started with the reservation.
-  const startNow = ctx.stop || aborted(ctx) ? 0 : o.concurrency;
-  const budget = o.deadline === undefined ? null : Math.floor(o.deadline - now());
-  const params = [
-    ctx.groupId, o.batchLimit, tb.def, tb.min, tb.max, o.concurrency, o.recordMargin, leaseCap(ctx), token,
-    startNow, budget, abandonedKeys(ctx), false,
-  ];
+  const params: statements.ReserveParams = {
+    groupId: ctx.groupId, batchLimit: o.batchLimit, ...timeoutParams(ctx), ...leaseParams(ctx, leaseCap(ctx)), token,
+    // The abort and deadline checks of docs/poll-cycle.md#dispatch, made in SQL for the rows started with the reservation.
+    startNow: ctx.stop || aborted(ctx) ? 0 : o.concurrency,
+    budgetMs: o.deadline === undefined ? null : Math.floor(o.deadline - now()),
+    abandonedKeys: abandonedKeys(ctx), repeat: false,
+  };
   // A repeat (the reply may have been lost after the commit) looks for its own reservation first
-  // (docs/crash-recovery.md#unknown-commits): the same statement, sent with $13 true.
+  // (docs/crash-recovery.md#unknown-commits): the same statement, sent with `repeat` true.
   const repeat: RetryState = {
     retried: false,
     recover: () => {
-      params[12] = true;
+      params.repeat = true;
       return Promise.resolve(null);
     },
   };
   const sentBefore = now();
-  const res = await queryRetry<ReservedRow>(db, S.reserveExceptions(t), params, repeat);
+  const res = await statements.reserveExceptions.retry(db, t, params, repeat);
   const rows = res.rows
     .map((r) => ({ ...r, id: r.message_id }))
     .sort((a, b) => (big(a.id) < big(b.id) ? -1 : 1));
-  if (rows.length === 0) return false;
+  if (rows.length === 0) return { took: false, advance: false };
   const pre = new Map<string, Prestart>();
   for (const r of rows) {
     if (r.kind === null) continue;
     pre.set(r.id, { start: decodeStart({ kind: r.kind, reason: r.reason, ref: r.ref }), keyToken: r.key_token, leaseUntil: sentBefore + (r.run_ms ?? 0) });
   }
-  await new ExceptionRun(ctx, token, rows, pre).run();
-  return true;
+  const run = new ExceptionRun(ctx, token, rows, pre);
+  await run.run();
+  return { took: true, advance: run.advance };
 }
 
-type Row = ReservedRow & { id: string };
+type Row = statements.ReservedRow;
 
 /** One reservation batch of the exception phase: its rows, the batched round trips, what became of them. */
 class ExceptionRun<T> {
@@ -117,12 +109,14 @@ class ExceptionRun<T> {
   private unstarted = 0;
   private skipped = 0;
   private failure: { e: unknown } | null = null;
+  /** A row started (or was resolved at its start): the cursor may move. */
+  advance = false;
   private readonly steps: ExceptionSteps<T>;
   /** Outcomes sent but not answered yet; each settles (never rejects) once its answer was handled. */
   private readonly recording: Promise<void>[] = [];
 
   constructor(
-    private readonly ctx: Ctx<T>,
+    private readonly ctx: PollContext<T>,
     private readonly token: string,
     private readonly rows: Row[],
     private readonly pre: Map<string, Prestart>,
@@ -132,15 +126,15 @@ class ExceptionRun<T> {
 
   async run(): Promise<void> {
     const { ctx, rows } = this;
-    await Promise.all(Array.from({ length: Math.min(ctx.o.concurrency, rows.length) }, () => this.worker()));
+    await Promise.all(Array.from({ length: Math.min(ctx.options.concurrency, rows.length) }, () => this.worker()));
     await Promise.all(this.recording);
     if (this.failure) {
       // Best effort: rows left reserved become selectable when the reservation expires, uncharged.
-      await queryRetry(ctx.db, S.releaseReservations(ctx.t), [ctx.groupId, this.token]).catch(() => {});
+      await statements.releaseReservations.retry(ctx.db, ctx.tables, { groupId: ctx.groupId, token: this.token }).catch(() => {});
       throw this.failure.e;
     }
     if (this.unstarted > 0) logNotStarted(ctx, this.unstarted);
-    if (this.unstarted + this.skipped > 0) await queryRetry(ctx.db, S.releaseReservations(ctx.t), [ctx.groupId, this.token]);
+    if (this.unstarted + this.skipped > 0) await statements.releaseReservations.retry(ctx.db, ctx.tables, { groupId: ctx.groupId, token: this.token });
   }
 
   // A database error in one row stops new starts; running rows finish and record, the unstarted
@@ -163,29 +157,27 @@ class ExceptionRun<T> {
   private async runRow(row: Row): Promise<void> {
     const { ctx } = this;
     const resolved = resolve(ctx, row);
-    const keyed = row.concurrency !== "parallel" && row.message_key !== null;
+    const key = isKeyed(row.concurrency, row.message_key) ? row.message_key : null;
     let pre = this.pre.get(row.id);
     if (pre === undefined) {
       if (!mayStart(ctx, resolved.timeout)) return void this.unstarted++;
       // An abandoned run of the key, still running here, keeps it (docs/ordering.md#key-leases).
-      if (keyed && keyAbandoned(ctx, row.message_key as string)) return void this.skipped++;
-      const keyToken = keyed ? randomUUID() : null;
-      const cap = leaseCap(ctx);
-      const runMs = cap === null ? resolved.timeout + ctx.o.recordMargin : Math.min(resolved.timeout + ctx.o.recordMargin, cap);
-      pre = { ...(await this.steps.start({ id: row.id, key_token: keyToken, run_ms: runMs })), keyToken };
+      if (key !== null && keyAbandoned(ctx, key)) return void this.skipped++;
+      const keyToken = key !== null ? randomUUID() : null;
+      pre = { ...(await this.steps.start({ id: row.id, key_token: keyToken, run_ms: runLeaseMs(ctx, resolved.timeout) })), keyToken };
     }
     const { start: s, keyToken, leaseUntil } = pre;
     if (s.kind === "lost") return lostLease(ctx, `exception row ${row.id}`);
-    ctx.advance = true;
+    this.advance = true;
     if (s.kind !== "started") {
       // Resolved at start, nothing written yet: recorded under the reservation token like an outcome.
       // (The reservation's expiry is not tracked here: a lost reply on this record is "unknown".)
-      return this.record(row, plan(resolvedAtStart(s), row.attempts, row.delays, resolved, ctx.g.exceptionInitialBackoff, ctx.mode), null, -Infinity);
+      return this.record(row, plan(resolvedAtStart(s), row.attempts, row.delays, resolved, ctx.resolution.exceptionInitialBackoff, ctx.mode), null, -Infinity);
     }
     ctx.report.started++;
-    const w = watchRun(ctx, keyed ? row.message_key : null, keyToken, row.id, resolved.timeout);
+    const w = watchRun(ctx, key, keyToken, row.id, resolved.timeout);
     const outcome = await runHandler(ctx.handler, message(ctx, row, row.attempts, row.delays), resolved.timeout, w.onAbandon);
-    const p = plan(outcome, row.attempts, row.delays, resolved, ctx.g.exceptionInitialBackoff, ctx.mode);
+    const p = plan(outcome, row.attempts, row.delays, resolved, ctx.resolution.exceptionInitialBackoff, ctx.mode);
     // An abandoned run's key lease is not released here but when the run settles.
     this.record(row, p, w.abandoned ? null : keyToken, leaseUntil);
   }

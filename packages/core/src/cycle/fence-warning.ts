@@ -6,14 +6,9 @@
 // (or a backend that connected) after that read has a lock but no start time — common right after
 // a server restart, when producers reconnect together — and a prepared transaction has no backend.
 import type { LogEvent } from "../log.js";
+import type { FenceHolder } from "../sql/claim.js";
 
-/** One holder as claim_N reports it: pid null for a prepared transaction, age_ms null when unknown. */
-export interface FenceHolder {
-  pid: number | null;
-  age_ms: number | null;
-  app: string | null;
-  query: string | null;
-}
+export type { FenceHolder };
 
 /** A producer transaction of this stream open longer than this is named when it holds a claim. */
 export const FENCE_WARN_MS = 2_000;

@@ -1,29 +1,20 @@
 // One bounded claim cycle (docs/poll-cycle.md): load → range phase → exception phase → cursor advance.
 import type { Runtime } from "../runtime.js";
-import { type ResolvedPollOptions, groupResolution } from "../config.js";
-import { queryRetry, withBudget } from "../db.js";
+import { groupResolution } from "../config.js";
+import { withBudget } from "../db.js";
 import { SqlStreamsError, groupNotRegistered, isSqlStreamsError } from "../errors.js";
-import * as S from "../sql/cycle.js";
-import { type Ctx, type LoadRow, aborted, big } from "./context.js";
+import * as statements from "../sql/cycle.js";
+import { type PollContext, type PollOptions, aborted, big } from "./context.js";
 import { expirePhase, exceptionPhase } from "./exceptions.js";
-import { STEADY_CHAIN_MS, claimPhase, reclaimPhase } from "./range.js";
-import type { LastRun, RangeSample, RangeSizer } from "./sizer.js";
-import { type CycleReport, type Handler, emptyReport } from "./types.js";
-import { now } from "../clock.js";
+import { Chain, type RangeFacts, STEADY_CHAIN_MS, claimPhase } from "./range/chain.js";
+import { reclaimPhase } from "./range/reclaim.js";
+import type { DrainSizing } from "./sizer.js";
+import { type CycleReport, type Handler, emptyCycleReport } from "./types.js";
+import { after, now } from "../clock.js";
 
-/** Poll facts a drain needs beyond the report. */
-export interface PollState {
+/** Poll facts a drain needs beyond the report, and its range sizing (docs/poll-cycle.md#range-size-in-a-drain). */
+export interface PollState extends DrainSizing {
   fenceBlocked: boolean;
-  /** When set, the range phase fills it for the drain's RangeSizer (left untouched without a range). */
-  sample?: RangeSample;
-  /**
-   * A drain's sizer: with it, a range run whole that came back full is recorded in the statement
-   * that claims the next one, and the sizer sees each range before the next is claimed
-   * (docs/poll-cycle.md#the-steady-state). `sample` is then the last range's.
-   */
-  sizer?: RangeSizer;
-  /** The drain's last range: how long it ran (monotonic ms) and its slowest handler's share of its timeout (docs/poll-cycle.md#claiming-ahead). */
-  lastRun?: LastRun;
 }
 
 /**
@@ -32,61 +23,60 @@ export interface PollState {
  * SQL0050 and its leases expire as designed (docs/operations.md#timeouts).
  */
 export function pollOnce<T>(
-  client: Runtime, stream: string, group: string, handler: Handler<T>, o: ResolvedPollOptions, state?: PollState,
+  client: Runtime, stream: string, group: string, handler: Handler<T>, options: PollOptions, state?: PollState,
 ): Promise<CycleReport> {
-  return withBudget(o.deadline, o.recordMargin, `poll of ${stream}/${group}`, () => cycle(client, stream, group, handler, o, state));
+  return withBudget(options.deadline, options.recordMargin, `poll of ${stream}/${group}`, () => cycle(client, stream, group, handler, options, state));
 }
 
 async function cycle<T>(
-  client: Runtime, stream: string, group: string, handler: Handler<T>, o: ResolvedPollOptions, state?: PollState,
+  client: Runtime, stream: string, group: string, handler: Handler<T>, options: PollOptions, state?: PollState,
 ): Promise<CycleReport> {
   const started = now();
-  const report = emptyReport(stream, group);
+  const report = emptyCycleReport(stream, group);
   report.polls = 1;
   const db = client.db;
   try {
     const info = await client.streamInfo(stream);
-    const t = S.tables(db.q, info.id);
-    const loaded = await queryRetry<LoadRow>(db, S.load(db.q, t), [info.id, group]);
+    const t = statements.tables(db.q, info.id);
+    const loaded = await statements.load.retry(db, t, { streamId: info.id, group });
     if (loaded.rowCount === 0) {
       await client.streamInfo(stream, true); // throws SQL0009 when the stream is gone
       throw groupNotRegistered(stream, group);
     }
-    const L = loaded.rows[0];
-    if (!L.has_cursor) throw new SqlStreamsError("SQL0010", `consumer group ${group} has no cursor on stream ${stream}`, { stream, group });
-    report.committedBefore = report.committedAfter = L.committed;
-    if (L.paused) {
+    const load = loaded.rows[0];
+    if (!load.has_cursor) throw new SqlStreamsError("SQL0010", `consumer group ${group} has no cursor on stream ${stream}`, { stream, group });
+    report.committedBefore = report.committedAfter = load.committed;
+    if (load.paused) {
       report.paused = true;
       return finish(report, started);
     }
-    if (o.deadline !== undefined && o.deadline - now() < o.recordMargin) {
+    if (options.deadline !== undefined && options.deadline - now() < options.recordMargin) {
       report.idle = true;
       return finish(report, started);
     }
-    const ctx: Ctx<T> = {
-      client, db, t, stream, group, groupId: L.group_id, g: groupResolution(L.config ?? {}), mode: L.mode,
-      handler, o, report, stop: false, advance: big(L.target) > big(L.committed), fenceBlocked: false, plain: new Map(),
-      sample: state?.sample, state, chainUntil: started + STEADY_CHAIN_MS, expirable: L.expirable, reservable: L.reservable,
+    const ctx: PollContext<T> = {
+      client, db, tables: t, stream, group, groupId: load.group_id, resolution: groupResolution(load.config ?? {}), mode: load.mode,
+      handler, options, report, stop: false, plain: new Map(),
     };
-    let tookRange = false;
-    let tookRows = false;
+    const chain = new Chain(ctx, state, after(started, STEADY_CHAIN_MS));
+    let range: RangeFacts = { took: false, fenceBlocked: false, advance: false, expirable: false, reservable: false };
 
     // Range phase (docs/poll-cycle.md#the-range-lease): an expired range first, else a fresh one
     // (in a drain, while they come back full, the ones after it: docs/poll-cycle.md#the-steady-state).
-    if (L.reclaimable) tookRange = await reclaimPhase(ctx);
-    if (!tookRange && L.obs !== "0") tookRange = await claimPhase(ctx, L);
+    if (load.reclaimable) range = await reclaimPhase(ctx, chain);
+    if (!range.took && load.obs !== "0") range = await claimPhase(ctx, chain, load);
 
-    // Exception phase (docs/poll-cycle.md#the-exception-phase).
-    if (ctx.expirable) tookRows = (await expirePhase(ctx)) || tookRows;
-    if (ctx.reservable && !ctx.stop && !aborted(ctx)) tookRows = (await exceptionPhase(ctx)) || tookRows;
+    // Exception phase (docs/poll-cycle.md#the-exception-phase), for what the load or a record saw.
+    const expired = load.expirable || range.expirable ? await expirePhase(ctx) : { took: false, advance: false };
+    const reserved = (load.reservable || range.reservable) && !ctx.stop && !aborted(ctx) ? await exceptionPhase(ctx) : { took: false, advance: false };
 
     // Cursor advance (docs/poll-cycle.md#cursor-advance) when anything this poll did, or saw, can move it.
-    if (ctx.advance) {
-      const r = await queryRetry<{ committed: string }>(db, S.advance(t), [ctx.groupId]);
+    if (big(load.target) > big(load.committed) || range.advance || expired.advance || reserved.advance) {
+      const r = await statements.advance.retry(db, t, { groupId: ctx.groupId });
       report.committedAfter = r.rows[0].committed;
     }
-    report.idle = !tookRange && !tookRows;
-    if (state) state.fenceBlocked = ctx.fenceBlocked;
+    report.idle = !range.took && !expired.took && !reserved.took;
+    if (state) state.fenceBlocked = range.fenceBlocked;
     return finish(report, started);
   } catch (e) {
     if (isSqlStreamsError(e)) throw e;
@@ -98,4 +88,3 @@ function finish(r: CycleReport, started: number): CycleReport {
   r.durationMs = Math.round(now() - started);
   return r;
 }
-

@@ -1,7 +1,7 @@
 // How big a drain's next fresh range is (docs/poll-cycle.md#range-size-in-a-drain). Pure: fed one
 // sample per claimed range, it answers the batchLimit of the next poll. No clock, no database.
 
-/** Where a drain without `batchLimit` starts: the old default, safe for slow handlers. */
+/** Where a drain without `batchLimit` starts: poll()'s default, safe for slow handlers. */
 export const SIZER_START = 10;
 /** The most a drain without `batchLimit` grows to: batchLimit's own ceiling. */
 export const SIZER_CEILING = 1_000;
@@ -36,6 +36,19 @@ export interface RangeSample {
 export interface LastRun {
   ms: number;
   slowest: number;
+}
+
+/** What a drain keeps across its polls for sizing its ranges (docs/poll-cycle.md#the-steady-state). */
+export interface DrainSizing {
+  /**
+   * With a sizer, a range run whole that came back full is recorded in the statement that claims
+   * the next one, and the sizer sees each range before the next is claimed.
+   */
+  sizer?: RangeSizer;
+  /** The range phase fills it for the sizer (left untouched without a range); the last range's. */
+  sample?: RangeSample;
+  /** The drain's last range (docs/poll-cycle.md#claiming-ahead). */
+  lastRun?: LastRun;
 }
 
 export function emptySample(): RangeSample {

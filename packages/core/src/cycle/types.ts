@@ -50,7 +50,7 @@ export const COUNTERS = [
 ] as const;
 export type Counter = (typeof COUNTERS)[number];
 
-export function emptyReport(stream: string, group: string): CycleReport {
+export function emptyCycleReport(stream: string, group: string): CycleReport {
   return {
     stream, group, polls: 0, paused: false, idle: false,
     rangesClaimed: 0, rangesReclaimed: 0, rangesResumed: 0, rangesQuarantined: 0, rangesPartial: 0,

@@ -3,6 +3,7 @@
 // connection and the (unquoted) schema; the statements are in sql/diagnose.ts.
 import pg from "pg";
 import * as D from "../sql/diagnose.js";
+import { staleFunctions as staleFunctionsIn } from "../sql/migrate.js";
 import { table } from "../sql/names.js";
 import { validateSchemaName } from "../validate.js";
 
@@ -98,4 +99,9 @@ export async function registeredGroups(db: Queryable, schema: string, filter: { 
 export async function connectionUse(db: Queryable): Promise<{ max: number; reserved: number; used: number }> {
   const r = await db.query<{ max: number; reserved: number; used: number }>(D.CONNECTIONS);
   return r.rows[0];
+}
+
+/** The functions whose definition in the database differs from this library's (`sqlstreams migrate` re-creates them). */
+export async function staleFunctions(db: pg.Pool, schema: string): Promise<{ streamId: string | null; name: string }[]> {
+  return staleFunctionsIn(db, quoted(schema));
 }

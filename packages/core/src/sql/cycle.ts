@@ -1,270 +1,423 @@
 // Every statement of the poll cycle (docs/poll-cycle.md), built from the quoted schema and the numeric
-// stream id only. The protocol functions they call live in migrations/stream/ (the latest definition wins).
-import { table } from "./names.js";
+// stream id only, each with its named parameters and its row type. The protocol functions they
+// call live in migrations/stream/functions/, one file each.
+import type { ConsumerConfig, DeliveryLogMode, MessageOptions } from "../config.js";
+import { defineStatement } from "./statement.js";
 
-export interface Tables {
-  ml: string;
-  eq: string;
-  dl: string;
-  cur: string;
-  cl: string;
-  kl: string;
-  ch: string;
-  fn: (name: string) => string;
+export { type Tables, tables } from "./names.js";
+
+/** A message as the cycle reads it (claim_N's rows, readRange, reserve_exceptions_N). */
+export interface MessageRow {
+  id: string;
+  message_key: string | null;
+  compaction_rank: string | null;
+  payload: unknown;
+  options: MessageOptions | null;
+  /** A Date, or epoch milliseconds where claim_N returns it so. */
+  created_at: Date | number;
 }
 
-const cache = new Map<string, Tables>();
-
-/** The table names of one stream, built once per (schema, stream id). */
-export function tables(q: string, n: string): Tables {
-  const k = `${q}.${n}`;
-  let t = cache.get(k);
-  if (!t) {
-    t = build(q, n);
-    cache.set(k, t);
-  }
-  return t;
+/** The range's messages as claim_N's read answers them: payloads as JSON text (creation times as epoch ms). */
+export interface ClaimedMessageRow extends MessageRow {
+  payload: string;
 }
 
-function build(q: string, n: string): Tables {
-  return {
-    ml: table(q, n, "message_log"),
-    eq: table(q, n, "exception_queue"),
-    dl: table(q, n, "delivery_log"),
-    cur: table(q, n, "consumer_group_cursor"),
-    cl: table(q, n, "claim_lease"),
-    kl: table(q, n, "message_key_lease"),
-    ch: table(q, n, "compaction_head"),
-    fn: (name) => table(q, n, name),
-  };
+/** The messages of (low, high] a group would deliver (the compaction read filter). */
+const deliverable = (t: { ml: string; ch: string }, low: string, high: string): string => `FROM ${t.ml} m
+           WHERE m.id > ${low} AND m.id <= ${high}
+             AND (m.compaction_rank IS NULL OR EXISTS (
+                   SELECT 1 FROM ${t.ch} h WHERE h.compaction_key = m.message_key AND h.message_id = m.id))`;
+
+/*
+ * The rules of what is due, said once for the statements here (claim_N and reserve_exceptions_N
+ * state them again in SQL): a range lease that expired, an inflight run whose lease expired, an
+ * exception row due to run (ready and past its can_run_after, or deferred; not reserved).
+ */
+const rangeExpired = (l: string): string => `${l}.expires_at < now()`;
+const runExpired = (e: string): string => `${e}.status = 'inflight' AND ${e}.lease_expires_at < now()`;
+const rowDue = (e: string): string => `((${e}.status = 'ready' AND ${e}.can_run_after <= now()) OR ${e}.status = 'deferred')
+                  AND (${e}.lease_expires_at IS NULL OR ${e}.lease_expires_at < now())`;
+
+export interface LoadRow {
+  group_id: string;
+  config: ConsumerConfig | null;
+  paused: boolean;
+  mode: DeliveryLogMode;
+  claimed: string;
+  committed: string;
+  settled_head: string;
+  pending_head: string;
+  head: string;
+  has_cursor: boolean;
+  reclaimable: boolean;
+  expirable: boolean;
+  reservable: boolean;
+  target: string;
+  obs: string;
 }
 
 /**
  * Statement 1 of a poll (docs/poll-cycle.md#load), autocommit and read-only: the group row and its
  * config, the cursor, the head, what work exists, the cursor target (cursor_target_N), and the observation id
  * (allocated only when the range phase is not idle and the group is not paused).
- * $1 stream id, $2 group name.
  */
-export function load(q: string, t: Tables): string {
-  return `SELECT g.id::text AS group_id, g.config, g.paused, s.delivery_log_mode AS mode,
+export const load = defineStatement<{ streamId: string; group: string }, LoadRow>(["streamId", "group"], (t, p) =>
+  `SELECT g.id::text AS group_id, g.config, g.paused, s.delivery_log_mode AS mode,
        c.claimed::text, c.committed::text, c.settled_head::text, c.pending_head::text,
        h.head::text AS head,
        c.consumer_group_id IS NOT NULL AS has_cursor,
-       EXISTS (SELECT 1 FROM ${t.cl} l WHERE l.consumer_group_id = g.id AND l.expires_at < now()) AS reclaimable,
-       EXISTS (SELECT 1 FROM ${t.eq} e WHERE e.consumer_group_id = g.id AND e.status = 'inflight'
-                  AND e.lease_expires_at < now()) AS expirable,
+       EXISTS (SELECT 1 FROM ${t.cl} l WHERE l.consumer_group_id = g.id AND ${rangeExpired("l")}) AS reclaimable,
+       EXISTS (SELECT 1 FROM ${t.eq} e WHERE e.consumer_group_id = g.id AND ${runExpired("e")}) AS expirable,
        EXISTS (SELECT 1 FROM ${t.eq} e WHERE e.consumer_group_id = g.id
-                  AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
-                  AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now())) AS reservable,
+                  AND ${rowDue("e")}) AS reservable,
        ${t.fn("cursor_target")}(g.id)::text AS target,
        (CASE WHEN g.paused OR c.consumer_group_id IS NULL
                   OR (h.head <= c.settled_head AND c.pending_head <= c.settled_head AND c.claimed = c.settled_head)
              THEN '0'::xid8 ELSE pg_current_xact_id() END)::text AS obs
-  FROM ${q}.stream_config s
-  JOIN ${q}.consumer_group_config g ON g.stream_id = s.id AND g.name = $2
+  FROM ${t.q}.stream_config s
+  JOIN ${t.q}.consumer_group_config g ON g.stream_id = s.id AND g.name = ${p.group}
   LEFT JOIN ${t.cur} c ON c.consumer_group_id = g.id
   CROSS JOIN LATERAL (SELECT COALESCE(max(m.id), 0) AS head FROM ${t.ml} m) h
- WHERE s.id = $1`;
+ WHERE s.id = ${p.streamId}`);
+
+export const advance = defineStatement<{ groupId: string }, { committed: string }>(["groupId"], (t, p) =>
+  `SELECT ${t.fn("advance")}(${p.groupId})::text AS committed`);
+
+/** What every fresh claim and reclaim sizes its lease with (lease_ms_N, docs/poll-cycle.md#the-range-lease). */
+export interface LeaseParams {
+  concurrency: number;
+  recordMargin: number;
+  /** deadline + recordMargin, and a drain's lease bound (ms), or null for none. */
+  leaseCapMs: number | null;
 }
 
-export function advance(t: Tables): string {
-  return `SELECT ${t.fn("advance")}($1)::text AS committed`;
+/** A message's timeout bounds in the group (timeoutBounds). */
+export interface TimeoutParams {
+  timeoutDefault: number;
+  timeoutMin: number | null;
+  timeoutMax: number;
+}
+
+/** A range's record as record_range_N takes it: JSON arrays of its exception, delivery-log and key-lease rows. */
+export interface RecordParams {
+  /** The range's token (null: claim only). */
+  recordToken: string | null;
+  recordExceptions: string | null;
+  recordDeliveries: string | null;
+  recordKeys: string | null;
+}
+
+export interface ClaimParams extends LeaseParams, TimeoutParams, RecordParams {
+  groupId: string;
+  batchLimit: number;
+  /** The head and observation of the load (null for a claim after the first: up to the last proven head). */
+  head: string | null;
+  observation: string | null;
+  token: string;
+  batchBytes: number;
+  /** Claim even when the record finds due exception rows (docs/poll-cycle.md#due-rows-and-the-chain). */
+  pastDue: boolean;
+}
+
+/**
+ * A row of claim_N's answer (docs/poll-cycle.md#the-claims-answer), one of four: the record row
+ * (recorded set), a message (read behind it: ClaimedMessageRow), the header (low set) or a fence
+ * holder (options set, payload its JSON). Decoded by decodeClaim (sql/claim.ts).
+ */
+export interface ClaimRow {
+  low: string | null;
+  high: string | null;
+  id: string | null;
+  message_key: string | null;
+  compaction_rank: string | null;
+  payload: string | null;
+  options: MessageOptions | null;
+  created_at: number | null;
+  lease_ms: number | null;
+  recorded: boolean | null;
+  committed: string | null;
+  paused: boolean | null;
+  reclaimable: boolean | null;
+  expirable: boolean | null;
+  reservable: boolean | null;
 }
 
 /**
  * The fresh claim (docs/poll-cycle.md#the-fence), optionally after recording the previous range in
- * the same transaction (docs/poll-cycle.md#the-steady-state): $1 group, $2 batchLimit, $3 head,
- * $4 observation, $5 token, $6..$8 timeout default/min/max, $9 concurrency, $10 recordMargin,
- * $11 cap ms (or NULL), $12 batchBytes; $13 the previous range's token (NULL: claim only), $14 its
- * exception rows, $15 its delivery-log rows, $16 its key leases (JSON arrays, as recordRange); $17
- * true: claim even when the record finds due exception rows (docs/poll-cycle.md#due-rows-and-the-chain).
- * The answer holds no messages (p_rows false): claimRead, sent behind it in the same transaction,
- * reads them (docs/poll-cycle.md#the-claims-answer).
+ * the same transaction (docs/poll-cycle.md#the-steady-state). The answer holds no messages:
+ * claimRead, sent behind it in the same transaction, reads them
+ * (docs/poll-cycle.md#the-claims-answer).
  */
-export function claim(t: Tables): string {
-  return `SELECT r_low::text AS low, r_high::text AS high, id::text AS id, message_key,
+export const claim = defineStatement<ClaimParams, ClaimRow>([
+  "groupId", "batchLimit", "head", "observation", "token", "timeoutDefault", "timeoutMin", "timeoutMax", "concurrency",
+  "recordMargin", "leaseCapMs", "batchBytes", "recordToken", "recordExceptions", "recordDeliveries", "recordKeys", "pastDue",
+], (t, p) =>
+  `SELECT r_low::text AS low, r_high::text AS high, id::text AS id, message_key,
                  compaction_rank::text AS compaction_rank, payload, options, created_ms AS created_at,
                  lease_ms::float8 AS lease_ms, recorded, committed::text AS committed, paused,
                  reclaimable, expirable, reservable
-            FROM ${t.fn("claim")}($1, $2, $3, $4::xid8, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15::jsonb, $16::jsonb, $17, false)`;
-}
+            FROM ${t.fn("claim")}(${p.groupId}, ${p.batchLimit}, ${p.head}, ${p.observation}::xid8, ${p.token}, ${p.timeoutDefault}, ${p.timeoutMin}, ${p.timeoutMax}, ${p.concurrency}, ${p.recordMargin}, ${p.leaseCapMs}, ${p.batchBytes}, ${p.recordToken}, ${p.recordExceptions}::jsonb, ${p.recordDeliveries}::jsonb, ${p.recordKeys}::jsonb, ${p.pastDue})`);
 
 /**
  * The messages of the range a claim just leased, read by the statement after the claim in the same
- * transaction (docs/poll-cycle.md#the-claims-answer): $1 group, $2 the claim's token, $3 the claim's
- * batchLimit. No rows when the claim leased nothing. Payloads as JSON text and creation times as
- * epoch ms, as claim_N's rows. A range spans at most batchLimit ids, so the LIMIT never cuts it;
- * it makes the planner read the id index in order even on a partition without statistics yet
- * (without it, a new partition's default estimates chose a bitmap scan and a sort of the range's
- * payloads, twice the time).
+ * transaction (docs/poll-cycle.md#the-claims-answer). No rows when the claim leased nothing.
+ * Payloads as JSON text and creation times as epoch ms, as claim_N's rows. A range spans at most
+ * batchLimit ids, so the LIMIT never cuts it; it makes the planner read the id index in order even
+ * on a partition without statistics yet (default estimates choose a bitmap scan and a sort of the
+ * range's payloads, twice the time).
  */
-export function claimRead(t: Tables): string {
-  return `SELECT m.id::text AS id, m.message_key, m.compaction_rank::text AS compaction_rank, m.payload::text AS payload,
+export const claimRead = defineStatement<{ groupId: string; token: string; batchLimit: number }, ClaimedMessageRow>(
+  ["groupId", "token", "batchLimit"], (t, p) =>
+    `SELECT m.id::text AS id, m.message_key, m.compaction_rank::text AS compaction_rank, m.payload::text AS payload,
                  m.options, date_part('epoch', m.created_at) * 1000 AS created_at
-            FROM ${t.ml} m
-           WHERE m.id > (SELECT l.low FROM ${t.cl} l WHERE l.consumer_group_id = $1 AND l.token = $2)
-             AND m.id <= (SELECT l.high FROM ${t.cl} l WHERE l.consumer_group_id = $1 AND l.token = $2)
-             AND (m.compaction_rank IS NULL OR EXISTS (
-                   SELECT 1 FROM ${t.ch} h WHERE h.compaction_key = m.message_key AND h.message_id = m.id))
+            ${deliverable(t, `(SELECT l.low FROM ${t.cl} l WHERE l.consumer_group_id = ${p.groupId} AND l.token = ${p.token})`,
+    `(SELECT l.high FROM ${t.cl} l WHERE l.consumer_group_id = ${p.groupId} AND l.token = ${p.token})`)}
            ORDER BY m.id
-           LIMIT $3`;
+           LIMIT ${p.batchLimit}`);
+
+export const recordRange = defineStatement<RecordParams & { groupId: string; keepFrom: string | null; newToken: string | null }, { committed: string | null }>(
+  ["groupId", "recordToken", "keepFrom", "newToken", "recordExceptions", "recordDeliveries", "recordKeys"], (t, p) =>
+    `SELECT ${t.fn("record_range")}(${p.groupId}, ${p.recordToken}, ${p.keepFrom}, ${p.newToken}, ${p.recordExceptions}::jsonb, ${p.recordDeliveries}::jsonb, ${p.recordKeys}::jsonb)::text AS committed`);
+
+/** The keys to take as take_keys_N reads them: a JSON array of {k, id, ordered, ms, held?}. */
+export interface TakeKeysParams {
+  groupId: string;
+  keyToken: string;
+  low: string;
+  high: string;
+  wanted: string;
 }
 
-export function recordRange(t: Tables): string {
-  return `SELECT ${t.fn("record_range")}($1, $2, $3, $4, $5::jsonb, $6::jsonb, $7::jsonb)::text AS committed`;
+/** A row of take_keys_N: a key it did not take, kind 'busy' or 'pred' (pred_id set); decoded by decodeKeyTakes. */
+export interface KeyRefusalRow {
+  k: string;
+  kind: string;
+  pred_id: string | null;
+}
+
+/** The flags of a record row: recorded, and what the load would say after it. */
+export interface RecordFlagsRow {
+  recorded: boolean | null;
+  paused: boolean | null;
+  reclaimable: boolean | null;
+  expirable: boolean | null;
+  reservable: boolean | null;
+}
+
+/**
+ * Whether a record row ends a drain's chain (docs/poll-cycle.md#due-rows-and-the-chain): the
+ * record did not land, or the group is paused, or has a range to reclaim, runs to expire, or due
+ * rows when the range recorded was keyed (`pastDue` false). claim_N applies the same rule before
+ * it claims.
+ */
+export function recordEndsChain(row: RecordFlagsRow, pastDue: boolean): boolean {
+  return !row.recorded || row.paused === true || row.reclaimable === true || row.expirable === true || (row.reservable === true && !pastDue);
 }
 
 /**
  * A keyed chain's previous range recorded and the next range's first keys taken, in one statement
- * (docs/poll-cycle.md#keyed-ranges-claimed-ahead): $1 group, $2..$6 the record (token, exception rows,
- * delivery-log rows as recordRange; the key token and a JSON array of its keys to release), $7..$10
- * the take (as takeKeys). The first row is the record's (recorded, and what the load would say);
- * the rest are the keys not taken.
+ * (docs/poll-cycle.md#keyed-ranges-claimed-ahead): the record (as recordRange; the key token and a
+ * JSON array of its keys to release, or "all"), then the take (as takeKeys). The first row is the
+ * record's (recorded, and what the load would say); the rest are the keys not taken.
  */
-export function recordTakeKeys(t: Tables): string {
-  return `SELECT recorded, paused, reclaimable, expirable, reservable, k, kind, pred_id::text AS pred_id
-            FROM ${t.fn("record_take_keys")}($1, $2, $3::jsonb, $4::jsonb, $5, $6::jsonb, $7, $8, $9, $10::jsonb)`;
+export const recordTakeKeys = defineStatement<
+  TakeKeysParams & Omit<RecordParams, "recordKeys" | "recordToken"> & { recordToken: string; recordKeyToken: string | null; releasedKeys: string | null },
+  RecordFlagsRow & KeyRefusalRow
+>(["groupId", "recordToken", "recordExceptions", "recordDeliveries", "recordKeyToken", "releasedKeys", "keyToken", "low", "high", "wanted"], (t, p) =>
+  `SELECT recorded, paused, reclaimable, expirable, reservable, k, kind, pred_id::text AS pred_id
+            FROM ${t.fn("record_take_keys")}(${p.groupId}, ${p.recordToken}, ${p.recordExceptions}::jsonb, ${p.recordDeliveries}::jsonb, ${p.recordKeyToken}, ${p.releasedKeys}::jsonb, ${p.keyToken}, ${p.low}, ${p.high}, ${p.wanted}::jsonb)`);
+
+export interface TakeKeyParams {
+  groupId: string;
+  key: string;
+  keyToken: string;
+  ms: number;
+  messageId: string;
+  ordered: boolean;
+  low: string;
+  high: string;
+  compacted: boolean;
 }
 
-export function takeKey(t: Tables): string {
-  return `SELECT kind, ref::text AS ref FROM ${t.fn("take_key")}($1, $2, $3, $4, $5, $6, $7, $8, $9)`;
-}
+/** take_key_N's row; decoded by decodeKeyTake (sql/results.ts). */
+export const takeKey = defineStatement<TakeKeyParams, { kind: string; ref: string | null }>(
+  ["groupId", "key", "keyToken", "ms", "messageId", "ordered", "low", "high", "compacted"], (t, p) =>
+    `SELECT kind, ref::text AS ref FROM ${t.fn("take_key")}(${p.groupId}, ${p.key}, ${p.keyToken}, ${p.ms}, ${p.messageId}, ${p.ordered}, ${p.low}, ${p.high}, ${p.compacted})`);
 
 /** The keys not taken (kind 'busy' or 'pred'); decoded with decodeKeyTakes (sql/results.ts). */
-export function takeKeys(t: Tables): string {
-  return `SELECT k, kind, pred_id::text AS pred_id FROM ${t.fn("take_keys")}($1, $2, $3, $4, $5::jsonb)`;
+export const takeKeys = defineStatement<TakeKeysParams, KeyRefusalRow>(["groupId", "keyToken", "low", "high", "wanted"], (t, p) =>
+  `SELECT k, kind, pred_id::text AS pred_id FROM ${t.fn("take_keys")}(${p.groupId}, ${p.keyToken}, ${p.low}, ${p.high}, ${p.wanted}::jsonb)`);
+
+/** Keeps an abandoned run's key lease alive. */
+export const renewKeyLease = defineStatement<{ groupId: string; key: string; keyToken: string; ms: number }, { "?column?": number }>(
+  ["groupId", "key", "keyToken", "ms"], (t, p) =>
+    `UPDATE ${t.kl} SET expires_at = now() + ${p.ms} * interval '1 millisecond'
+           WHERE consumer_group_id = ${p.groupId} AND message_key = ${p.key} AND token = ${p.keyToken} RETURNING 1`);
+
+/** Releases one key lease if it is still held under the token. */
+export const releaseKeyLease = defineStatement<{ groupId: string; key: string; keyToken: string }>(["groupId", "key", "keyToken"], (t, p) =>
+  `DELETE FROM ${t.kl} WHERE consumer_group_id = ${p.groupId} AND message_key = ${p.key} AND token = ${p.keyToken}`);
+
+export const extendRange = defineStatement<{ groupId: string; token: string; ms: number }, { "?column?": number }>(
+  ["groupId", "token", "ms"], (t, p) =>
+    `UPDATE ${t.cl} SET expires_at = now() + ${p.ms} * interval '1 millisecond'
+           WHERE consumer_group_id = ${p.groupId} AND token = ${p.token} RETURNING 1`);
+
+/** A range lease row: its bounds, how often it was reclaimed, and whether it was released unstarted. */
+export interface LeaseRow {
+  token: string;
+  low: string;
+  high: string;
+  reclaims: number;
+  released: boolean;
 }
 
-/** Keeps an abandoned run's key lease alive: $1 group, $2 key, $3 token, $4 ms. */
-export function renewKeyLease(t: Tables): string {
-  return `UPDATE ${t.kl} SET expires_at = now() + $4 * interval '1 millisecond'
-           WHERE consumer_group_id = $1 AND message_key = $2 AND token = $3 RETURNING 1`;
-}
-
-/** Releases one key lease if it is still held under the token: $1 group, $2 key, $3 token. */
-export function releaseKeyLease(t: Tables): string {
-  return `DELETE FROM ${t.kl} WHERE consumer_group_id = $1 AND message_key = $2 AND token = $3`;
-}
-
-export function extendRange(t: Tables): string {
-  return `UPDATE ${t.cl} SET expires_at = now() + $3 * interval '1 millisecond'
-           WHERE consumer_group_id = $1 AND token = $2 RETURNING 1`;
-}
-
-export function lockExpiredRange(t: Tables): string {
-  return `SELECT token::text, low::text, high::text, reclaims, released FROM ${t.cl}
-           WHERE consumer_group_id = $1 AND expires_at < now()
-           ORDER BY low LIMIT 1 FOR UPDATE SKIP LOCKED`;
-}
+export const lockExpiredRange = defineStatement<{ groupId: string }, LeaseRow>(["groupId"], (t, p) =>
+  `SELECT l.token::text, l.low::text, l.high::text, l.reclaims, l.released FROM ${t.cl} l
+           WHERE l.consumer_group_id = ${p.groupId} AND ${rangeExpired("l")}
+           ORDER BY l.low LIMIT 1 FOR UPDATE SKIP LOCKED`);
 
 /** The messages of (low, high] this group would deliver (the compaction read filter). */
-export function readRange(t: Tables): string {
-  return `SELECT m.id::text AS id, m.message_key, m.compaction_rank::text AS compaction_rank, m.payload, m.options, m.created_at
-            FROM ${t.ml} m
-           WHERE m.id > $1 AND m.id <= $2
-             AND (m.compaction_rank IS NULL OR EXISTS (
-                   SELECT 1 FROM ${t.ch} h WHERE h.compaction_key = m.message_key AND h.message_id = m.id))
-           ORDER BY m.id`;
-}
+export const readRange = defineStatement<{ low: string; high: string }, MessageRow>(["low", "high"], (t, p) =>
+  `SELECT m.id::text AS id, m.message_key, m.compaction_rank::text AS compaction_rank, m.payload, m.options, m.created_at
+            ${deliverable(t, p.low, p.high)}
+           ORDER BY m.id`);
 
 /**
  * A range lease of the group by its token (finding a poll's own work after a lost reply), with the
  * milliseconds left of it by the database clock.
  */
-export function leaseByToken(t: Tables): string {
-  return `SELECT low::text, high::text, reclaims, released,
+export const leaseByToken = defineStatement<{ groupId: string; token: string }, Omit<LeaseRow, "token"> & { left_ms: number }>(
+  ["groupId", "token"], (t, p) =>
+    `SELECT low::text, high::text, reclaims, released,
                  GREATEST(0, date_part('epoch', expires_at - now()) * 1000)::float8 AS left_ms
-            FROM ${t.cl} WHERE consumer_group_id = $1 AND token = $2`;
-}
+            FROM ${t.cl} WHERE consumer_group_id = ${p.groupId} AND token = ${p.token}`);
 
 /** The ids (and what the lease and quarantine need) of (low, high], without payloads. */
-export function readRangeIds(t: Tables): string {
-  return `SELECT m.id::text AS id, m.message_key, m.compaction_rank::text AS compaction_rank, m.options
-            FROM ${t.ml} m
-           WHERE m.id > $1 AND m.id <= $2
-             AND (m.compaction_rank IS NULL OR EXISTS (
-                   SELECT 1 FROM ${t.ch} h WHERE h.compaction_key = m.message_key AND h.message_id = m.id))
-           ORDER BY m.id`;
-}
+export const readRangeIds = defineStatement<{ low: string; high: string }, Omit<MessageRow, "payload" | "created_at">>(["low", "high"], (t, p) =>
+  `SELECT m.id::text AS id, m.message_key, m.compaction_rank::text AS compaction_rank, m.options
+            ${deliverable(t, p.low, p.high)}
+           ORDER BY m.id`);
 
 /**
- * Takes an expired range over under a new token: $1 group, $2 old token, $3 new token, $4 reclaims,
- * and the lease (lease_ms_N, docs/poll-cycle.md#the-range-lease) from $5 Tmax, $6 n, $7 concurrency,
- * $8 recordMargin, $9 cap ms (or NULL). Returns the lease's length.
+ * Takes an expired range over under a new token, with a new reclaim count and lease (lease_ms_N,
+ * docs/poll-cycle.md#the-range-lease, from the range's longest timeout and its size). Returns the
+ * lease's length.
  */
-export function takeOverRange(t: Tables): string {
-  return `UPDATE ${t.cl} l SET token = $3, reclaims = $4, released = false,
+export const takeOverRange = defineStatement<
+  LeaseParams & { groupId: string; oldToken: string; token: string; reclaims: number; timeoutMax: number; size: number },
+  { lease_ms: number }
+>(["groupId", "oldToken", "token", "reclaims", "timeoutMax", "size", "concurrency", "recordMargin", "leaseCapMs"], (t, p) =>
+  `UPDATE ${t.cl} l SET token = ${p.token}, reclaims = ${p.reclaims}, released = false,
                  expires_at = now() + x.ms * interval '1 millisecond'
-            FROM (SELECT ${t.fn("lease_ms")}($5::bigint, $6::bigint, $7::integer, $8::bigint, $9::bigint) AS ms) x
-           WHERE l.consumer_group_id = $1 AND l.token = $2
-       RETURNING x.ms::float8 AS lease_ms`;
-}
+            FROM (SELECT ${t.fn("lease_ms")}(${p.timeoutMax}::bigint, ${p.size}::bigint, ${p.concurrency}::integer, ${p.recordMargin}::bigint, ${p.leaseCapMs}::bigint) AS ms) x
+           WHERE l.consumer_group_id = ${p.groupId} AND l.token = ${p.oldToken}
+       RETURNING x.ms::float8 AS lease_ms`);
 
-export function deleteRange(t: Tables): string {
-  return `DELETE FROM ${t.cl} WHERE consumer_group_id = $1 AND token = $2`;
-}
+export const deleteRange = defineStatement<{ groupId: string; token: string }>(["groupId", "token"], (t, p) =>
+  `DELETE FROM ${t.cl} WHERE consumer_group_id = ${p.groupId} AND token = ${p.token}`);
 
-/** Quarantine rows: $2 is a JSON array of {message_id, message_key, concurrency}. */
-export function quarantineRows(t: Tables): string {
-  return `INSERT INTO ${t.eq} (consumer_group_id, message_id, status, message_key, concurrency, attempts, delays, can_run_after, last_error)
-          SELECT $1, r.message_id, 'ready', r.message_key, r.concurrency, 0, 0, now(), $3
-            FROM jsonb_to_recordset($2::jsonb) AS r(message_id BIGINT, message_key TEXT, concurrency TEXT)
+/** Quarantine rows: `rows` is a JSON array of {message_id, message_key, concurrency}. */
+export const quarantineRows = defineStatement<{ groupId: string; rows: string; error: string }, { message_id: string }>(
+  ["groupId", "rows", "error"], (t, p) =>
+    `INSERT INTO ${t.eq} (consumer_group_id, message_id, status, message_key, concurrency, attempts, delays, can_run_after, last_error)
+          SELECT ${p.groupId}, r.message_id, 'ready', r.message_key, r.concurrency, 0, 0, now(), ${p.error}
+            FROM jsonb_to_recordset(${p.rows}::jsonb) AS r(message_id BIGINT, message_key TEXT, concurrency TEXT)
           ON CONFLICT DO NOTHING
-          RETURNING message_id::text`;
+          RETURNING message_id::text`);
+
+/** Delivery-log rows: `rows` is a JSON array of {message_id, attempt, status, error}. */
+export const insertDeliveryLog = defineStatement<{ groupId: string; rows: string }>(["groupId", "rows"], (t, p) =>
+  `INSERT INTO ${t.dl} (consumer_group_id, message_id, attempt, status, error)
+          SELECT ${p.groupId}, r.message_id, r.attempt, r.status, r.error
+            FROM jsonb_to_recordset(${p.rows}::jsonb) AS r(message_id BIGINT, attempt INTEGER, status TEXT, error TEXT)`);
+
+/** An inflight run whose lease expired, with what its resolution needs. */
+export interface ExpiredRunRow {
+  message_id: string;
+  attempts: number;
+  delays: number;
+  last_error: string | null;
+  message_key: string | null;
+  options: MessageOptions | null;
+  compacted: boolean | null;
 }
 
-/** Delivery-log rows: $2 is a JSON array of {message_id, attempt, status, error}. */
-export function insertDeliveryLog(t: Tables): string {
-  return `INSERT INTO ${t.dl} (consumer_group_id, message_id, attempt, status, error)
-          SELECT $1, r.message_id, r.attempt, r.status, r.error
-            FROM jsonb_to_recordset($2::jsonb) AS r(message_id BIGINT, attempt INTEGER, status TEXT, error TEXT)`;
-}
-
-export function lockExpiredRuns(t: Tables): string {
-  return `SELECT e.message_id::text AS message_id, e.attempts, e.delays, e.last_error, e.message_key,
+export const lockExpiredRuns = defineStatement<{ groupId: string }, ExpiredRunRow>(["groupId"], (t, p) =>
+  `SELECT e.message_id::text AS message_id, e.attempts, e.delays, e.last_error, e.message_key,
                  m.options, m.compaction_rank IS NOT NULL AS compacted
             FROM ${t.eq} e LEFT JOIN ${t.ml} m ON m.id = e.message_id
-           WHERE e.consumer_group_id = $1 AND e.status = 'inflight' AND e.lease_expires_at < now()
+           WHERE e.consumer_group_id = ${p.groupId} AND ${runExpired("e")}
            ORDER BY e.message_id LIMIT 1000
-           FOR UPDATE OF e SKIP LOCKED`;
-}
+           FOR UPDATE OF e SKIP LOCKED`);
 
-/** Applies expiry outcomes: $2 is a JSON array of {message_id, status, attempts, run_after_ms, last_error}. */
-export function applyExpired(t: Tables): string {
-  return `UPDATE ${t.eq} e
+/** Applies expiry outcomes: `rows` is a JSON array of {message_id, status, attempts, run_after_ms, last_error}. */
+export const applyExpired = defineStatement<{ groupId: string; rows: string }>(["groupId", "rows"], (t, p) =>
+  `UPDATE ${t.eq} e
              SET status = r.status, attempts = r.attempts,
                  can_run_after = CASE WHEN r.run_after_ms IS NULL THEN e.can_run_after
                                       ELSE now() + r.run_after_ms * interval '1 millisecond' END,
                  last_error = r.last_error, lease_token = NULL, lease_expires_at = NULL, updated_at = now()
-            FROM jsonb_to_recordset($2::jsonb) AS r(message_id BIGINT, status TEXT, attempts INTEGER, run_after_ms BIGINT, last_error TEXT)
-           WHERE e.consumer_group_id = $1 AND e.message_id = r.message_id AND e.status = 'inflight'`;
+            FROM jsonb_to_recordset(${p.rows}::jsonb) AS r(message_id BIGINT, status TEXT, attempts INTEGER, run_after_ms BIGINT, last_error TEXT)
+           WHERE e.consumer_group_id = ${p.groupId} AND e.message_id = r.message_id AND e.status = 'inflight'`);
+
+export interface ReserveParams extends LeaseParams, TimeoutParams {
+  groupId: string;
+  batchLimit: number;
+  token: string;
+  /** Rows to start with the reservation. */
+  startNow: number;
+  /** Ms before the deadline, or null. */
+  budgetMs: number | null;
+  /** Keys not to start (an abandoned run of theirs still runs here). */
+  abandonedKeys: string[];
+  /** Repeating a call whose reply was lost: find the own reservation instead of reserving. */
+  repeat: boolean;
 }
 
-/**
- * Reservation and the first starts, in one round trip (docs/poll-cycle.md#the-exception-phase): reserve_exceptions_N.
- * $1 group, $2 batchLimit, $3..$5 timeout default/min/max, $6 concurrency, $7 recordMargin, $8 cap ms
- * (or NULL), $9 reservation token, $10 rows to start now, $11 ms before the deadline (or NULL),
- * $12 keys not to start (an abandoned run of theirs still runs here), $13 true when repeating a call
- * whose reply was lost (it then finds its own reservation instead of reserving).
- */
-export function reserveExceptions(t: Tables): string {
-  return `SELECT message_id::text AS message_id, message_key, concurrency, attempts, delays, payload, options,
+/** A reserved row: the message, its exception row, and, when reserve_exceptions_N started it, what the start decided. */
+export interface ReservedRow extends MessageRow {
+  message_id: string;
+  concurrency: string;
+  attempts: number;
+  delays: number;
+  /** Set when reserve_exceptions_N started the row already (null: the phase starts it). */
+  kind: string | null;
+  reason: string | null;
+  ref: string | null;
+  key_token: string | null;
+  run_ms: number | null;
+}
+
+/** Reservation and the first starts, in one round trip (docs/poll-cycle.md#the-exception-phase): reserve_exceptions_N. */
+export const reserveExceptions = defineStatement<ReserveParams, Omit<ReservedRow, "id">>([
+  "groupId", "batchLimit", "timeoutDefault", "timeoutMin", "timeoutMax", "concurrency", "recordMargin", "leaseCapMs", "token",
+  "startNow", "budgetMs", "abandonedKeys", "repeat",
+], (t, p) =>
+  `SELECT message_id::text AS message_id, message_key, concurrency, attempts, delays, payload, options,
                  compaction_rank::text AS compaction_rank, created_at, kind, reason, ref::text AS ref,
                  key_token::text AS key_token, run_ms::float8 AS run_ms
-            FROM ${t.fn("reserve_exceptions")}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::text[], $13)`;
+            FROM ${t.fn("reserve_exceptions")}(${p.groupId}, ${p.batchLimit}, ${p.timeoutDefault}, ${p.timeoutMin}, ${p.timeoutMax}, ${p.concurrency}, ${p.recordMargin}, ${p.leaseCapMs}, ${p.token}, ${p.startNow}, ${p.budgetMs}, ${p.abandonedKeys}::text[], ${p.repeat})`);
+
+/** One row of exception_step_N's answer: a start's or a record's result for one message. */
+export interface ExceptionStepRow {
+  step: string;
+  message_id: string;
+  kind: string;
+  reason: string | null;
+  ref: string | null;
 }
 
 /**
  * One round trip of the exception phase (docs/poll-cycle.md#the-exception-phase): records the
- * outcomes $3 and starts the reserved rows $4 (JSON arrays, see 0010_exception_batches.sql), all
- * under the reservation token $2, in one transaction. $1 group. Decoded by decodeExceptionStep.
+ * outcomes and starts the reserved rows (JSON arrays, see exception_step_N), all under the
+ * reservation token, in one transaction. Decoded by decodeExceptionStep (sql/results.ts).
  */
-export function exceptionStep(t: Tables): string {
-  return `SELECT step, message_id::text AS message_id, kind, reason, ref::text AS ref
-            FROM ${t.fn("exception_step")}($1, $2, $3::jsonb, $4::jsonb)`;
-}
+export const exceptionStep = defineStatement<{ groupId: string; token: string; outcomes: string; starts: string }, ExceptionStepRow>(
+  ["groupId", "token", "outcomes", "starts"], (t, p) =>
+    `SELECT step, message_id::text AS message_id, kind, reason, ref::text AS ref
+            FROM ${t.fn("exception_step")}(${p.groupId}, ${p.token}, ${p.outcomes}::jsonb, ${p.starts}::jsonb)`);
 
-export function releaseReservations(t: Tables): string {
-  return `UPDATE ${t.eq} SET lease_token = NULL, lease_expires_at = NULL
-           WHERE consumer_group_id = $1 AND lease_token = $2 AND status IN ('ready', 'deferred')`;
-}
+export const releaseReservations = defineStatement<{ groupId: string; token: string }>(["groupId", "token"], (t, p) =>
+  `UPDATE ${t.eq} SET lease_token = NULL, lease_expires_at = NULL
+           WHERE consumer_group_id = ${p.groupId} AND lease_token = ${p.token} AND status IN ('ready', 'deferred')`);

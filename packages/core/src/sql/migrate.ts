@@ -1,11 +1,14 @@
 // Applies migrations/ (embedded by scripts/gen-migrations.mjs) to the control plane and to each
-// stream's table family. Text substitution is limited to the quoted schema and numeric values.
+// stream's table family (docs/data-model.md#upgrades): the numbered table migrations not yet in
+// migration_log, then every function whose file hash differs from function_version's, re-created
+// after every overload of its name is dropped. Text substitution is limited to the quoted schema
+// and numeric values.
 import type pg from "pg";
 import { type Db, query } from "../db.js";
 import { SqlStreamsError } from "../errors.js";
-import { streamMigrations, systemMigrations } from "../generated/migrations.js";
+import { type FunctionFile, streamFunctions, streamMigrations, systemFunctions, systemMigrations } from "../generated/migrations.js";
 import { LIBRARY_VERSION, STREAM_VERSION, SYSTEM_VERSION } from "../version.js";
-import { streamIdText } from "./names.js";
+import { quoteIdent, streamIdText } from "./names.js";
 
 export function renderSystem(sql: string, q: string): string {
   return sql.replaceAll("__SCHEMA__", q);
@@ -26,18 +29,23 @@ export function asPermissionError(e: unknown): unknown {
   return e;
 }
 
-/** Takes the schema-wide migration lock for the rest of the transaction. */
+/**
+ * Takes the schema-wide migration lock for the rest of the transaction, and pins its search_path
+ * to pg_catalog, pg_temp: the DDL that follows resolves every built-in its defaults and checks
+ * name (now(), nextval(…)) in pg_catalog, whatever the caller's search_path holds.
+ */
 export async function lockMigrations(db: Db, c: pg.PoolClient): Promise<void> {
+  await query(db, c, "SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true)");
   await query(db, c, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [`sqlstreams.migrate:${db.schema}`]);
 }
 
 export async function systemVersion(db: Db, c: pg.Pool | pg.PoolClient): Promise<number> {
-  const present = await query<{ ok: boolean }>(db, c, "SELECT to_regclass($1) IS NOT NULL AS ok", [`${db.q}.migration_log`]);
+  const present = await query<{ ok: boolean }>(db, c, "SELECT pg_catalog.to_regclass($1) IS NOT NULL AS ok", [`${db.q}.migration_log`]);
   if (!present.rows[0].ok) return 0;
   const r = await query<{ v: number }>(
     db,
     c,
-    `SELECT COALESCE(max(version), 0)::int AS v FROM ${db.q}.migration_log WHERE scope = 'system' AND status = 'success'`,
+    `SELECT COALESCE(pg_catalog.max(version), 0)::int AS v FROM ${db.q}.migration_log WHERE scope = 'system' AND status = 'success'`,
   );
   return r.rows[0].v;
 }
@@ -59,6 +67,7 @@ export async function migrateAll(db: Db, c: pg.PoolClient): Promise<void> {
       [m.version, LIBRARY_VERSION],
     );
   }
+  await applyFunctions(db, c, null, systemFunctions, (sql) => renderSystem(sql, db.q), (name) => name);
   const streams = await query<{ id: string; partition_size: string }>(
     db,
     c,
@@ -90,4 +99,83 @@ export async function migrateStream(db: Db, c: pg.PoolClient, streamId: string, 
       [streamId, m.version, LIBRARY_VERSION],
     );
   }
+  const n = streamIdText(streamId);
+  await applyFunctions(
+    db,
+    c,
+    streamId,
+    streamFunctions,
+    (sql) => renderStream(sql, db.q, streamId, partitionSize),
+    (name) => `${name}_${n}`,
+  );
+}
+
+/**
+ * Re-creates the functions (of the control plane, or of one stream family) whose file hash differs
+ * from the one recorded in function_version, and drops those no file defines any more. Every
+ * overload of a re-created name is dropped first, so a signature change leaves no stale overload.
+ */
+async function applyFunctions(
+  db: Db,
+  c: pg.PoolClient,
+  streamId: string | null,
+  files: FunctionFile[],
+  render: (sql: string) => string,
+  procName: (name: string) => string,
+): Promise<void> {
+  const applied = await query<{ name: string; hash: string }>(
+    db,
+    c,
+    `SELECT name, hash FROM ${db.q}.function_version WHERE stream_id IS NOT DISTINCT FROM $1`,
+    [streamId],
+  );
+  const have = new Map(applied.rows.map((r) => [r.name, r.hash]));
+  for (const f of files) {
+    if (have.get(f.name) === f.hash) continue;
+    await dropOverloads(db, c, procName(f.name));
+    await query(db, c, render(f.sql));
+    await query(db, c, `DELETE FROM ${db.q}.function_version WHERE stream_id IS NOT DISTINCT FROM $1 AND name = $2`, [streamId, f.name]);
+    await query(
+      db,
+      c,
+      `INSERT INTO ${db.q}.function_version (stream_id, name, hash, library_version) VALUES ($1, $2, $3, $4)`,
+      [streamId, f.name, f.hash, LIBRARY_VERSION],
+    );
+  }
+  for (const name of have.keys()) {
+    if (files.some((f) => f.name === name)) continue;
+    await dropOverloads(db, c, procName(name));
+    await query(db, c, `DELETE FROM ${db.q}.function_version WHERE stream_id IS NOT DISTINCT FROM $1 AND name = $2`, [streamId, name]);
+  }
+}
+
+/** Drops every function of the schema named `name`, whatever its arguments (never CASCADE). */
+async function dropOverloads(db: Db, c: pg.PoolClient, name: string): Promise<void> {
+  const r = await query<{ args: string }>(
+    db,
+    c,
+    `SELECT pg_catalog.pg_get_function_identity_arguments(p.oid) AS args
+       FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+      WHERE n.nspname = $1 AND p.proname = $2`,
+    [db.schema, name],
+  );
+  for (const f of r.rows) await query(db, c, `DROP FUNCTION ${db.q}.${quoteIdent(name)}(${f.args})`);
+}
+
+/**
+ * The functions of the control plane and of each stream family that differ from this library's
+ * (missing, or another file hash): `migrate` re-creates them. `q` is the quoted schema.
+ */
+export async function staleFunctions(c: pg.Pool | pg.PoolClient, q: string): Promise<{ streamId: string | null; name: string }[]> {
+  const r = await c.query<{ stream_id: string | null; name: string; hash: string }>(
+    `SELECT stream_id::text, name, hash FROM ${q}.function_version`,
+  );
+  const have = new Map(r.rows.map((x) => [`${x.stream_id ?? ""}:${x.name}`, x.hash]));
+  const streams = await c.query<{ id: string }>(`SELECT id::text FROM ${q}.stream_config ORDER BY id`);
+  const out: { streamId: string | null; name: string }[] = [];
+  for (const f of systemFunctions) if (have.get(`:${f.name}`) !== f.hash) out.push({ streamId: null, name: f.name });
+  for (const s of streams.rows) {
+    for (const f of streamFunctions) if (have.get(`${s.id}:${f.name}`) !== f.hash) out.push({ streamId: s.id, name: f.name });
+  }
+  return out;
 }

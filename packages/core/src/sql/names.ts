@@ -1,15 +1,55 @@
 // Table names. The only place a per-stream name is formed: from the quoted, validated schema and
 // the numeric stream id, never from a user string.
-export type FamilyTable =
-  | "message_log"
-  | "exception_queue"
-  | "delivery_log"
-  | "consumer_group_cursor"
-  | "claim_lease"
-  | "message_key_lease"
-  | "compaction_head"
-  | "idempotency_key"
-  | "progress_history";
+/** Every table of a stream's family (each named <table>_N; message_log_N has partitions). */
+export const FAMILY_TABLES = [
+  "message_log",
+  "exception_queue",
+  "delivery_log",
+  "consumer_group_cursor",
+  "claim_lease",
+  "message_key_lease",
+  "compaction_head",
+  "idempotency_key",
+  "progress_history",
+] as const;
+export type FamilyTable = (typeof FAMILY_TABLES)[number];
+
+/** The quoted names of one stream's tables and functions (docs/data-model.md#names), built once per (schema, stream id). */
+export interface Tables {
+  /** The quoted schema. */
+  q: string;
+  ml: string;
+  eq: string;
+  dl: string;
+  cur: string;
+  cl: string;
+  kl: string;
+  ch: string;
+  fn: (name: string) => string;
+}
+
+const cache = new Map<string, Tables>();
+
+/** The table names of one stream, built once per (schema, stream id). */
+export function tables(q: string, n: string): Tables {
+  const k = `${q}.${n}`;
+  let t = cache.get(k);
+  if (!t) {
+    t = {
+      q,
+      ml: table(q, n, "message_log"),
+      eq: table(q, n, "exception_queue"),
+      dl: table(q, n, "delivery_log"),
+      cur: table(q, n, "consumer_group_cursor"),
+      cl: table(q, n, "claim_lease"),
+      kl: table(q, n, "message_key_lease"),
+      ch: table(q, n, "compaction_head"),
+      fn: (name) => table(q, n, name),
+    };
+    cache.set(k, t);
+  }
+  return t;
+}
 
 export function streamIdText(id: string | number | bigint): string {
   const s = String(id);

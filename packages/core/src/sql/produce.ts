@@ -97,10 +97,10 @@ export function produceBatch(q: string, n: string): string {
  * the payloads; with it, $1 the payloads, $2 the keys (strings or null), $3 the options (objects
  * or null), zipped by position. Each array is one parameter the client joins from the JSON texts
  * it has already made (jsonArray), so the statement's text and plan do not depend on the batch's
- * size and no payload is re-encoded. A multi-row VALUES of one parameter per payload, used before
- * 4 December 2026, made the planner fold 500 JSONB constants into the plan and copy them with it:
- * 25 % (Postgres 18) to 58 % (Postgres 15) more server time per message in the bench's produce arm
- * (bench/README.md, history of 4 December 2026). Ids are drawn in item order.
+ * size and no payload is re-encoded. A multi-row VALUES with one parameter per payload would make
+ * the planner fold every JSONB constant into the plan and copy it with the plan: 25 % (Postgres 18)
+ * to 58 % (Postgres 15) more server time per message in the bench's produce arm (bench/README.md).
+ * Ids are drawn in item order.
  */
 export function produceBatchArrays(q: string, n: string, meta: boolean): string {
   const ml = table(q, n, "message_log");

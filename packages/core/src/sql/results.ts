@@ -1,6 +1,8 @@
 // The typed boundary between the protocol functions and the cycle: what each function returns,
 // decoded here once into a discriminated union, so the cycle code never parses result text.
-// The encodings are the functions' own (migrations/stream/*.sql, docs/poll-cycle.md).
+// The encodings are the functions' own (migrations/stream/functions/, docs/poll-cycle.md); the row types
+// are beside their statements (sql/cycle.ts).
+import type { ExceptionStepRow, KeyRefusalRow } from "./cycle.js";
 
 /** take_key_N and take_keys_N: whether a key lease was taken, and why not. */
 export type KeyTake =
@@ -26,14 +28,11 @@ export function decodeKeyTake(r: { kind: string; ref: string | null }): KeyTake 
 /** One answer shared by every key taken (never mutated). */
 const TAKEN: KeyTake = Object.freeze({ kind: "taken" });
 
-/** A row of take_keys_N: a key it did not take, kind 'busy' or 'pred' (pred_id set). */
-export type KeyRefusal = { k: string; kind: string; pred_id: string | null };
-
 /**
  * take_keys_N returns only the keys it did not take: every other key asked for is taken. One
  * result per key of `keys`.
  */
-export function decodeKeyTakes(keys: readonly string[], refused: readonly KeyRefusal[]): Map<string, KeyTake> {
+export function decodeKeyTakes(keys: readonly string[], refused: readonly KeyRefusalRow[]): Map<string, KeyTake> {
   const out = new Map<string, KeyTake>();
   for (const k of keys) out.set(k, TAKEN);
   for (const r of refused) {
@@ -69,15 +68,6 @@ export type ExceptionStart =
  * docs/crash-recovery.md#unknown-commits).
  */
 export type ExceptionRecord = { kind: "lost" } | { kind: "recorded"; keyTakenOver: boolean } | { kind: "unknown" };
-
-/** One result row of exception_step_N (migrations/stream/0010_exception_batches.sql). */
-export interface ExceptionStepRow {
-  step: string;
-  message_id: string;
-  kind: string;
-  reason: string | null;
-  ref: string | null;
-}
 
 export interface ExceptionStep {
   starts: Map<string, ExceptionStart>;

@@ -1,0 +1,43 @@
+-- Record a range's outcomes and advance the cursor (docs/poll-cycle.md#recording-a-range, docs/poll-cycle.md#cursor-advance) in one transaction.
+-- p_keep_from NULL: the range is done, its lease is deleted. Otherwise the prefix up to
+-- p_keep_from is recorded and the rest released at once under p_new_token.
+-- p_keys lists the key leases ({k, t}) the range's chains took, released here in one go.
+-- Returns the committed cursor afterwards, or NULL when the lease was lost (nothing written).
+CREATE OR REPLACE FUNCTION {{schema}}.record_range_{{N}}(
+  p_group BIGINT, p_token UUID, p_keep_from BIGINT, p_new_token UUID, p_eq JSONB, p_dl JSONB, p_keys JSONB)
+RETURNS BIGINT
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+  -- Key leases the range's chains held are released whatever happens to the range lease.
+  IF p_keys IS NOT NULL AND jsonb_array_length(p_keys) > 0 THEN
+    DELETE FROM {{schema}}.message_key_lease_{{N}} k
+     USING jsonb_to_recordset(p_keys) AS r(k TEXT, t UUID)
+     WHERE k.consumer_group_id = p_group AND k.message_key = r.k AND k.token = r.t;
+  END IF;
+  IF p_keep_from IS NULL THEN
+    DELETE FROM {{schema}}.claim_lease_{{N}} WHERE consumer_group_id = p_group AND token = p_token;
+  ELSE
+    UPDATE {{schema}}.claim_lease_{{N}}
+       SET low = p_keep_from, expires_at = now(), released = true, token = p_new_token
+     WHERE consumer_group_id = p_group AND token = p_token;
+  END IF;
+  IF NOT FOUND THEN RETURN NULL; END IF;
+  IF p_eq IS NOT NULL AND jsonb_array_length(p_eq) > 0 THEN
+    INSERT INTO {{schema}}.exception_queue_{{N}}
+      (consumer_group_id, message_id, status, message_key, concurrency, attempts, delays, can_run_after, last_error)
+    SELECT p_group, r.message_id, r.status, r.message_key, r.concurrency, r.attempts, r.delays,
+           now() + r.run_after_ms * interval '1 millisecond', r.last_error
+      FROM jsonb_to_recordset(p_eq) AS r(message_id BIGINT, status TEXT, message_key TEXT, concurrency TEXT,
+                                         attempts INTEGER, delays INTEGER, run_after_ms BIGINT, last_error TEXT)
+    ON CONFLICT DO NOTHING;
+  END IF;
+  IF p_dl IS NOT NULL AND jsonb_array_length(p_dl) > 0 THEN
+    INSERT INTO {{schema}}.delivery_log_{{N}} (consumer_group_id, message_id, attempt, status, error)
+    SELECT p_group, r.message_id, r.attempt, r.status, r.error
+      FROM jsonb_to_recordset(p_dl) AS r(message_id BIGINT, attempt INTEGER, status TEXT, error TEXT);
+  END IF;
+  RETURN {{schema}}.advance_{{N}}(p_group);
+END
+$fn$;

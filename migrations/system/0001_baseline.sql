@@ -1,0 +1,68 @@
+-- SQLStreams control plane: the baseline (tables; the functions are in functions/, one file per
+-- function). __SCHEMA__ is replaced by the validated, double-quoted schema name; nothing else is
+-- substituted.
+
+CREATE SCHEMA IF NOT EXISTS __SCHEMA__;
+
+CREATE TABLE IF NOT EXISTS __SCHEMA__.stream_config (
+  id                     BIGSERIAL PRIMARY KEY,
+  name                   TEXT NOT NULL UNIQUE,
+  partition_size         BIGINT NOT NULL CHECK (partition_size >= 2),
+  retention_ms           BIGINT NOT NULL DEFAULT 0 CHECK (retention_ms >= 0),
+  delivery_log_mode      TEXT NOT NULL DEFAULT 'failures' CHECK (delivery_log_mode IN ('failures', 'all', 'off')),
+  idempotency_key_ttl_ms BIGINT NOT NULL DEFAULT 86400000,
+  max_payload_bytes      INTEGER NOT NULL DEFAULT 1048576,
+  created_at             TIMESTAMPTZ NOT NULL DEFAULT now(),
+  updated_at             TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+CREATE TABLE IF NOT EXISTS __SCHEMA__.consumer_group_config (
+  id         BIGSERIAL PRIMARY KEY,
+  stream_id  BIGINT NOT NULL REFERENCES __SCHEMA__.stream_config (id) ON DELETE CASCADE,
+  name       TEXT NOT NULL,
+  config     JSONB NOT NULL DEFAULT '{}',
+  paused     BOOLEAN NOT NULL DEFAULT false,
+  paused_at  TIMESTAMPTZ NULL,
+  created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+  updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+  UNIQUE (stream_id, name)
+);
+
+-- One row per numbered migration applied: the control plane's (scope 'system') and each stream
+-- family's (scope 'stream'). A family's rows go with its stream_config row.
+CREATE TABLE IF NOT EXISTS __SCHEMA__.migration_log (
+  id              BIGSERIAL PRIMARY KEY,
+  scope           TEXT NOT NULL CHECK (scope IN ('system', 'stream')),
+  stream_id       BIGINT NULL REFERENCES __SCHEMA__.stream_config (id) ON DELETE CASCADE,
+  version         INTEGER NOT NULL,
+  status          TEXT NOT NULL CHECK (status IN ('success', 'failure')),
+  error           TEXT NULL,
+  library_version TEXT NOT NULL,
+  created_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
+  CHECK ((scope = 'stream') = (stream_id IS NOT NULL))
+);
+
+-- The functions in place (docs/data-model.md#upgrades): one row per function file applied, to
+-- the control plane (stream_id NULL) or to one stream family, with the SHA-256 of the file's text.
+-- A migration re-creates exactly the functions whose file hash differs from the row's.
+CREATE TABLE IF NOT EXISTS __SCHEMA__.function_version (
+  stream_id       BIGINT NULL REFERENCES __SCHEMA__.stream_config (id) ON DELETE CASCADE,
+  name            TEXT NOT NULL,
+  hash            TEXT NOT NULL,
+  library_version TEXT NOT NULL,
+  applied_at      TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE UNIQUE INDEX IF NOT EXISTS function_version_name
+  ON __SCHEMA__.function_version (COALESCE(stream_id, 0), name);
+
+-- Wake on produce (docs/producing.md#wake-on-produce): one row per consumer group that has been
+-- woken. A producer claims a wake for a group only when no wake is in flight (woken_at older than
+-- the window, or released by the poller); otherwise it marks the group pending, and the poller,
+-- releasing its wake when idle, drains again. Row locks serialize producers and the poller, so a
+-- burst wakes each group at most once per window across every producer, and no wake is lost.
+CREATE TABLE IF NOT EXISTS __SCHEMA__.wake_throttle (
+  group_id BIGINT PRIMARY KEY REFERENCES __SCHEMA__.consumer_group_config (id) ON DELETE CASCADE,
+  woken_at TIMESTAMPTZ NOT NULL,
+  pending  BOOLEAN NOT NULL DEFAULT false,
+  wakes    BIGINT NOT NULL DEFAULT 1
+);

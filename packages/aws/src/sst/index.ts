@@ -1,0 +1,483 @@
+// @sqlstreams/aws/sst: SQLStreams as a building block of an SST (v3/v4) app. Runs inside the
+// `run()` of an sst.config.ts: SST bundles this file with the config and provides the globals
+// `sst`, `aws`, `$app`, `$dev`, `$interpolate`, `$jsonStringify` and `$util` (to every file it
+// bundles); the types name them the same way, as the app's `.sst/platform/config.d.ts` declares
+// them. See docs/deployment.md#an-existing-sst-app for a complete example.
+//
+//   const streams = new SqlStreams("Streams", { vpc, database, groups });
+//   new sst.aws.Function("Api", { handler: "src/api.handler", vpc, link: [streams] });
+//
+// Creates: (for an RDS database) nothing that holds a password: the functions read the database's
+// own master secret, which RDS manages and rotates (docs/operations.md#credentials); (for a URL)
+// the credentials secret (RDS JSON) the functions read. Then a migrate function invoked on
+// every deploy, one poll function + EventBridge Scheduler schedule(s) per group, the maintenance
+// function + schedule, and (wake on produce) the right for linked producers to invoke the pollers.
+import { groupAlarms } from "../alarms.js";
+import { resolvedDeclaration, type GroupDeclaration } from "../declaration.js";
+import { devDatabaseUrl, managedSecretArn, rdsJsonFromUrl, type DatabaseSecurity } from "./database.js";
+
+export { instanceClass, managedSecretArn, secureDatabase, type DatabaseSecurity, type SecureDatabaseArgs } from "./database.js";
+
+/** The context an `alarms` hook receives, once per group. */
+export interface PollerContext {
+  /** PascalCase id of the group, used in resource names: `OrdersPlacedFraudScoring`. */
+  id: string;
+  group: GroupDeclaration;
+  function: sst.aws.Function;
+  schedules: (sst.aws.CronV2 | aws.scheduler.Schedule)[];
+}
+
+export interface SqlStreamsArgs {
+  /** The stream and group declaration (functions/groups.ts). */
+  groups: GroupDeclaration[];
+  /**
+   * The database: your `sst.aws.Postgres` or `sst.aws.Aurora`, or an `sst.Secret` holding a
+   * postgres:// URL (Neon, Supabase, self-hosted).
+   */
+  database: sst.aws.Postgres | sst.aws.Aurora | sst.Secret;
+  /** Your VPC: the functions run in its private subnets (required for an RDS database). */
+  vpc?: sst.aws.Vpc;
+  /** From `secureDatabase()`: the functions get its functions security group. */
+  security?: DatabaseSecurity;
+  /**
+   * An interface endpoint for Secrets Manager in the VPC, so functions without a NAT read the
+   * credentials. Default true with a VPC; false when your VPC has a NAT or its own endpoint.
+   */
+  secretsEndpoint?: boolean;
+  /** Handler paths of the migrate and maintain functions. */
+  handlers?: { migrate?: string; maintain?: string };
+  /** Maintenance schedule. Default `rate(5 minutes)`. */
+  maintainSchedule?: string;
+  /**
+   * Wake on produce: linked producers may invoke the pollers (an asynchronous `Event`
+   * invocation after a produce commits); the group schedules become the safety net. Default false.
+   */
+  wake?: boolean;
+  /**
+   * TLS verification of the database certificate. `rds` (default for RDS databases): verify
+   * against the pinned RDS CA bundle; `system`: the runtime's CAs (default for a URL).
+   */
+  tls?: "rds" | "system";
+  /**
+   * Keep each function's database connection open between warm invocations (saves the TLS
+   * handshake). Default true for RDS, false for a URL database (Neon, Supabase): a database that
+   * scales to zero is then not held awake by idle pollers.
+   */
+  keepConnection?: boolean;
+  /** Overrides of the shared function arguments (runtime, architecture, nodejs, environment, …). */
+  function?: Partial<sst.aws.FunctionArgs>;
+  /** In `sst dev`: run `sqlstreams dev` locally (true, default) instead of deployed schedules. */
+  devScheduler?: boolean | { command?: string };
+  /** Extension point: called once per group after its poller and schedules exist (alarms, …). */
+  alarms?: (poller: PollerContext) => void;
+  /**
+   * The built-in CloudWatch alarms per group (dead letters, oldest unresolved age, poll errors
+   * and throttles; settings in each group's `alarms`): docs/operations.md#alarms. Default true.
+   */
+  defaultAlarms?: boolean;
+  /** Extension point: called once after every poller exists (a dashboard, …). */
+  dashboard?: (streams: SqlStreams) => void;
+  /**
+   * The operator dashboard as a Lambda function behind a Function URL with IAM auth
+   * (docs/operations.md#dashboard): only principals allowed `lambda:InvokeFunctionUrl` open it.
+   * It reads the credentials secret and nothing else. `true` = read-only; `{ readOnly: false }`
+   * enables the actions (redrive, discard, pause, seek). Default: no dashboard.
+   */
+  dashboardFunction?: boolean | { handler?: string; readOnly?: boolean; memory?: `${number} MB`; timeout?: `${number} seconds` };
+}
+
+const pascal = (s: string) =>
+  s
+    .split(/[^A-Za-z0-9]+/)
+    .filter(Boolean)
+    .map((w) => w[0].toUpperCase() + w.slice(1))
+    .join("");
+const seconds = (ms: number) => `${Math.ceil(ms / 1000)} seconds` as const;
+
+/** What the constructor's credential step made. */
+interface Credentials {
+  /** True for an RDS database (its managed master secret); false for a secret this component made. */
+  rdsManaged: boolean;
+  secretArn: $util.Output<string>;
+  secret?: aws.secretsmanager.Secret;
+  secretValue?: aws.secretsmanager.SecretVersion;
+  connection: Record<string, $util.Input<string>>;
+}
+
+/** The environment every SQLStreams function gets. */
+function functionEnvironment(args: SqlStreamsArgs, connection: Record<string, $util.Input<string>>, secretArn: $util.Output<string>): Record<string, $util.Input<string>> {
+  const isUrl = args.database instanceof sst.Secret;
+  const tls = args.tls ?? (isUrl ? "system" : "rds");
+  return {
+    SQLSTREAMS_DB_SECRET_ARN: secretArn,
+    ...connection,
+    SQLSTREAMS_DB_CA: tls,
+    // Node 20+ Lambda runtimes trust the RDS CAs only through this file.
+    ...(tls === "rds" ? { NODE_EXTRA_CA_CERTS: "/var/runtime/ca-cert.pem" } : {}),
+    ...((args.keepConnection ?? !isUrl) ? {} : { SQLSTREAMS_DB_KEEP_CONNECTION: "false" }),
+    // The Stage dimension of the metrics, which the alarms select.
+    SQLSTREAMS_STAGE: $app.stage,
+  };
+}
+
+/** The arguments every SQLStreams function shares (runtime, VPC, the credentials link, environment). */
+function sharedFunctionArgs(name: string, args: SqlStreamsArgs, environment: Record<string, $util.Input<string>>, secretArn: $util.Output<string>) {
+  const credentialsLink = new sst.Linkable(`${name}Secret`, {
+    properties: { arn: secretArn },
+    include: [sst.aws.permission({ actions: ["secretsmanager:GetSecretValue"], resources: [secretArn] })],
+  });
+  const vpc = args.vpc
+    ? { privateSubnets: args.vpc.privateSubnets, securityGroups: args.security ? [args.security.functions.id] : args.vpc.securityGroups }
+    : undefined;
+  return {
+    // Node 24 (Active LTS, maintained to 2028); CI builds and runs the core scenarios on 22 and
+    // 24 too (README "Lambda runtime and Node versions").
+    runtime: "nodejs24.x",
+    architecture: "arm64",
+    ...(vpc ? { vpc } : {}),
+    link: [credentialsLink],
+    // A failed invocation is not retried by Lambda: the next tick resumes from Postgres.
+    retries: 0,
+    nodejs: { format: "esm", minify: true, esbuild: { external: ["pg-native"] } },
+    ...args.function,
+    environment: { ...environment, ...args.function?.environment },
+  } satisfies Partial<sst.aws.FunctionArgs>;
+}
+
+/**
+ * A transform that orders a created resource (the Lambda function, a schedule) after the
+ * migration. It goes on the resources, never into the component options: sst.aws.Function forwards
+ * those into its region lookup, which a preview leaves unknown while the invocation is being
+ * replaced, and then nothing of the function (code, schedule targets, outputs) resolves.
+ */
+function afterMigration(migration: aws.lambda.Invocation | undefined) {
+  return (_args: unknown, o: $util.CustomResourceOptions) => {
+    if (!migration) return undefined;
+    const prior = o.dependsOn;
+    o.dependsOn = prior === undefined ? [migration] : Array.isArray(prior) ? [...(prior as $util.Input<$util.Resource>[]), migration] : [prior as $util.Input<$util.Resource>, migration];
+    return undefined;
+  };
+}
+
+/** What the constructor's steps share. */
+interface Steps {
+  name: string;
+  args: SqlStreamsArgs;
+  shared: ReturnType<typeof sharedFunctionArgs>;
+  afterMigration: ReturnType<typeof afterMigration>;
+  /** `sst dev` with the local scheduler: no deployed schedules. */
+  devScheduler: boolean;
+}
+
+/**
+ * SQLStreams on AWS for an SST app. Linkable: `link: [streams]` gives a producer function the
+ * credentials secret (read access to it only) and, with `wake`, the right to invoke the pollers;
+ * `Resource.<Name>` holds `secretArn` and `pollers` (`"stream/group"` → function name).
+ */
+export class SqlStreams extends $util.ComponentResource {
+  /**
+   * ARN of the secret every function reads: the database's RDS-managed master secret, or (URL
+   * database, or a local `dev` database) the credentials secret this component made.
+   */
+  readonly secretArn: $util.Output<string>;
+  /** The credentials secret this component made (URL or local `dev` database only). */
+  readonly secret?: aws.secretsmanager.Secret;
+  readonly migrate: sst.aws.Function;
+  /** The migrate invocation of this deploy (undefined in `sst dev`). */
+  readonly migration?: aws.lambda.Invocation;
+  readonly maintain: sst.aws.Function;
+  /** One poller per group, keyed `stream/group`. */
+  readonly pollers: Record<string, PollerContext> = {};
+  /** The environment every SQLStreams function gets (a linked producer also gets the wake settings). */
+  readonly environment: Record<string, $util.Input<string>>;
+  /** The dashboard function (`dashboardFunction`), with its IAM-authenticated URL in `.url`. */
+  readonly dashboardFunction?: sst.aws.Function;
+  private readonly wake: boolean;
+
+  constructor(name: string, args: SqlStreamsArgs, opts?: $util.ComponentResourceOptions) {
+    super("sqlstreams:aws:SqlStreams", name, {}, opts);
+    this.wake = args.wake ?? false;
+    const db = args.database;
+    if (!(db instanceof sst.Secret) && !args.vpc) throw new Error(`SqlStreams ${name}: an RDS database needs the VPC it lives in (args.vpc)`);
+    const credentials = this.credentials(name, db);
+    this.secretArn = credentials.secretArn;
+    this.secret = credentials.secret;
+    this.environment = functionEnvironment(args, credentials.connection, this.secretArn);
+    const network = this.secretsEndpoint(name, args);
+    const shared = sharedFunctionArgs(name, args, this.environment, this.secretArn);
+
+    // Migrate on every deploy, before any poller, schedule or the maintainer is updated.
+    this.migrate = new sst.aws.Function(
+      `${name}Migrate`,
+      {
+        ...shared,
+        handler: args.handlers?.migrate ?? "functions/migrate.handler",
+        timeout: "5 minutes",
+        memory: "512 MB",
+        description: "SQLStreams: migrate and register the declared streams and groups",
+      },
+      { parent: this },
+    );
+    const before = [...(credentials.secretValue ? [credentials.secretValue] : []), ...network, ...(db instanceof sst.Secret ? [] : [db])];
+    this.migration = $dev ? undefined : this.migrateOnDeploy(name, before);
+    const steps: Steps = { name, args, shared, afterMigration: afterMigration(this.migration), devScheduler: $dev && args.devScheduler !== false };
+    for (const g of args.groups) this.addPoller(steps, g);
+    this.maintain = this.maintainer(steps, credentials.rdsManaged ? this.secretArn : undefined);
+    if (args.dashboardFunction) this.dashboardFunction = this.dashboardFn(steps, args.dashboardFunction === true ? {} : args.dashboardFunction);
+    args.dashboard?.(this);
+    this.registerOutputs({});
+  }
+
+  /**
+   * Credentials (docs/operations.md#credentials). An RDS database: the master secret RDS manages
+   * and rotates ({username, password}); host, port and database name go to the environment.
+   * A URL (or a local `dev` database): one Secrets Manager secret in the RDS format.
+   * Functions get only the ARN.
+   */
+  private credentials(name: string, db: SqlStreamsArgs["database"]): Credentials {
+    const isUrl = db instanceof sst.Secret;
+    const rdsResource = isUrl ? undefined : db instanceof sst.aws.Aurora ? db.nodes.cluster : db.nodes.instance;
+    if (rdsResource) {
+      const rds = db as sst.aws.Postgres | sst.aws.Aurora;
+      return {
+        rdsManaged: true,
+        secretArn: managedSecretArn(rdsResource, `SqlStreams ${name}: the database`),
+        connection: {
+          SQLSTREAMS_DB_HOST: rds.host,
+          SQLSTREAMS_DB_PORT: $util.output(rds.port).apply(String),
+          SQLSTREAMS_DB_NAME: rds.database,
+        },
+      };
+    }
+    const secret = new aws.secretsmanager.Secret(
+      `${name}Credentials`,
+      { description: $interpolate`SQLStreams ${$app.name}/${$app.stage} database credentials (RDS secret JSON)`, recoveryWindowInDays: 0 },
+      { parent: this },
+    );
+    const pg = db as sst.aws.Postgres;
+    const secretValue = new aws.secretsmanager.SecretVersion(
+      `${name}CredentialsValue`,
+      {
+        secretId: secret.id,
+        secretString: isUrl
+          ? $util.secret((db as sst.Secret).value.apply(rdsJsonFromUrl))
+          : $jsonStringify({ engine: "postgres", username: pg.username, password: pg.password, host: pg.host, port: pg.port, dbname: pg.database }),
+      },
+      { parent: this },
+    );
+    return { rdsManaged: false, secretArn: secret.arn, secret, secretValue, connection: {} };
+  }
+
+  /** An interface endpoint for Secrets Manager in the VPC (args.secretsEndpoint, default true). */
+  private secretsEndpoint(name: string, args: SqlStreamsArgs): $util.Resource[] {
+    if (!args.vpc || !(args.secretsEndpoint ?? true)) return [];
+    return [
+      new aws.ec2.VpcEndpoint(
+        `${name}SecretsManagerEndpoint`,
+        {
+          vpcId: args.vpc.id,
+          serviceName: $interpolate`com.amazonaws.${aws.getRegionOutput().region}.secretsmanager`,
+          vpcEndpointType: "Interface",
+          privateDnsEnabled: true,
+          subnetIds: args.vpc.privateSubnets,
+          securityGroupIds: args.vpc.securityGroups,
+        },
+        { parent: this },
+      ),
+    ];
+  }
+
+  /** The invocation of the migrate function, made again on every deploy, after `before`. */
+  private migrateOnDeploy(name: string, before: $util.Resource[]): aws.lambda.Invocation {
+    return new aws.lambda.Invocation(
+      `${name}MigrateOnDeploy`,
+      {
+        functionName: this.migrate.name,
+        input: JSON.stringify({ source: "sst-deploy" }),
+        // A new value on every deploy: the invocation runs again each time.
+        triggers: { deployedAt: String(Date.now()) },
+      },
+      { parent: this, dependsOn: before },
+    );
+  }
+
+  /** One group's poll function and its schedules (none under the `sst dev` scheduler), and its alarms. */
+  private addPoller(st: Steps, g: GroupDeclaration): void {
+    const { name, args } = st;
+    const id = pascal(`${g.stream}-${g.group}`);
+    const r = resolvedDeclaration(g);
+    const fn = new sst.aws.Function(
+      `${name}${id}Poller`,
+      {
+        ...st.shared,
+        handler: g.function,
+        timeout: seconds(r.timeout),
+        memory: `${r.memory} MB`,
+        description: `SQLStreams poller ${g.stream}/${g.group} (${r.mode})`,
+        transform: { function: st.afterMigration },
+      },
+      { parent: this },
+    );
+    const schedules = st.devScheduler ? [] : this.schedules(st, `${name}${id}`, fn, g, r.parallelism);
+    const poller = { id, group: g, function: fn, schedules };
+    this.pollers[`${g.stream}/${g.group}`] = poller;
+    if (args.defaultAlarms !== false) this.groupAlarms(name, poller);
+    args.alarms?.(poller);
+  }
+
+  /**
+   * A group's schedules: one CronV2, and with parallelism > 1 more schedules on the same function
+   * and role, so each tick starts that many overlapping invocations (safe: claims lock the cursor,
+   * rows use SKIP LOCKED).
+   */
+  private schedules(st: Steps, prefix: string, fn: sst.aws.Function, g: GroupDeclaration, parallelism: number): PollerContext["schedules"] {
+    const event = { stream: g.stream, group: g.group };
+    const cron = new sst.aws.CronV2(
+      `${prefix}Cron`,
+      { function: fn, schedule: g.schedule as `rate(${string})`, event, retries: 0, transform: { schedule: st.afterMigration } },
+      { parent: this },
+    );
+    const schedules: PollerContext["schedules"] = [cron];
+    for (let i = 2; i <= parallelism; i++) {
+      schedules.push(
+        new aws.scheduler.Schedule(
+          `${prefix}Cron${i}`,
+          {
+            scheduleExpression: g.schedule,
+            flexibleTimeWindow: { mode: "OFF" },
+            target: { arn: fn.arn, roleArn: cron.nodes.role.arn, input: JSON.stringify(event), retryPolicy: { maximumRetryAttempts: 0 } },
+          },
+          { parent: this, dependsOn: this.migration ? [this.migration] : [] },
+        ),
+      );
+    }
+    return schedules;
+  }
+
+  /**
+   * The maintenance function and its schedule; under `sst dev`, the local scheduler instead (it
+   * runs every group's handler at its schedule, and on wake, against the same database).
+   */
+  private maintainer(st: Steps, managedSecretArn: $util.Output<string> | undefined): sst.aws.Function {
+    const { name, args } = st;
+    const fn = new sst.aws.Function(
+      `${name}Maintainer`,
+      {
+        ...st.shared,
+        handler: args.handlers?.maintain ?? "functions/maintain.handler",
+        timeout: "2 minutes",
+        memory: "256 MB",
+        description: "SQLStreams maintenance: partitions, retention, sweeps for every stream",
+        transform: { function: st.afterMigration },
+      },
+      { parent: this },
+    );
+    if (!st.devScheduler) {
+      new sst.aws.CronV2(
+        `${name}MaintainCron`,
+        { function: fn, schedule: (args.maintainSchedule ?? "rate(5 minutes)") as `rate(${string})`, retries: 0, transform: { schedule: st.afterMigration } },
+        { parent: this },
+      );
+      return fn;
+    }
+    const db = args.database;
+    const command = typeof args.devScheduler === "object" && args.devScheduler.command ? args.devScheduler.command : "npx sqlstreams dev";
+    new sst.x.DevCommand(
+      `${name}Dev`,
+      {
+        dev: { command, autostart: true, title: "SQLStreams" },
+        environment: db instanceof sst.Secret ? { DATABASE_URL: db.value } : { DATABASE_URL: devDatabaseUrl(db, managedSecretArn) },
+      },
+      { parent: this },
+    );
+    return fn;
+  }
+
+  /**
+   * The dashboard function, linked to the credentials only (not to `streams`, whose link may add
+   * the wake right): it reads the secret and talks to Postgres, nothing else.
+   */
+  private dashboardFn(st: Steps, o: Exclude<SqlStreamsArgs["dashboardFunction"], boolean | undefined>): sst.aws.Function {
+    const readOnly = o.readOnly ?? true;
+    return new sst.aws.Function(
+      `${st.name}Dashboard`,
+      {
+        ...st.shared,
+        handler: o.handler ?? "functions/dashboard.handler",
+        timeout: o.timeout ?? "30 seconds",
+        memory: o.memory ?? "256 MB",
+        description: `SQLStreams operator dashboard (${readOnly ? "read-only" : "read-write"})`,
+        // IAM-signed requests only: no browser origin gets CORS headers.
+        url: { authorization: "iam", cors: false },
+        environment: { ...st.shared.environment, SQLSTREAMS_DASHBOARD_READ_ONLY: readOnly ? "1" : "0" },
+        transform: { function: st.afterMigration },
+      },
+      { parent: this },
+    );
+  }
+
+  /** Alarms notify this topic when a group declares `alarms.email` (created on first use). */
+  alarmTopic?: aws.sns.Topic;
+  /** The built-in alarms of each group, keyed `stream/group`. */
+  readonly groupAlarmResources: Record<string, aws.cloudwatch.MetricAlarm[]> = {};
+
+  private groupAlarms(name: string, poller: PollerContext): void {
+    const g = poller.group;
+    const actions: $util.Input<string>[] = [];
+    if (g.alarms !== false && g.alarms?.email?.length) {
+      this.alarmTopic ??= new aws.sns.Topic(`${name}Alarms`, {}, { parent: this });
+      const topic = this.alarmTopic;
+      for (const [i, email] of g.alarms.email.entries()) {
+        new aws.sns.TopicSubscription(`${name}${poller.id}AlarmEmail${i + 1}`, { topic: topic.arn, protocol: "email", endpoint: email }, { parent: this });
+      }
+      actions.push(topic.arn);
+    }
+    if (g.alarms !== false && g.alarms?.topicArn) actions.push(g.alarms.topicArn);
+    const functionName = poller.function.name;
+    this.groupAlarmResources[`${g.stream}/${g.group}`] = groupAlarms(g, { functionName: "FUNCTION", stage: $app.stage }).map((a) =>
+      new aws.cloudwatch.MetricAlarm(
+        `${name}${poller.id}${a.key}Alarm`,
+        {
+          alarmDescription: a.description,
+          namespace: a.namespace,
+          metricName: a.metricName,
+          dimensions: a.namespace === "AWS/Lambda" ? { FunctionName: functionName } : a.dimensions,
+          statistic: a.statistic,
+          period: a.period,
+          evaluationPeriods: a.evaluationPeriods,
+          threshold: a.threshold,
+          comparisonOperator: a.comparisonOperator,
+          treatMissingData: a.treatMissingData,
+          alarmActions: actions,
+          okActions: actions,
+        },
+        { parent: this },
+      ),
+    );
+  }
+
+  /** `stream/group` → poll function name (a stack output). */
+  get pollerNames(): Record<string, $util.Output<string>> {
+    return Object.fromEntries(Object.entries(this.pollers).map(([k, p]) => [k, p.function.name]));
+  }
+
+  /** @internal SST's link contract (its `Link.Definition`): what `link: [streams]` gives a function. */
+  getSSTLink(): { properties: { secretArn: $util.Output<string>; pollers: Record<string, $util.Output<string>> }; include: { type: string; [key: string]: unknown }[] } {
+    const pollers = Object.values(this.pollers).map((p) => p.function);
+    return {
+      properties: { secretArn: this.secretArn, pollers: this.pollerNames },
+      include: [
+        sst.aws.permission({ actions: ["secretsmanager:GetSecretValue"], resources: [this.secretArn] }),
+        ...(this.wake && pollers.length > 0 ? [sst.aws.permission({ actions: ["lambda:InvokeFunction"], resources: pollers.map((f) => f.arn) })] : []),
+        {
+          type: "environment" as const,
+          env: {
+            ...this.environment,
+            // Wake on produce: the client of a linked producer invokes the pollers (wakerFromEnv).
+            ...(this.wake ? { SQLSTREAMS_WAKE: "lambda", SQLSTREAMS_WAKE_FUNCTIONS: $jsonStringify(this.pollerNames) } : {}),
+          },
+        },
+      ],
+    };
+  }
+}

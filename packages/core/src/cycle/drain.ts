@@ -1,0 +1,62 @@
+// A drain (docs/poll-cycle.md#the-report-and-drain): polls one after another until the group is idle or paused,
+// the signal aborts, or the deadline is near; the range size adapts to the handlers between them.
+import type { Runtime } from "../runtime.js";
+import { tracedPoll } from "../otel.js";
+import { setTimeout as sleep } from "node:timers/promises";
+import { now } from "../clock.js";
+import type { PollOptions } from "./context.js";
+import { type PollState, pollOnce } from "./poll.js";
+import { RangeSizer, SIZER_CEILING, SIZER_START, emptySample } from "./sizer.js";
+import { type CycleReport, type Handler, emptyCycleReport, mergeReports } from "./types.js";
+
+/** How long a drain keeps asking while the snapshot fence waits for an open write transaction. */
+const FENCE_PATIENCE_MS = 2_000;
+
+/**
+ * Repeats pollOnce() until the group is idle or paused, the signal aborts, or the deadline is
+ * near. `o` are the validated options with a monotonic deadline; `batchLimitGiven` whether the
+ * caller set batchLimit (docs/poll-cycle.md#range-size-in-a-drain).
+ */
+export async function drainGroup<T>(
+  client: Runtime, stream: string, group: string, handler: Handler<T>, o: PollOptions, batchLimitGiven: boolean,
+): Promise<CycleReport> {
+  const started = now();
+  let total = emptyCycleReport(stream, group);
+  // Without a batchLimit the range size starts at 10 and may grow to 1 000; an explicit
+  // batchLimit is where it starts and the most it takes. Range leases are bounded so a crash is
+  // recovered promptly.
+  const sizer = new RangeSizer(batchLimitGiven ? o.batchLimit : SIZER_CEILING, batchLimitGiven ? o.batchLimit : SIZER_START);
+  o.rangeLeaseBound = sizer.leaseBoundMs;
+  const state: PollState = { fenceBlocked: false, sizer };
+  let blockedSince: number | null = null;
+  for (;;) {
+    if (o.signal?.aborted) break;
+    if (o.deadline !== undefined && o.deadline - now() < 2 * o.recordMargin) break;
+    o.batchLimit = sizer.size;
+    state.sample = emptySample();
+    const r = await tracedPoll(stream, group, () => pollOnce(client, stream, group, handler, o, state));
+    // The sample of the poll's last range (the poll's range phase fed the sizer the ones before it).
+    sizer.observe(state.sample);
+    total = mergeReports(total, r);
+    if (r.paused) break;
+    if (r.idle && state.fenceBlocked) {
+      // Messages are visible but not yet provably complete: an older write transaction is still
+      // open. Keep asking for a while (it usually ends within milliseconds) instead of leaving
+      // them to the next invocation; a long transaction ends the drain after FENCE_PATIENCE_MS.
+      blockedSince ??= now();
+      if (now() - blockedSince < FENCE_PATIENCE_MS) {
+        await sleep(50);
+        continue;
+      }
+    }
+    if (r.idle) break;
+    blockedSince = null;
+    // The deadline (or an abort) refused to start a message: later polls would refuse it too.
+    if (r.notStarted > 0) break;
+    // A poll that only deferred or lost what it reserved made no progress: stop instead of spinning.
+    const moved = r.rangesClaimed + r.rangesReclaimed + r.rangesResumed + r.rangesQuarantined + r.started + r.superseded + r.expired + r.killed;
+    if (moved === 0) break;
+  }
+  total.durationMs = Math.round(now() - started);
+  return total;
+}

@@ -1,0 +1,81 @@
+// The operator reads of a consumer group (docs/operations.md): progress(), history(), failures().
+import { queryRetry, query } from "../db.js";
+import { SqlStreamsError, groupNotRegistered } from "../errors.js";
+import { retentionStatus } from "../maintain/floor.js";
+import * as Admin from "../sql/admin.js";
+import * as History from "../sql/history.js";
+import * as OperatorSql from "../sql/operator.js";
+import { type GroupRef, lookupGroup, streamTables } from "./group.js";
+import type { ExceptionStatus, FailureFilter, FailureRow, Progress, ProgressSample } from "./types.js";
+import { validateFailureFilter } from "./validate.js";
+
+/** Where the group stands (docs/operations.md#progress). */
+export async function progress(ref: GroupRef): Promise<Progress> {
+  const db = ref.client.db;
+  const { id, t } = await streamTables(ref);
+  const r = await queryRetry<{
+    paused: boolean; claimed: string; committed: string; head: string; open_leases: number; expired_leases: number;
+    counts: Partial<Record<ExceptionStatus, number>>; oldest_ms: number | null;
+  }>(db, Admin.progress(db.q, t), [id, ref.group]);
+  if (r.rowCount === 0) throw groupNotRegistered(ref.stream, ref.group);
+  const x = r.rows[0];
+  const ret = await retentionStatus(db, id);
+  const lag = BigInt(x.head) - BigInt(x.committed);
+  return {
+    stream: ref.stream, group: ref.group, paused: x.paused, head: x.head, claimed: x.claimed, committed: x.committed,
+    lag: (lag < 0n ? 0n : lag).toString(), openLeases: x.open_leases, expiredLeases: x.expired_leases,
+    exceptions: { ready: 0, deferred: 0, inflight: 0, dead: 0, superseded: 0, ...x.counts },
+    oldestUnresolvedAgeMs: x.oldest_ms === null ? null : Math.max(0, Math.round(x.oldest_ms)),
+    retention: { floor: ret.floor.toString(), heldBy: ret.held ? ret.heldBy?.group ?? null : null, held: ret.held, heldForMs: ret.heldForMs },
+  };
+}
+
+/**
+ * The group's progress samples written by maintain() (docs/data-model.md#progress-history),
+ * oldest first: the newest `limit` (default 288, one day of 5-minute runs) since `since`.
+ */
+export async function history(ref: GroupRef, opts: { since?: Date | string | number; limit?: number }): Promise<ProgressSample[]> {
+  if (typeof opts !== "object" || opts === null) throw new SqlStreamsError("SQL0015", "history(options): options must be an object");
+  const limit = opts.limit ?? 288;
+  if (!Number.isInteger(limit) || limit < 1 || limit > History.HISTORY_MAX_ROWS) {
+    throw new SqlStreamsError("SQL0015", `history({ limit }) must be an integer between 1 and ${History.HISTORY_MAX_ROWS}, got ${String(limit)}`, { path: "limit" });
+  }
+  let since: Date | null = null;
+  if (opts.since !== undefined) {
+    since = opts.since instanceof Date ? opts.since : new Date(opts.since);
+    if (Number.isNaN(since.getTime())) throw new SqlStreamsError("SQL0015", `history({ since }) must be a Date, an ISO time or epoch ms, got ${String(opts.since)}`, { path: "since" });
+  }
+  const { streamId, groupId } = await lookupGroup(ref);
+  const db = ref.client.db;
+  const r = await query<{
+    sampled_at: Date; head: string; committed: string; lag: string; ready: number; deferred: number; inflight: number;
+    dead: number; superseded: number; oldest_unresolved_ms: number | null;
+  }>(db, db.pool, History.readProgress(db.q, streamId), [groupId, since, limit]);
+  return r.rows.map((x) => ({
+    sampledAt: x.sampled_at, head: x.head, committed: x.committed, lag: x.lag,
+    exceptions: { ready: x.ready, deferred: x.deferred, inflight: x.inflight, dead: x.dead, superseded: x.superseded },
+    oldestUnresolvedAgeMs: x.oldest_unresolved_ms === null ? null : Math.max(0, Math.round(x.oldest_unresolved_ms)),
+  }));
+}
+
+/** The group's exception rows, newest first (docs/operations.md#failures). */
+export async function failures<T>(ref: GroupRef, opts: FailureFilter): Promise<FailureRow<T>[]> {
+  const f = validateFailureFilter(opts);
+  const { t, groupId } = await lookupGroup(ref);
+  const r = await queryRetry<{
+    message_id: string; message_key: string | null; status: ExceptionStatus; payload: T; attempts: number; delays: number;
+    last_error: string | null; can_run_after: Date; created_at: Date; updated_at: Date;
+  }>(ref.client.db, OperatorSql.filteredRows(t), [groupId, f.status, f.limit, f.errorContains, f.key, f.since, f.before, f.payload, f.offset]);
+  return r.rows.map((x) => ({
+    messageId: x.message_id, key: x.message_key, status: x.status, payload: x.payload, attempts: x.attempts, delays: x.delays,
+    lastError: x.last_error, canRunAfter: x.can_run_after, createdAt: x.created_at, updatedAt: x.updated_at,
+  }));
+}
+
+/** How many rows failures() with the same filter would page through. */
+export async function countFailures(ref: GroupRef, opts: Omit<FailureFilter, "limit" | "offset">): Promise<number> {
+  const f = validateFailureFilter(opts);
+  const { t, groupId } = await lookupGroup(ref);
+  const r = await queryRetry<{ n: number }>(ref.client.db, OperatorSql.countRows(t), [groupId, f.status, f.errorContains, f.key, f.since, f.before, f.payload]);
+  return r.rows[0].n;
+}

@@ -1,0 +1,95 @@
+// The public types of the operator calls on a consumer group (docs/operations.md): what progress(),
+// history() and failures() return, and what seek(), redrive() and discard() take.
+
+export type ExceptionStatus = "ready" | "deferred" | "inflight" | "dead" | "superseded";
+
+export interface Progress {
+  stream: string;
+  group: string;
+  paused: boolean;
+  head: string;
+  claimed: string;
+  committed: string;
+  /** head − committed, in ids. Lag 0 does not prove success: read exceptions.dead too. */
+  lag: string;
+  openLeases: number;
+  expiredLeases: number;
+  exceptions: Record<ExceptionStatus, number>;
+  oldestUnresolvedAgeMs: number | null;
+  /**
+   * Retention of the whole stream: nothing above `floor` is removed. `heldBy` names the group
+   * whose position holds expired messages back (this one or another), `heldForMs` for how long.
+   */
+  retention: { floor: string; heldBy: string | null; held: boolean; heldForMs: number | null };
+}
+
+/** One sample of progress_history_N (docs/data-model.md#progress-history). */
+export interface ProgressSample {
+  sampledAt: Date;
+  head: string;
+  committed: string;
+  lag: string;
+  exceptions: Record<ExceptionStatus, number>;
+  oldestUnresolvedAgeMs: number | null;
+}
+
+export interface FailureRow<T = unknown> {
+  messageId: string;
+  key: string | null;
+  status: ExceptionStatus;
+  payload: T;
+  attempts: number;
+  delays: number;
+  lastError: string | null;
+  canRunAfter: Date;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+/**
+ * Which dead rows redrive() and discard() act on: ids, or a filter (every criterion given must
+ * match; `all: true` when there is none). `limit` caps a filter (default 1000; unlimited with a rate).
+ */
+export type RedriveSelector =
+  | { ids: (string | number | bigint)[] }
+  | {
+      errorContains?: string; key?: string; payloadContains?: unknown; deadSince?: Date | string | number;
+      deadBefore?: Date | string | number; all?: boolean; limit?: number;
+    };
+
+export type DeadSelector = RedriveSelector;
+
+/** Filters of failures() (docs/operations.md#failures): each one given must match. */
+export interface FailureFilter {
+  status?: "dead" | "ready" | "deferred" | "inflight";
+  /** 1 … 1000 rows (default 100), from `offset` (default 0) in newest-first order. */
+  limit?: number;
+  offset?: number;
+  /** The last error contains this text (case-insensitive). */
+  errorContains?: string;
+  key?: string;
+  /** Rows last updated at or after / before. */
+  since?: Date | string | number;
+  before?: Date | string | number;
+  /** jsonb containment: the payload contains this JSON (an object or array, e.g. { customer: 7 }). */
+  payloadContains?: unknown;
+}
+
+/** How redrive() and discard() run: one transaction, or batches at a rate (docs/operations.md#redrive). */
+export interface BatchOptions {
+  /** Recorded in the delivery log. */
+  reason?: string;
+  /** Rows per second: small transactions of `batchSize` rows, paced; each batch commits on its own. */
+  rate?: number;
+  /** Rows per transaction with a rate (default min(rate, 100)). */
+  batchSize?: number;
+  /** Stops between batches (what committed stays committed). */
+  signal?: AbortSignal;
+  /** Called after every committed batch with the running totals. */
+  onBatch?: (progress: { done: number; skipped: number; batches: number }) => void;
+}
+
+export interface SeekTarget {
+  id?: string | number | bigint;
+  time?: Date | string | number;
+}

@@ -1,0 +1,161 @@
+// The operator writes on a consumer group (docs/operations.md): pause/resume, seek(), redrive()
+// and discard().
+import type { PoolClient } from "pg";
+import { groupResolution, resolveMessage, type MessageOptions } from "../config.js";
+import { query, transaction } from "../db.js";
+import { SqlStreamsError, groupNotRegistered } from "../errors.js";
+import * as Admin from "../sql/admin.js";
+import { type Tables, insertDeliveryLog } from "../sql/cycle.js";
+import * as OperatorSql from "../sql/operator.js";
+import * as Registry from "../sql/register.js";
+import { setTimeout as sleep } from "node:timers/promises";
+import { type GroupRef, lookupGroup, streamTables } from "./group.js";
+import type { BatchOptions, DeadSelector, RedriveSelector, SeekTarget } from "./types.js";
+import { type Batch, type Selector, asId, asTime, validateBatch, validateSelector } from "./validate.js";
+
+interface DeadRow {
+  message_id: string;
+  attempts: number;
+  message_key: string | null;
+  exists: boolean;
+  options: MessageOptions | null;
+  compacted: boolean | null;
+}
+
+
+/** While paused, every poll returns at once with paused: true and writes nothing. */
+export async function setPaused(ref: GroupRef, paused: boolean): Promise<void> {
+  const { id } = await streamTables(ref);
+  const r = await query(ref.client.db, ref.client.db.pool, Admin.setPaused(ref.client.db.q), [id, ref.group, paused]);
+  if (r.rowCount === 0) throw groupNotRegistered(ref.stream, ref.group);
+}
+
+/**
+ * Moves the group's position (docs/operations.md#seek): the next delivered message is the first existing id
+ * ≥ `to.id`, or the first created at or after `to.time`. Refused while leases are open unless forced.
+ */
+export async function seek(ref: GroupRef, to: SeekTarget, opts: { force?: boolean }): Promise<{ claimed: string; committed: string; previous: { claimed: string; committed: string }; deletedRows: number }> {
+  if (typeof to !== "object" || to === null || (to.id === undefined) === (to.time === undefined)) {
+    throw new SqlStreamsError("SQL0015", "seek() takes exactly one of { id } or { time }");
+  }
+  const byId = to.id !== undefined ? asId(to.id, "seek id", "SQL0015") : null;
+  const byTime = to.time !== undefined ? asTime(to.time, "seek time", "SQL0015") : null;
+  const db = ref.client.db;
+  const { t, groupId } = await lookupGroup(ref);
+  const out = await transaction(db, async (c) => {
+    const cur = await query<{ claimed: string; committed: string }>(db, c, Admin.lockCursor(t), [groupId]);
+    const head = BigInt((await query<{ head: string }>(db, c, Admin.visibleHead(t))).rows[0].head);
+    let p: bigint;
+    if (byId !== null) {
+      const want = BigInt(byId);
+      if (want < 0n || want > head) throw new SqlStreamsError("SQL0029", `seek id ${want} is outside the log (0 … head ${head})`, { id: byId, head: head.toString() });
+      const f = (await query<{ id: string | null }>(db, c, Admin.firstIdAtOrAfter(t), [byId])).rows[0].id;
+      p = f === null ? head : BigInt(f) - 1n;
+    } else {
+      const f = (await query<{ id: string | null }>(db, c, Admin.firstIdAtOrAfterTime(t), [byTime])).rows[0].id;
+      p = f === null ? head : BigInt(f) - 1n;
+    }
+    if (p < 0n || p > head) throw new SqlStreamsError("SQL0029", `seek position ${p} is outside the log (0 … head ${head})`, { head: head.toString() });
+    const open = (await query<{ ranges: boolean; rows: boolean }>(db, c, Admin.openLeases(t), [groupId])).rows[0];
+    if ((open.ranges || open.rows) && !opts.force) {
+      throw new SqlStreamsError("SQL0028", `seek of ${ref.stream}/${ref.group} refused: the group has open leases; pause it and wait for them to end, or pass { force: true }`, { ranges: open.ranges, rows: open.rows });
+    }
+    if (opts.force) for (const s of Admin.forceRelease(t)) await query(db, c, s, [groupId]);
+    const del = await query(db, c, Admin.deleteRowsAbove(t), [groupId, p.toString()]);
+    const r = await query<{ claimed: string; committed: string }>(db, c, Admin.seekCursor(t), [groupId, p.toString()]);
+    return { ...r.rows[0], previous: cur.rows[0], deletedRows: del.rowCount ?? 0 };
+  });
+  db.events.emit({
+    level: "info", code: "SEEK", message: `seek moved ${ref.stream}/${ref.group} from claimed ${out.previous.claimed}/committed ${out.previous.committed} to claimed ${out.claimed}/committed ${out.committed}; ${out.deletedRows} exception row(s) deleted`,
+    stream: ref.stream, group: ref.group, ...out,
+  }, false);
+  return out;
+}
+
+/**
+ * Puts dead rows back to work with a fresh budget (docs/operations.md#redrive); with `rate`, in
+ * small paced transactions that can be stopped and run again (redriven rows are no longer dead).
+ */
+export async function redrive(ref: GroupRef, selector: RedriveSelector, opts: BatchOptions): Promise<{ redriven: number; skipped: number; batches?: number }> {
+  const b = validateBatch(opts, "SQL0030", "redrive");
+  const sel = validateSelector(selector, "SQL0030", "redrive", b.rate !== null);
+  const db = ref.client.db;
+  const { t, groupId, config, streamId } = await lookupGroup(ref);
+  const g = groupResolution(config ?? {});
+  const modeRow = await query<{ mode: string }>(db, db.pool, Registry.deliveryLogMode(db.q), [streamId]);
+  const mode = modeRow.rows[0].mode;
+  const r = await onDead(ref, t, groupId, sel, b, async (c, rows) => {
+    const live = rows.filter((x) => x.exists);
+    if (live.length > 0) {
+      const upd = live.map((x) => ({
+        message_id: x.message_id,
+        concurrency: resolveMessage(g, x.options, x.message_key !== null, x.compacted === true).resolved.concurrency,
+      }));
+      await query(db, c, Admin.redriveRows(t), [groupId, JSON.stringify(upd)]);
+      if (mode !== "off") {
+        const logs = live.map((x) => ({ message_id: x.message_id, attempt: x.attempts, status: "redriven", error: `redriven: ${b.reason}` }));
+        await insertDeliveryLog.query(db, c, t, { groupId, rows: JSON.stringify(logs) });
+      }
+    }
+    return live.length;
+  });
+  return { redriven: r.done, skipped: r.skipped, ...(b.rate === null ? {} : { batches: r.batches }) };
+}
+
+/**
+ * Throws dead rows away (docs/operations.md#discarding-dead-messages): each row is deleted and a
+ * `discarded: <reason>` row is written to the delivery log, whatever its mode, as the audit trail.
+ * The message stays in the log (retention removes it); the group will not run it again.
+ */
+export async function discard(ref: GroupRef, selector: DeadSelector, opts: BatchOptions): Promise<{ discarded: number; skipped: number; batches?: number }> {
+  const b = validateBatch(opts, "SQL0059", "discard");
+  const sel = validateSelector(selector, "SQL0059", "discard", b.rate !== null);
+  const db = ref.client.db;
+  const { t, groupId } = await lookupGroup(ref);
+  const r = await onDead(ref, t, groupId, sel, b, async (c, rows) => {
+    const gone = await query(db, c, OperatorSql.discardRows(t), [groupId, rows.map((x) => x.message_id), b.reason]);
+    return gone.rowCount ?? 0;
+  });
+  return { discarded: r.done, skipped: r.skipped, ...(b.rate === null ? {} : { batches: r.batches }) };
+}
+
+/** Selects dead rows (all at once, or in paced batches walking up the ids) and applies `apply` to each selection in its transaction. */
+async function onDead(ref: GroupRef,  t: Tables, groupId: string, sel: Selector, b: Batch, apply: (c: PoolClient, rows: DeadRow[]) => Promise<number>, ): Promise<{ done: number; skipped: number; batches: number }> {
+  const db = ref.client.db;
+  const size = b.rate === null ? Number.MAX_SAFE_INTEGER : b.batchSize;
+  const chunks: string[][] = [];
+  if (sel.ids) for (let i = 0; i < sel.ids.length; i += Math.min(size, sel.ids.length)) chunks.push(sel.ids.slice(i, i + size));
+  const total = { done: 0, skipped: 0, batches: 0 };
+  let after = "0";
+  let remaining = sel.limit;
+  const started = performance.now();
+  for (let i = 0; ; i++) {
+    if (i > 0 && b.signal?.aborted) break;
+    if (sel.ids && i >= chunks.length) break;
+    if (!sel.ids && remaining <= 0) break;
+    if (b.rate !== null && total.done + total.skipped > 0) {
+      const due = started + ((total.done + total.skipped) / b.rate) * 1000;
+      const wait = due - performance.now();
+      if (wait > 0) await sleep(wait);
+      if (b.signal?.aborted) break;
+    }
+    const want = sel.ids ? chunks[i].length : Math.min(size, remaining);
+    const r = await transaction(db, async (c) => {
+      const rows = sel.ids
+        ? (await query<DeadRow>(db, c, OperatorSql.selectDead(t, true), [groupId, chunks[i]])).rows
+        : (await query<DeadRow>(db, c, OperatorSql.selectDead(t, false), [groupId, sel.errorContains, sel.deadSince, sel.deadBefore, want, sel.key, sel.payload, after])).rows;
+      const done = rows.length === 0 ? 0 : await apply(c, rows);
+      return { rows, done };
+    });
+    total.batches++;
+    total.done += r.done;
+    total.skipped += sel.ids ? chunks[i].length - r.done : r.rows.length - r.done;
+    b.onBatch?.({ ...total });
+    if (!sel.ids) {
+      if (r.rows.length > 0) after = r.rows[r.rows.length - 1].message_id;
+      remaining -= r.rows.length;
+      if (r.rows.length < want) break;
+    }
+  }
+  return total;
+}

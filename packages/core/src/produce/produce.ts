@@ -1,0 +1,128 @@
+// The four produce paths (docs/producing.md): one message or a batch, in its own transaction or
+// inside the caller's; each validated first (prepare.ts), traced when tracing is on, then sent (send.ts).
+import type { Runtime, StreamInfo } from "../runtime.js";
+import { query } from "../db.js";
+import { compareIds } from "../ids.js";
+import { type ProduceTrace, startProduce, withTraceparent } from "../otel.js";
+import type { TxExecutor } from "../executor.js";
+import * as ProduceSql from "../sql/produce.js";
+import type { PartitionUpkeep } from "./partitions.js";
+import { type Prepared, type ProduceResult, checkSize } from "./prepare.js";
+import { batchStatement, sendInTx, sendOn, sendProduce } from "./send.js";
+
+/** What the produce paths need of a stream handle. */
+export interface ProduceTarget {
+  client: Runtime;
+  name: string;
+  partitions: PartitionUpkeep;
+}
+
+type Operation = Parameters<typeof startProduce>[1];
+
+/**
+ * Looks the stream up, checks every payload's size, and runs `send` inside the producer span of
+ * the call when tracing is on (docs/operations.md#traces); its traceparent goes into every
+ * message's stored options.
+ */
+async function traced<R extends ProduceResult | ProduceResult[]>(
+  target: ProduceTarget, prepared: Prepared[], operation: Operation, send: (info: StreamInfo) => Promise<R>,
+): Promise<R> {
+  const info = await target.client.streamInfo(target.name);
+  for (const p of prepared) checkSize(p, info);
+  const trace = startProduce(target.name, operation, prepared.length);
+  if (!trace) return send(info);
+  for (const p of prepared) p.options = withTraceparent(p.options, trace.traceparent);
+  return inSpan(trace, () => send(info));
+}
+
+/** Runs the produce inside its span and ends the span with the ids or the error. */
+async function inSpan<R extends ProduceResult | ProduceResult[]>(trace: ProduceTrace, run: () => Promise<R>): Promise<R> {
+  try {
+    const r = await run();
+    trace.end(Array.isArray(r) ? r.map((x) => x.id) : [r.id]);
+    return r;
+  } catch (e) {
+    trace.end(null, e);
+    throw e;
+  }
+}
+
+function singleStatement(q: string, info: StreamInfo, p: Prepared): { text: string; values: unknown[] } {
+  const values: unknown[] = [p.key, p.rank, p.payload, p.options];
+  if (p.idempotency) values.push(p.idempotency);
+  return { text: p.idempotency ? ProduceSql.produceIdempotent(q, info.id) : ProduceSql.produceOne(q, info.id), values };
+}
+
+/** Appends one message in its own transaction. */
+export function produceOne(target: ProduceTarget, p: Prepared): Promise<ProduceResult> {
+  return traced(target, [p], "produce", async (info) => {
+    const db = target.client.db;
+    const st = singleStatement(db.q, info, p);
+    let rows: { id: string; duplicate: boolean }[];
+    try {
+      rows = await sendProduce<{ id: string; duplicate: boolean }>(db, target.partitions, info, st.text, st.values, 1);
+    } catch (e) {
+      // A concurrent produce of the same key committed first: the key insert failed and took this
+      // statement's message row with it (docs/producing.md#idempotency-keys).
+      if (!p.idempotency || !ProduceSql.isIdempotencyRace(e)) throw e;
+      rows = [];
+    }
+    let result: ProduceResult;
+    if (rows.length === 0) {
+      // The key's first produce committed after this statement's snapshot: read it now.
+      const again = await query<{ id: string }>(db, db.pool, ProduceSql.idempotencyLookup(db.q, info.id), [p.idempotency]);
+      result = { id: again.rows[0].id, duplicate: true };
+    } else {
+      result = { id: rows[0].id, duplicate: rows[0].duplicate };
+    }
+    if (!result.duplicate) {
+      await target.partitions.createAhead(info, [result.id]);
+      await target.client.afterProduce(target.name);
+    }
+    return result;
+  });
+}
+
+/** Appends up to 1000 messages in one transaction, all or nothing; ids ascend in item order. */
+export function produceMany(target: ProduceTarget, prepared: Prepared[]): Promise<ProduceResult[]> {
+  return traced(target, prepared, "produceBatch", async (info) => {
+    const st = batchStatement(target.client.db.q, info.id, prepared);
+    const rows = await sendProduce<{ id: string }>(target.client.db, target.partitions, info, st.text, st.values, prepared.length);
+    // Ids were drawn in item order; RETURNING order is not promised, so order them.
+    const ids = rows.map((r) => r.id).sort(compareIds);
+    await target.partitions.createAhead(info, ids);
+    await target.client.afterProduce(target.name);
+    return ids.map((id) => ({ id, duplicate: false }));
+  });
+}
+
+/** Appends one message inside the caller's open transaction; a failed insert rolls back to a savepoint only. */
+export function produceOneInTx(target: ProduceTarget, ex: TxExecutor, p: Prepared): Promise<ProduceResult> {
+  return traced(target, [p], "produceInTx", async (info) => {
+    const db = target.client.db;
+    const st = singleStatement(db.q, info, p);
+    let rows: { id: string; duplicate: boolean }[];
+    try {
+      rows = await sendInTx<{ id: string; duplicate: boolean }>(db, target.partitions, ex, info, st.text, st.values, 1, "produceInTx");
+    } catch (e) {
+      // Same-key race: the insert was rolled back to the savepoint, no second message remains.
+      if (!p.idempotency || !ProduceSql.isIdempotencyRace(e)) throw e;
+      rows = [];
+    }
+    if (rows.length === 0) {
+      // The key's first produce committed after this statement's snapshot: read it now.
+      const again = await sendOn<{ id: string }>(db, ex, ProduceSql.idempotencyLookup(db.q, info.id), [p.idempotency]);
+      return { id: again[0].id, duplicate: true };
+    }
+    return { id: rows[0].id, duplicate: rows[0].duplicate };
+  });
+}
+
+/** Appends up to 1000 messages inside the caller's open transaction; ids ascend in item order. */
+export function produceManyInTx(target: ProduceTarget, ex: TxExecutor, prepared: Prepared[]): Promise<ProduceResult[]> {
+  return traced(target, prepared, "produceBatchInTx", async (info) => {
+    const st = batchStatement(target.client.db.q, info.id, prepared);
+    const rows = await sendInTx<{ id: string }>(target.client.db, target.partitions, ex, info, st.text, st.values, prepared.length, "produceBatchInTx");
+    return rows.map((r) => r.id).sort(compareIds).map((id) => ({ id, duplicate: false }));
+  });
+}
