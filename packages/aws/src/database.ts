@@ -1,6 +1,8 @@
 // One pg pool and one SqlStreams client per container, created on first use and reused across
 // warm invocations. Credentials are fetched once; when Postgres (or PgBouncer, with 08P01)
 // rejects them after a rotation, the secret is fetched again once and the pool is rebuilt.
+// An idle connection is closed after a bound (docs/guide/deployment.md#idle-connections), so a
+// poller that finished its drain gives its server slot to the others.
 import pg from "pg";
 import { SqlStreams, SqlStreamsError, type Logger, type Waker } from "@sqlstreams/core";
 import { isTransient } from "@sqlstreams/core/internal";
@@ -37,6 +39,16 @@ export interface DatabaseOptions {
    * Default from SQLSTREAMS_DB_KEEP_CONNECTION (`false` to close).
    */
   keepConnection?: boolean;
+  /**
+   * Close the connection once no invocation has used it for this many milliseconds (default
+   * 30 000; 0: keep it as long as the container lives). A running process closes it by timer; a
+   * Lambda container is frozen between invocations, where no timer runs, so when the previous
+   * wait between invocations already outlasted the bound the connection is closed as the
+   * invocation ends instead. Never closed in the middle of an invocation. Cost: the next
+   * invocation connects again (TCP + TLS + authentication). Default from
+   * SQLSTREAMS_DB_IDLE_TIMEOUT_MS.
+   */
+  idleTimeout?: number;
   /** Extra pg pool settings (timeouts, application_name). Never pass credentials here. */
   pool?: Partial<pg.PoolConfig>;
 }
@@ -48,6 +60,27 @@ interface Runtime {
 }
 
 const CONNECT_PAUSES = [200, 500];
+const DEFAULT_IDLE_TIMEOUT_MS = 30_000;
+const IDLE_ENV = "SQLSTREAMS_DB_IDLE_TIMEOUT_MS";
+
+function checkIdleTimeout(v: unknown, where: string): number {
+  if (typeof v !== "number" || !Number.isInteger(v) || v < 0 || v > 2_147_483_647) {
+    throw new SqlStreamsError(
+      "SQL0015",
+      `${where} must be a whole number of milliseconds from 0 (keep the connection) to 2147483647, got ${JSON.stringify(v) ?? String(v)}`,
+      { path: where, value: typeof v === "string" ? v.slice(0, 100) : v },
+    );
+  }
+  return v;
+}
+
+/**
+ * Time since `at` in ms for a wait that may span a Lambda freeze: the larger of the monotonic and
+ * the wall-clock reading, since a frozen container's monotonic clock may not advance.
+ */
+function elapsedSince(at: { mono: number; wall: number }): number {
+  return Math.max(performance.now() - at.mono, Date.now() - at.wall);
+}
 
 /**
  * A failed connect worth trying again: what core repeats a statement for, and any timeout (pg's
@@ -63,11 +96,26 @@ export class DatabaseProvider {
   private settings: Promise<ConnectionSettings> | undefined;
   private runtime: Promise<Runtime> | undefined;
   private active = 0;
+  /** When the last use() ended with no other running, for the wait before the next one. */
+  private idleSince: { mono: number; wall: number } | undefined;
+  /** The wait before the running use(), when there was one. */
+  private lastWait: number | undefined;
+  /** Closes the idle connection once the bound has passed with no use() running. */
+  private idleTimer: NodeJS.Timeout | undefined;
   /** Number of times credentials were loaded (fetches of the secret or reads of DATABASE_URL). */
   credentialLoads = 0;
 
   constructor(opts: DatabaseOptions = {}) {
+    if (opts.idleTimeout !== undefined) checkIdleTimeout(opts.idleTimeout, "DatabaseOptions.idleTimeout");
     this.opts = opts;
+  }
+
+  /** The idle bound in ms (0: none), from the options, else SQLSTREAMS_DB_IDLE_TIMEOUT_MS, else the default. */
+  idleTimeout(): number {
+    if (this.opts.idleTimeout !== undefined) return this.opts.idleTimeout;
+    const raw = this.env()[IDLE_ENV]?.trim();
+    if (!raw) return DEFAULT_IDLE_TIMEOUT_MS;
+    return checkIdleTimeout(/^\d+$/.test(raw) ? Number(raw) : raw, IDLE_ENV);
   }
 
   private env(): Record<string, string | undefined> {
@@ -91,15 +139,17 @@ export class DatabaseProvider {
     const settings = await this.loadSettings();
     const env = this.env();
     const appName = (env.AWS_LAMBDA_FUNCTION_NAME ?? "sqlstreams").slice(0, 63);
+    this.idleTimeout(); // an invalid SQLSTREAMS_DB_IDLE_TIMEOUT_MS fails before connecting
     const pool = new pg.Pool({
       application_name: appName,
       connectionTimeoutMillis: 10_000,
-      // Keep the connection for the next warm invocation: the container is frozen in between.
-      idleTimeoutMillis: 0,
       // A peer that vanished (NAT drop, a container frozen between invocations) is noticed in
-      // seconds; a statement that hangs anyway ends at its bound (docs/operations.md#timeouts).
+      // seconds; a statement that hangs anyway ends at its bound (docs/guide/troubleshooting.md#timeouts).
       keepAlive: true,
       keepAliveInitialDelayMillis: 10_000,
+      // Between invocations the provider closes an idle connection itself (closeWhenIdle), so a
+      // slow handler never loses its connection in the middle of an invocation.
+      idleTimeoutMillis: 0,
       ...this.opts.pool,
       ...settings.config,
       max: this.opts.maxConnections ?? 1,
@@ -145,6 +195,8 @@ export class DatabaseProvider {
 
   /** Drops the pool and, with `refetch`, the cached credentials. */
   async reset(refetch = false): Promise<void> {
+    clearTimeout(this.idleTimer);
+    this.idleTimer = undefined;
     const rt = this.runtime;
     this.runtime = undefined;
     if (refetch) this.settings = undefined;
@@ -163,14 +215,83 @@ export class DatabaseProvider {
    * fetched again once and `fn` runs again; a second rejection ⇒ SQL0032.
    */
   async use<T>(fn: (client: SqlStreams) => Promise<T>): Promise<T> {
+    if (this.active === 0 && this.idleSince) this.lastWait = elapsedSince(this.idleSince);
+    clearTimeout(this.idleTimer);
+    this.idleTimer = undefined;
     this.active++;
     try {
       return await this.useOnce(fn);
     } finally {
       this.active--;
-      const keep = this.opts.keepConnection ?? (this.env().SQLSTREAMS_DB_KEEP_CONNECTION ?? "").trim().toLowerCase() !== "false";
-      // Credentials stay cached; only the connection goes.
-      if (!keep && this.active === 0) await this.reset(false);
+      if (this.active === 0) {
+        const keep = this.opts.keepConnection ?? (this.env().SQLSTREAMS_DB_KEEP_CONNECTION ?? "").trim().toLowerCase() !== "false";
+        // Credentials stay cached; only the connection goes.
+        if (!keep) await this.reset(false);
+        else if (this.waitOutlastsBound()) await this.closeIdleConnections();
+        else this.closeWhenIdle();
+        this.idleSince = { mono: performance.now(), wall: Date.now() };
+      }
+    }
+  }
+
+  /**
+   * Whether the wait before this invocation was longer than the idle bound: the next wait likely
+   * is too, and a frozen container runs no timer, so the connection is closed now rather than held
+   * through the freeze only to be dropped when the container wakes.
+   */
+  private waitOutlastsBound(): boolean {
+    let bound: number;
+    try {
+      bound = this.idleTimeout();
+    } catch {
+      return false; // the invalid setting already failed this invocation
+    }
+    return bound > 0 && this.lastWait !== undefined && this.lastWait >= bound;
+  }
+
+  /** In a running process: closes the connection once it has been idle for the bound. */
+  private closeWhenIdle(): void {
+    let bound: number;
+    try {
+      bound = this.idleTimeout();
+    } catch {
+      return;
+    }
+    if (bound === 0) return;
+    this.idleTimer = setTimeout(() => {
+      this.idleTimer = undefined;
+      if (this.active === 0) void this.closeIdleConnections();
+    }, bound);
+    this.idleTimer.unref(); // never keeps a local runner alive
+  }
+
+  /** Closes the pool's idle connections, keeping the pool and its client (and their caches). */
+  private async closeIdleConnections(): Promise<void> {
+    const rt = this.runtime;
+    if (!rt) return;
+    try {
+      const { pool } = await rt;
+      // connect() hands out idle connections first; release(true) destroys instead of returning.
+      const idle = await Promise.all(Array.from({ length: pool.idleCount }, () => pool.connect()));
+      // Wait until each has said goodbye ("remove" follows the socket's end): a Lambda container
+      // is frozen as soon as the invocation returns, and the server must see the close before.
+      const gone = idle.map((c) => new Promise<void>((resolve) => {
+        const timer = setTimeout(done, 1_000);
+        timer.unref();
+        function done() {
+          clearTimeout(timer);
+          pool.off("remove", onRemove);
+          resolve();
+        }
+        function onRemove(removed: pg.PoolClient) {
+          if (removed === c) done();
+        }
+        pool.on("remove", onRemove);
+      }));
+      for (const c of idle) c.release(true);
+      await Promise.all(gone);
+    } catch {
+      // a runtime that never came up, or a connection that failed as it closed: nothing is held
     }
   }
 
@@ -178,7 +299,18 @@ export class DatabaseProvider {
     for (let attempt = 0; ; attempt++) {
       let rt: Runtime | undefined;
       try {
-        rt = await this.getRuntime();
+        rt = await this.getRuntime().catch((e: unknown) => {
+          // Not connected after the retries (the server is full, down or unreachable): coded like
+          // a failing poll; authentication failures go on to the refetch below.
+          if (e instanceof SqlStreamsError || isAuthFailure(e)) throw e;
+          const err = e as { code?: string; message?: string };
+          throw new SqlStreamsError(
+            "SQL0033",
+            `could not connect to the database: ${err?.code ? `[${err.code}] ` : ""}${err?.message ?? String(e)}`,
+            { sqlstate: err?.code },
+            e,
+          );
+        });
         return await fn(rt.client);
       } catch (e) {
         if (!isAuthFailure(e)) throw e;

@@ -8,6 +8,7 @@ import * as statements from "../../sql/cycle.js";
 import { type ClaimAnswer, type ClaimedRange, type FenceHolder, decodeClaim } from "../../sql/claim.js";
 import { type PollContext, aborted, leaseParams, rangeLeaseCap, timeoutParams } from "../context.js";
 import { type MonotonicMs, now } from "../../clock.js";
+import { fenceEvents } from "../fence-warning.js";
 
 /** A range a claim leased, under its token, and when the claim was sent (monotonic ms). */
 export interface Claimed {
@@ -18,9 +19,6 @@ export interface Claimed {
 
 /** Pauses before asking the fence again while older write transactions are still open. */
 const FENCE_WAITS_MS = [5, 10, 20, 40, 80, 160, 320, 400];
-
-/** A producer transaction of this stream open longer than this is named when it holds a claim. */
-export const FENCE_WARN_MS = 2_000;
 
 const NO_RECORD: RecordParams = { recordToken: null, recordExceptions: null, recordDeliveries: null, recordKeys: null };
 
@@ -99,18 +97,7 @@ async function ownClaim<T>(ctx: PollContext<T>, token: string): Promise<ClaimAns
   return { record: null, range: { low, high, leaseMs: left_ms, msgs: msgs.map((m) => ({ ...m, payload: JSON.stringify(m.payload) })) }, fenceHolders: [] };
 }
 
-/** SQL0043: names each backend of this stream's producers that has held the fence for long. */
+/** SQL0043: what to say about the holders a blocked claim reported is decided in fence-warning.ts. */
 export function warnFenceHolders<T>(ctx: PollContext<T>, holders: readonly FenceHolder[]): void {
-  for (const h of holders) {
-    if (h.age_ms !== null && h.age_ms < FENCE_WARN_MS) continue;
-    const age = h.age_ms === null ? "unknown" : `${Math.round(h.age_ms / 100) / 10} s`;
-    const who = h.pid === null ? "a prepared transaction" : `backend pid ${h.pid}`;
-    ctx.db.events.emit({
-      level: "warn", code: "SQL0043",
-      message: `claims held by the fence: ${who} has a transaction open for ${age} that wrote to stream ${ctx.stream} ` +
-        `(application_name ${JSON.stringify(h.app ?? "")}, last statement ${JSON.stringify(h.query ?? "")})`,
-      stream: ctx.stream, group: ctx.group, pid: h.pid, xactAgeMs: h.age_ms === null ? null : Math.round(h.age_ms),
-      applicationName: h.app, lastStatement: h.query,
-    }, String(h.pid));
-  }
+  for (const { event, collapse } of fenceEvents(holders, ctx.stream, ctx.group)) ctx.db.events.emit(event, collapse);
 }
