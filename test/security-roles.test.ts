@@ -9,6 +9,7 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SqlStreams, type Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "./support/db.js";
+import { spawnNode } from "./support/processes.js";
 import { S } from "./support/streams.js";
 
 const url = useFreshDatabase();
@@ -183,6 +184,42 @@ describe("grant_produce: producers need no table privilege", () => {
       [S],
     );
     expect(open.rows).toEqual([]);
+  });
+});
+
+/** `sqlstreams …` as a child process, connecting as `user`. */
+async function cli(args: string[], user = "postgres"): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const u = new URL(url());
+  u.username = user;
+  const child = spawnNode({ script: "packages/cli/dist/bin.js", args, env: { DATABASE_URL: u.toString(), SQLSTREAMS_SCHEMA: undefined } });
+  const exit = await child.waitForExit(30_000);
+  return { code: exit.code, stdout: child.lines.join("\n"), stderr: child.stderr() };
+}
+
+describe("sqlstreams grant-produce / revoke-produce", () => {
+  it("grants and revokes as the owner; a non-owner gets SQL0095, an unknown role SQL0096", async () => {
+    await owner.query(`SELECT ${S}.revoke_produce($1, 'b')`, [OTHER]);
+    const g = await cli(["grant-produce", OTHER, "b"]);
+    expect(g.stderr).toBe("");
+    expect(g.code).toBe(0);
+    expect(g.stdout).toContain(`role ${OTHER} may produce to b`);
+    await as(OTHER).query(`SELECT ${S}.produce('b', '{"cli": true}')`);
+    const json = await cli(["revoke-produce", OTHER, "b", "--json"]);
+    expect(JSON.parse(json.stdout)).toEqual({ role: OTHER, stream: "b", produce: false });
+    expect((await raised(as(OTHER).query(`SELECT ${S}.produce('b', '{}')`))).code).toBe("42501");
+
+    const unknown = await cli(["grant-produce", `nobody_${tag}`, "b"]);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toContain("SQL0096");
+    // A role that may execute every function (as the worker may) still cannot grant.
+    await owner.query(`GRANT USAGE ON SCHEMA ${S} TO ${OTHER}; GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA ${S} TO ${OTHER}`);
+    const notOwner = await cli(["grant-produce", OTHER, "b"], OTHER);
+    expect(notOwner.code).toBe(1);
+    expect(notOwner.stderr).toContain("SQL0095");
+    expect(notOwner.stderr).toContain("only the owner of schema");
+    await owner.query(`REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA ${S} FROM ${OTHER}`);
+    const usage = await cli(["grant-produce", OTHER]);
+    expect(usage.code).toBe(1);
   });
 });
 

@@ -1,0 +1,65 @@
+// Database roles of a deployment (docs/guide/security.md): per-stream produce grants for roles
+// that produce through SQL, and the worker and reader roles. Each is one call of the schema's
+// owner-only SQL function; a coded error raised there comes back as the same SqlStreamsError.
+import type { SqlStreams } from "./client.js";
+import { query } from "./db.js";
+import { ERROR_CODES, type ErrorCode, SqlStreamsError } from "./errors.js";
+import { validateStreamName } from "./validate.js";
+
+/** A role name as Postgres stores it: 1–63 bytes, no U+0000 (the SQL side quotes it). */
+function roleName(role: unknown, what: string): string {
+  if (typeof role !== "string" || role.length === 0 || role.includes("\u0000") || Buffer.byteLength(role) > 63) {
+    throw new SqlStreamsError("SQL0096", `${what} must be a role name of 1 to 63 bytes without U+0000, got ${JSON.stringify(role)}`);
+  }
+  return role;
+}
+
+/** "SQLnnnn what (fix: how)" raised by raise_coded() → the SqlStreamsError it names. */
+function coded(e: unknown): unknown {
+  const m = /^(SQL\d{4}) (.*) \(fix: .*\)$/s.exec((e as { message?: string } | null)?.message ?? "");
+  if (m && m[1] in ERROR_CODES) return new SqlStreamsError(m[1] as ErrorCode, m[2], {}, e);
+  return e;
+}
+
+async function call(client: SqlStreams, fn: string, args: unknown[]): Promise<void> {
+  const db = client.db;
+  const params = args.map((_, i) => `$${i + 1}`).join(", ");
+  try {
+    await query(db, db.pool, `SELECT ${db.q}.${fn}(${params})`, args);
+  } catch (e) {
+    // No such function or schema: a control plane missing or older than this library (SQL0003).
+    if (["42883", "3F000"].includes((e as { code?: string }).code ?? "")) await client.ready();
+    throw coded(e);
+  }
+}
+
+/**
+ * Lets `role` produce to `stream` through the SQL functions produce()/produce_batch(), and
+ * nothing else. Run as the schema's owner (SQL0095 otherwise); the role must exist (SQL0096).
+ */
+export async function grantProduce(client: SqlStreams, role: string, stream: string): Promise<void> {
+  await call(client, "grant_produce", [roleName(role, "role"), validateStreamName(stream)]);
+}
+
+/** Withdraws grantProduce(role, stream); with no stream left, the role's EXECUTE goes too. */
+export async function revokeProduce(client: SqlStreams, role: string, stream: string): Promise<void> {
+  await call(client, "revoke_produce", [roleName(role, "role"), validateStreamName(stream)]);
+}
+
+export interface RoleSetup {
+  /** Pollers: DML on the schema's tables, EXECUTE on its functions, no DDL. */
+  worker?: string;
+  /** The dashboard and read-only operators: SELECT, and default_transaction_read_only. */
+  reader?: string;
+}
+
+/**
+ * Creates (LOGIN, no password) and grants the worker and reader roles, with default privileges
+ * that cover streams registered later. Idempotent; run as the schema's owner after migrate().
+ */
+export async function setupRoles(client: SqlStreams, roles: RoleSetup): Promise<void> {
+  const worker = roles.worker === undefined ? null : roleName(roles.worker, "worker");
+  const reader = roles.reader === undefined ? null : roleName(roles.reader, "reader");
+  if (worker !== null && worker === reader) throw new SqlStreamsError("SQL0096", `the worker and the reader must be different roles, got ${JSON.stringify(worker)} for both`);
+  await call(client, "setup_roles", [worker, reader]);
+}
