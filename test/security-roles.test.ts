@@ -8,6 +8,7 @@ import { randomBytes } from "node:crypto";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SqlStreams, type Message } from "@sqlstreams/core";
+import { DatabaseProvider, createMigrateHandler, localContext } from "@sqlstreams/aws";
 import { useFreshDatabase } from "./support/db.js";
 import { spawnNode } from "./support/processes.js";
 import { S } from "./support/streams.js";
@@ -20,7 +21,10 @@ const OTHER = role("other");
 const APP = role("app");
 const WORKER = role("worker");
 const READER = role("reader");
-const ROLES = [PRODUCER, OTHER, APP, WORKER, READER];
+const M_WORKER = role("mworker");
+const M_READER = role("mreader");
+const M_PRODUCER = role("mproducer");
+const ROLES = [PRODUCER, OTHER, APP, WORKER, READER, M_WORKER, M_READER, M_PRODUCER];
 
 let owner: pg.Pool;
 let ownerClient: SqlStreams;
@@ -275,6 +279,44 @@ describe("setup_roles: a worker and a reader", () => {
       expect(ro.rows[0].v).toBe("on");
     } finally {
       await reader.close();
+    }
+  });
+});
+
+describe("createMigrateHandler with roles", () => {
+  it("creates and grants the worker, reader and producer roles of SQLSTREAMS_DB_ROLES after registering; iam needs rds_iam", async () => {
+    const groups = [{ stream: "deploy", group: "g", function: "functions/handlers/g.handler", schedule: "rate(1 minute)" }];
+    const env = {
+      DATABASE_URL: url(),
+      SQLSTREAMS_DB_ROLES: JSON.stringify({ worker: M_WORKER, reader: M_READER, producers: { [M_PRODUCER]: ["deploy"] } }),
+    };
+    const database = new DatabaseProvider({ env });
+    try {
+      const migrate = createMigrateHandler({ groups, database, env, log: () => {} });
+      await migrate({}, localContext(60_000));
+      await migrate({}, localContext(60_000)); // idempotent
+      await ownerClient.maintain({ streams: ["deploy"] });
+      await as(M_PRODUCER).query(`SELECT ${S}.produce('deploy', '{"from": "sql"}')`);
+      expect((await raised(as(M_PRODUCER).query(`SELECT ${S}.produce('a', '{}')`))).message).toMatch(/^SQL0095 /);
+      const worker = new SqlStreams({ pool: as(M_WORKER) });
+      try {
+        let n = 0;
+        await worker.stream("deploy").consumer("g").drain(async () => {
+          n++;
+        });
+        expect(n).toBe(1);
+      } finally {
+        await worker.close();
+      }
+      expect((await raised(as(M_READER).query(`DELETE FROM ${S}.stream_config`))).code).toMatch(/^(25006|42501)$/);
+
+      const iamEnv = { ...env, SQLSTREAMS_DB_ROLES: JSON.stringify({ worker: M_WORKER, iam: true }) };
+      const iam = createMigrateHandler({ groups, database, env: iamEnv, log: () => {} });
+      await expect(iam({}, localContext(60_000))).rejects.toMatchObject({ code: "SQL0096", message: expect.stringContaining("rds_iam") });
+      const bad = createMigrateHandler({ groups, database, env: { ...env, SQLSTREAMS_DB_ROLES: '{"workers": "x"}' }, log: () => {} });
+      await expect(bad({}, localContext(60_000))).rejects.toMatchObject({ code: "SQL0096" });
+    } finally {
+      await database.close();
     }
   });
 });
