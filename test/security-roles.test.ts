@@ -277,6 +277,30 @@ describe("setup_roles: a worker and a reader", () => {
       }
       const ro = await rp.query<{ v: string }>("SELECT current_setting('default_transaction_read_only') AS v");
       expect(ro.rows[0].v).toBe("on");
+
+      // The dashboard's pages, served as the reader (a dead letter on the group page).
+      const ru = new URL(url());
+      ru.username = READER;
+      const child = spawnNode({
+        script: "packages/cli/dist/bin.js",
+        args: ["dashboard", "--port", "0", "--json", "--read-only"],
+        env: { DATABASE_URL: ru.toString(), SQLSTREAMS_SCHEMA: undefined },
+      });
+      try {
+        const m = await child.waitFor((x) => typeof x.url === "string", { timeoutMs: 60_000 });
+        // Any token the printed URL carries goes along with each page.
+        const base = new URL(m.url as string);
+        for (const [path, text] of [["/", "late"], ["/group?stream=late&group=g&status=deferred", "late"], ["/message?stream=late&id=3", "boom"]]) {
+          const target = new URL(path, base);
+          for (const [k, v] of base.searchParams) target.searchParams.set(k, v);
+          const res = await fetch(target, { redirect: "manual" });
+          const body = await res.text();
+          expect(res.status, `${path}: ${body.slice(0, 300)}`).toBe(200);
+          expect(body, path).toContain(text);
+        }
+      } finally {
+        await child.kill();
+      }
     } finally {
       await reader.close();
     }
