@@ -175,6 +175,17 @@ describe("grant_produce: producers need no table privilege", () => {
     expect((await raised(owner.query(`SELECT ${S}.grant_produce($1, 'nope')`, [PRODUCER]))).message).toMatch(/^SQL0009 /);
   });
 
+  it("the grants of a dropped role are removed at the next grant or revoke", async () => {
+    const gone = role("gone");
+    await owner.query(`CREATE ROLE ${gone} LOGIN`);
+    await owner.query(`SELECT ${S}.grant_produce($1, 'a')`, [gone]);
+    const oid = (await owner.query<{ oid: string }>(`SELECT oid::text FROM pg_roles WHERE rolname = $1`, [gone])).rows[0].oid;
+    await owner.query(`DROP OWNED BY ${gone}; DROP ROLE ${gone}`);
+    expect((await owner.query(`SELECT 1 FROM ${S}.produce_grant WHERE role_oid = $1`, [oid])).rowCount).toBe(1);
+    await owner.query(`SELECT ${S}.grant_produce($1, 'a')`, [PRODUCER]);
+    expect((await owner.query(`SELECT 1 FROM ${S}.produce_grant WHERE role_oid = $1`, [oid])).rowCount).toBe(0);
+  });
+
   it("a migration that re-creates produce() keeps the grants and gives PUBLIC nothing", async () => {
     await owner.query(`SELECT ${S}.grant_produce($1, 'a')`, [PRODUCER]);
     await owner.query(`UPDATE ${S}.function_version SET hash = 'stale' WHERE stream_id IS NULL AND name IN ('produce', 'produce_batch', 'raise_coded')`);

@@ -101,6 +101,8 @@ DECLARE
 BEGIN
   PERFORM "sqlstreams".owner_only('grant produce');
   v_role := "sqlstreams".role_oid(grant_produce.role);
+  -- Rows of dropped roles go, before an OID is reused by a new role.
+  DELETE FROM "sqlstreams".produce_grant g WHERE NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.oid = g.role_oid);
   SELECT s.id INTO v_sid FROM "sqlstreams".stream_config s WHERE s.name = grant_produce.stream;
   IF NOT FOUND THEN
     PERFORM "sqlstreams".raise_coded('SQL0009', format('stream %s is not registered', to_jsonb(grant_produce.stream)), 'call stream.register() first', '42704');
@@ -356,6 +358,8 @@ DECLARE
 BEGIN
   PERFORM "sqlstreams".owner_only('revoke produce');
   v_role := "sqlstreams".role_oid(revoke_produce.role);
+  -- Rows of dropped roles go, before an OID is reused by a new role.
+  DELETE FROM "sqlstreams".produce_grant g WHERE NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.oid = g.role_oid);
   SELECT s.id INTO v_sid FROM "sqlstreams".stream_config s WHERE s.name = revoke_produce.stream;
   IF NOT FOUND THEN
     PERFORM "sqlstreams".raise_coded('SQL0009', format('stream %s is not registered', to_jsonb(revoke_produce.stream)), 'call stream.register() first', '42704');

@@ -14,6 +14,8 @@ DECLARE
 BEGIN
   PERFORM __SCHEMA__.owner_only('grant produce');
   v_role := __SCHEMA__.role_oid(grant_produce.role);
+  -- Rows of dropped roles go, before an OID is reused by a new role.
+  DELETE FROM __SCHEMA__.produce_grant g WHERE NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.oid = g.role_oid);
   SELECT s.id INTO v_sid FROM __SCHEMA__.stream_config s WHERE s.name = grant_produce.stream;
   IF NOT FOUND THEN
     PERFORM __SCHEMA__.raise_coded('SQL0009', format('stream %s is not registered', to_jsonb(grant_produce.stream)), 'call stream.register() first', '42704');
