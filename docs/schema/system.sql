@@ -89,6 +89,31 @@ BEGIN
 END
 $$;
 
+-- FUNCTION: grant_produce(text, text)
+
+CREATE FUNCTION sqlstreams.grant_produce(role text, stream text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  v_role OID;
+  v_sid BIGINT;
+BEGIN
+  PERFORM "sqlstreams".owner_only('grant produce');
+  v_role := "sqlstreams".role_oid(grant_produce.role);
+  -- Rows of dropped roles go, before an OID is reused by a new role.
+  DELETE FROM "sqlstreams".produce_grant g WHERE NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.oid = g.role_oid);
+  SELECT s.id INTO v_sid FROM "sqlstreams".stream_config s WHERE s.name = grant_produce.stream;
+  IF NOT FOUND THEN
+    PERFORM "sqlstreams".raise_coded('SQL0009', format('stream %s is not registered', to_jsonb(grant_produce.stream)), 'call stream.register() first', '42704');
+  END IF;
+  INSERT INTO "sqlstreams".produce_grant (stream_id, role_oid) VALUES (v_sid, v_role) ON CONFLICT DO NOTHING;
+  EXECUTE format('GRANT USAGE ON SCHEMA "sqlstreams" TO %I', grant_produce.role);
+  EXECUTE format('GRANT EXECUTE ON FUNCTION "sqlstreams".produce(TEXT, JSONB, TEXT, TEXT, JSONB), "sqlstreams".produce_batch(TEXT, JSONB) TO %I',
+    grant_produce.role);
+END
+$$;
+
 -- FUNCTION: idempotency_uuid(text)
 
 CREATE FUNCTION sqlstreams.idempotency_uuid(p_key text) RETURNS uuid
@@ -108,10 +133,27 @@ BEGIN
 END
 $_$;
 
+-- FUNCTION: owner_only(text)
+
+CREATE FUNCTION sqlstreams.owner_only(p_what text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  v_owner NAME;
+BEGIN
+  SELECT r.rolname INTO v_owner FROM pg_namespace n JOIN pg_roles r ON r.oid = n.nspowner WHERE n.oid = '"sqlstreams"'::regnamespace;
+  IF NOT pg_has_role(current_user, v_owner, 'MEMBER') THEN
+    PERFORM "sqlstreams".raise_coded('SQL0095', format('role %s may not %s: only the owner of schema %s (%s) may', current_user, p_what, '"sqlstreams"', v_owner),
+      format('connect as %s (the role that runs migrate)', v_owner), '42501');
+  END IF;
+END
+$$;
+
 -- FUNCTION: produce(text, jsonb, text, text, jsonb)
 
 CREATE FUNCTION sqlstreams.produce(stream text, payload jsonb, key text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, options jsonb DEFAULT NULL::jsonb) RETURNS bigint
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
 DECLARE
@@ -129,6 +171,7 @@ DECLARE
   v_id BIGINT;
   v_next BIGINT;
   v_size BIGINT;
+  v_found BOOLEAN;
   k TEXT;
 BEGIN
   -- Arguments, in the library's order (docs/producing.md#validation).
@@ -192,7 +235,17 @@ BEGIN
   END IF;
 
   SELECT s.id, s.max_payload_bytes, s.partition_size INTO v_sid, v_max, v_size FROM "sqlstreams".stream_config s WHERE s.name = v_stream;
-  IF NOT FOUND THEN
+  v_found := FOUND;
+  -- Authorization before the stream's existence is told: a producer learns nothing of streams it
+  -- was not granted. current_user is the function's owner here.
+  IF NOT pg_has_role(session_user, current_user, 'MEMBER') AND NOT EXISTS (
+      SELECT 1 FROM "sqlstreams".produce_grant g JOIN pg_roles r ON r.oid = g.role_oid
+       WHERE g.stream_id = v_sid AND pg_has_role(session_user, r.oid, 'MEMBER')) THEN
+    PERFORM "sqlstreams".raise_coded('SQL0095', format('role %s may not produce to stream %s', session_user, to_jsonb(v_stream)),
+      format('the schema owner runs SELECT %s.grant_produce(%L, %L) (or `sqlstreams grant-produce %s %s`)',
+        '"sqlstreams"', session_user, v_stream, session_user, v_stream), '42501');
+  END IF;
+  IF NOT v_found THEN
     PERFORM "sqlstreams".raise_coded('SQL0009', format('stream %s is not registered', to_jsonb(v_stream)), 'call stream.register() first', '42704');
   END IF;
   IF v_bytes > v_max THEN
@@ -245,7 +298,7 @@ $_$;
 -- FUNCTION: produce_batch(text, jsonb)
 
 CREATE FUNCTION sqlstreams.produce_batch(stream text, items jsonb) RETURNS SETOF bigint
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
@@ -290,6 +343,92 @@ CREATE FUNCTION sqlstreams.raise_coded(p_code text, p_message text, p_fix text, 
     AS $$
 BEGIN
   RAISE EXCEPTION '% % (fix: %)', p_code, p_message, p_fix USING ERRCODE = p_state, HINT = p_fix;
+END
+$$;
+
+-- FUNCTION: revoke_produce(text, text)
+
+CREATE FUNCTION sqlstreams.revoke_produce(role text, stream text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  v_role OID;
+  v_sid BIGINT;
+BEGIN
+  PERFORM "sqlstreams".owner_only('revoke produce');
+  v_role := "sqlstreams".role_oid(revoke_produce.role);
+  -- Rows of dropped roles go, before an OID is reused by a new role.
+  DELETE FROM "sqlstreams".produce_grant g WHERE NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.oid = g.role_oid);
+  SELECT s.id INTO v_sid FROM "sqlstreams".stream_config s WHERE s.name = revoke_produce.stream;
+  IF NOT FOUND THEN
+    PERFORM "sqlstreams".raise_coded('SQL0009', format('stream %s is not registered', to_jsonb(revoke_produce.stream)), 'call stream.register() first', '42704');
+  END IF;
+  DELETE FROM "sqlstreams".produce_grant g WHERE g.stream_id = v_sid AND g.role_oid = v_role;
+  IF NOT EXISTS (SELECT 1 FROM "sqlstreams".produce_grant g WHERE g.role_oid = v_role) THEN
+    EXECUTE format('REVOKE EXECUTE ON FUNCTION "sqlstreams".produce(TEXT, JSONB, TEXT, TEXT, JSONB), "sqlstreams".produce_batch(TEXT, JSONB) FROM %I',
+      revoke_produce.role);
+  END IF;
+END
+$$;
+
+-- FUNCTION: role_oid(text)
+
+CREATE FUNCTION sqlstreams.role_oid(p_role text) RETURNS oid
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  v_oid OID;
+BEGIN
+  SELECT r.oid INTO v_oid FROM pg_roles r WHERE r.rolname = p_role;
+  IF v_oid IS NULL THEN
+    PERFORM "sqlstreams".raise_coded('SQL0096', format('role %s does not exist', to_jsonb(p_role)),
+      'create it first (CREATE ROLE name LOGIN), or pass the exact, case-sensitive name', '42704');
+  END IF;
+  RETURN v_oid;
+END
+$$;
+
+-- FUNCTION: setup_roles(text, text)
+
+CREATE FUNCTION sqlstreams.setup_roles(worker text DEFAULT NULL::text, reader text DEFAULT NULL::text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  v_owner NAME;
+  v_role TEXT;
+BEGIN
+  PERFORM "sqlstreams".owner_only('set up roles');
+  SELECT r.rolname INTO v_owner FROM pg_namespace n JOIN pg_roles r ON r.oid = n.nspowner WHERE n.oid = '"sqlstreams"'::regnamespace;
+  FOREACH v_role IN ARRAY ARRAY[setup_roles.worker, setup_roles.reader] LOOP
+    IF v_role IS NULL THEN CONTINUE; END IF;
+    IF v_role = '' OR v_role = v_owner THEN
+      PERFORM "sqlstreams".raise_coded('SQL0096', format('role %s cannot be a worker or reader role', to_jsonb(v_role)),
+        'name a role other than the schema owner', '22023');
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = v_role) THEN
+      EXECUTE format('CREATE ROLE %I LOGIN', v_role);
+    END IF;
+    EXECUTE format('GRANT USAGE ON SCHEMA "sqlstreams" TO %I', v_role);
+    EXECUTE format('GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA "sqlstreams" TO %I', v_role);
+    EXECUTE format('ALTER DEFAULT PRIVILEGES FOR ROLE %I IN SCHEMA "sqlstreams" GRANT EXECUTE ON FUNCTIONS TO %I', v_owner, v_role);
+  END LOOP;
+  IF setup_roles.worker IS NOT NULL THEN
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "sqlstreams" TO %I', setup_roles.worker);
+    EXECUTE format('REVOKE INSERT, UPDATE, DELETE ON "sqlstreams".produce_grant FROM %I', setup_roles.worker);
+    EXECUTE format('GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA "sqlstreams" TO %I', setup_roles.worker);
+    EXECUTE format('ALTER DEFAULT PRIVILEGES FOR ROLE %I IN SCHEMA "sqlstreams" GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO %I', v_owner, setup_roles.worker);
+    EXECUTE format('ALTER DEFAULT PRIVILEGES FOR ROLE %I IN SCHEMA "sqlstreams" GRANT USAGE, SELECT, UPDATE ON SEQUENCES TO %I', v_owner, setup_roles.worker);
+  END IF;
+  IF setup_roles.reader IS NOT NULL THEN
+    EXECUTE format('GRANT SELECT ON ALL TABLES IN SCHEMA "sqlstreams" TO %I', setup_roles.reader);
+    EXECUTE format('GRANT SELECT ON ALL SEQUENCES IN SCHEMA "sqlstreams" TO %I', setup_roles.reader);
+    EXECUTE format('ALTER DEFAULT PRIVILEGES FOR ROLE %I IN SCHEMA "sqlstreams" GRANT SELECT ON TABLES TO %I', v_owner, setup_roles.reader);
+    EXECUTE format('ALTER DEFAULT PRIVILEGES FOR ROLE %I IN SCHEMA "sqlstreams" GRANT SELECT ON SEQUENCES TO %I', v_owner, setup_roles.reader);
+    EXECUTE format('ALTER ROLE %I SET default_transaction_read_only = on', setup_roles.reader);
+  END IF;
 END
 $$;
 
@@ -410,6 +549,14 @@ CREATE SEQUENCE sqlstreams.migration_log_id_seq
 
 ALTER SEQUENCE sqlstreams.migration_log_id_seq OWNED BY sqlstreams.migration_log.id;
 
+-- TABLE: produce_grant
+
+CREATE TABLE sqlstreams.produce_grant (
+    stream_id bigint NOT NULL,
+    role_oid oid NOT NULL,
+    granted_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
 -- TABLE: stream_config
 
 CREATE TABLE sqlstreams.stream_config (
@@ -476,6 +623,11 @@ ALTER TABLE ONLY sqlstreams.consumer_group_config
 ALTER TABLE ONLY sqlstreams.migration_log
     ADD CONSTRAINT migration_log_pkey PRIMARY KEY (id);
 
+-- CONSTRAINT: produce_grant produce_grant_pkey
+
+ALTER TABLE ONLY sqlstreams.produce_grant
+    ADD CONSTRAINT produce_grant_pkey PRIMARY KEY (stream_id, role_oid);
+
 -- CONSTRAINT: stream_config stream_config_name_key
 
 ALTER TABLE ONLY sqlstreams.stream_config
@@ -509,6 +661,11 @@ ALTER TABLE ONLY sqlstreams.function_version
 
 ALTER TABLE ONLY sqlstreams.migration_log
     ADD CONSTRAINT migration_log_stream_id_fkey FOREIGN KEY (stream_id) REFERENCES sqlstreams.stream_config(id) ON DELETE CASCADE;
+
+-- FK CONSTRAINT: produce_grant produce_grant_stream_id_fkey
+
+ALTER TABLE ONLY sqlstreams.produce_grant
+    ADD CONSTRAINT produce_grant_stream_id_fkey FOREIGN KEY (stream_id) REFERENCES sqlstreams.stream_config(id) ON DELETE CASCADE;
 
 -- FK CONSTRAINT: wake_throttle wake_throttle_group_id_fkey
 

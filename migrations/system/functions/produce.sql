@@ -11,12 +11,20 @@
 -- (creating one would lock the log until the caller commits): maintain() and library producers
 -- keep them ahead, and a missing one is SQL0022.
 --
+-- It runs as the schema's owner (SECURITY DEFINER), so a producer role needs no privilege on any
+-- table, only EXECUTE on this function and produce_batch (docs/guide/security.md). Who may produce
+-- to a stream: a session whose login role (session_user) is a member of the owner, or of a role
+-- granted the stream with grant_produce(). session_user rather than the caller's current role,
+-- which a SECURITY DEFINER function cannot see: SET ROLE narrows nothing the session could not
+-- RESET, so the login role's memberships are what the session can act as.
+--
 -- One message. options: {"message": {timeout, concurrency, retry}, "compaction": {"rank": n}}.
 -- Returns the new message's id; for an idempotency key already stored, the first message's id.
 CREATE OR REPLACE FUNCTION __SCHEMA__.produce(
   stream TEXT, payload JSONB, key TEXT DEFAULT NULL, idempotency_key TEXT DEFAULT NULL, options JSONB DEFAULT NULL)
 RETURNS BIGINT
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
@@ -34,6 +42,7 @@ DECLARE
   v_id BIGINT;
   v_next BIGINT;
   v_size BIGINT;
+  v_found BOOLEAN;
   k TEXT;
 BEGIN
   -- Arguments, in the library's order (docs/producing.md#validation).
@@ -97,7 +106,17 @@ BEGIN
   END IF;
 
   SELECT s.id, s.max_payload_bytes, s.partition_size INTO v_sid, v_max, v_size FROM __SCHEMA__.stream_config s WHERE s.name = v_stream;
-  IF NOT FOUND THEN
+  v_found := FOUND;
+  -- Authorization before the stream's existence is told: a producer learns nothing of streams it
+  -- was not granted. current_user is the function's owner here.
+  IF NOT pg_has_role(session_user, current_user, 'MEMBER') AND NOT EXISTS (
+      SELECT 1 FROM __SCHEMA__.produce_grant g JOIN pg_roles r ON r.oid = g.role_oid
+       WHERE g.stream_id = v_sid AND pg_has_role(session_user, r.oid, 'MEMBER')) THEN
+    PERFORM __SCHEMA__.raise_coded('SQL0095', format('role %s may not produce to stream %s', session_user, to_jsonb(v_stream)),
+      format('the schema owner runs SELECT %s.grant_produce(%L, %L) (or `sqlstreams grant-produce %s %s`)',
+        '__SCHEMA__', session_user, v_stream, session_user, v_stream), '42501');
+  END IF;
+  IF NOT v_found THEN
     PERFORM __SCHEMA__.raise_coded('SQL0009', format('stream %s is not registered', to_jsonb(v_stream)), 'call stream.register() first', '42704');
   END IF;
   IF v_bytes > v_max THEN

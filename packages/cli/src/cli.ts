@@ -4,6 +4,7 @@ import { parseArgs, type ParseArgsConfig } from "node:util";
 import { LIBRARY_VERSION } from "@sqlstreams/core";
 import * as C from "./commands.js";
 import * as O from "./operate.js";
+import * as R from "./roles.js";
 import { Ctx, type Common, type Io, processIo } from "./context.js";
 import { describeError, formatError, usageError } from "./errors.js";
 
@@ -142,6 +143,34 @@ SQL0062 when the payload or --message is not valid JSON.`,
     },
     positionals: 2,
     run: (ctx, v, p) => O.produce(ctx, v, p),
+  },
+  "grant-produce": {
+    summary: "let a database role produce to a stream through SQL (and write nothing else)",
+    usage: "sqlstreams grant-produce <role> <stream>",
+    help: `Records the grant and gives the role EXECUTE on the schema's produce() and produce_batch(), which run
+as the schema's owner: the role needs, and should have, no privilege on any table. Idempotent.
+Run as the schema's owner (SQL0095 otherwise); the role must exist (SQL0096).`,
+    options: {},
+    positionals: 2,
+    run: (ctx, _v, p) => R.grant(ctx, p, false),
+  },
+  "revoke-produce": {
+    summary: "withdraw grant-produce",
+    usage: "sqlstreams revoke-produce <role> <stream>",
+    help: "Withdraws the grant; when the role keeps no stream, its EXECUTE on produce() goes too. Idempotent.",
+    options: {},
+    positionals: 2,
+    run: (ctx, _v, p) => R.grant(ctx, p, true),
+  },
+  "setup-roles": {
+    summary: "create and grant the worker (pollers) and reader (dashboard) database roles",
+    usage: "sqlstreams setup-roles [--worker ROLE] [--reader ROLE]",
+    help: `Creates each role that does not exist (LOGIN, no password: set one, or use IAM authentication) and grants
+  --worker ROLE        DML on the schema's tables, EXECUTE on its functions, no DDL (run maintain as the owner)
+  --reader ROLE        SELECT only, with default_transaction_read_only = on
+with default privileges that cover streams registered later. Idempotent. Run as the schema's owner.`,
+    options: { worker: { type: "string" }, reader: { type: "string" } },
+    run: (ctx, v) => R.roles(ctx, v),
   },
   seek: {
     summary: "move a group's position to a message id or a time",

@@ -62,6 +62,8 @@ export const ERROR_CODES = {
   SQL0064: { kind: "warning", meaning: "a wake after a produce failed (claiming it in Postgres, or the waker threw); the produce itself committed", fix: "nothing is lost: the group's schedule picks the message up; check the waker's permissions and network path (e.g. lambda:InvokeFunction)" },
   SQL0065: { kind: "error", meaning: "the Lambda waker has no function for a group, or SQLSTREAMS_WAKE_FUNCTIONS is not a JSON object of \"stream/group\": function name", fix: "link the producer to the SqlStreams component (link: [streams]) or pass functions to createLambdaWaker" },
   SQL0070: { kind: "error", meaning: "`sqlstreams dev` or `doctor` cannot load the app's group declaration (--groups) or a handler it names", fix: "pass --groups with the .ts, .mts, .js or .mjs file that exports your `groups` array, and run the command in the app's root: each group's `function` (e.g. src/handlers/orders.handler) is a file path from there plus the handler's export name" },
+  SQL0095: { kind: "error", meaning: "the database role may not do this: produce to a stream it was not granted (SQL produce), or grant, revoke or set up roles without being the schema's owner", fix: "the schema owner runs SELECT sqlstreams.grant_produce(role, stream) (or `sqlstreams grant-produce ROLE STREAM`); grant, revoke and set up roles as the owner" },
+  SQL0096: { kind: "error", meaning: "a role named for a grant or the role setup does not exist or cannot take that part, or the role setup (SQLSTREAMS_DB_ROLES) is invalid", fix: "create it first (CREATE ROLE name LOGIN), pass the exact, case-sensitive name, and keep the worker and reader apart from the schema owner" },
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

@@ -18,3 +18,4 @@ export type { DestroyOptions, DestroyGroupResult, DestroyStreamResult } from "./
 export { LIBRARY_VERSION, SYSTEM_VERSION, STREAM_VERSION } from "./version.js";
 export { defineStream, type StreamDef, type StandardSchema, type SchemaIssue, type PayloadOf } from "./typed.js";
 export { WAKE_CHANNEL, type Waker, type WakeTarget } from "./wake.js";
+export { grantProduce, revokeProduce, setupRoles, type RoleSetup } from "./roles.js";

@@ -130,8 +130,10 @@ async function applyFunctions(
     [streamId],
   );
   const have = new Map(applied.rows.map((r) => [r.name, r.hash]));
+  const created: string[] = [];
   for (const f of files) {
     if (have.get(f.name) === f.hash) continue;
+    created.push(f.name);
     await dropOverloads(db, c, procName(f.name));
     await query(db, c, render(f.sql));
     await query(db, c, `DELETE FROM ${db.q}.function_version WHERE stream_id IS NOT DISTINCT FROM $1 AND name = $2`, [streamId, f.name]);
@@ -146,6 +148,30 @@ async function applyFunctions(
     if (files.some((f) => f.name === name)) continue;
     await dropOverloads(db, c, procName(name));
     await query(db, c, `DELETE FROM ${db.q}.function_version WHERE stream_id IS NOT DISTINCT FROM $1 AND name = $2`, [streamId, name]);
+  }
+  if (created.length > 0) await restoreFunctionPrivileges(db, c, streamId === null && created.some((n) => n.startsWith("produce")));
+}
+
+/**
+ * A function created anew carries Postgres's default EXECUTE for PUBLIC, and none of the grants
+ * its predecessor had (docs/guide/security.md): PUBLIC loses EXECUTE on every function of the
+ * schema (the worker and reader roles get theirs back from the owner's default privileges), and
+ * when produce()/produce_batch() were re-created, each role granted a stream regains EXECUTE.
+ */
+async function restoreFunctionPrivileges(db: Db, c: pg.PoolClient, produce: boolean): Promise<void> {
+  await query(db, c, `REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA ${db.q} FROM PUBLIC`);
+  if (!produce) return;
+  const roles = await query<{ rolname: string }>(
+    db,
+    c,
+    `SELECT DISTINCT r.rolname FROM ${db.q}.produce_grant g JOIN pg_catalog.pg_roles r ON r.oid = g.role_oid ORDER BY 1`,
+  );
+  for (const r of roles.rows) {
+    await query(
+      db,
+      c,
+      `GRANT EXECUTE ON FUNCTION ${db.q}.produce(TEXT, JSONB, TEXT, TEXT, JSONB), ${db.q}.produce_batch(TEXT, JSONB) TO ${quoteIdent(r.rolname)}`,
+    );
   }
 }
 
