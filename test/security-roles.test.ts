@@ -299,12 +299,13 @@ describe("setup_roles: a worker and a reader", () => {
       });
       try {
         const m = await child.waitFor((x) => typeof x.url === "string", { timeoutMs: 60_000 });
-        // Any token the printed URL carries goes along with each page.
+        // The printed URL's per-start token goes along with each page as a bearer token.
         const base = new URL(m.url as string);
+        const token = base.searchParams.get("token");
+        expect(token).toBeTruthy();
         for (const [path, text] of [["/", "late"], ["/group?stream=late&group=g&status=deferred", "late"], ["/message?stream=late&id=3", "boom"]]) {
           const target = new URL(path, base);
-          for (const [k, v] of base.searchParams) target.searchParams.set(k, v);
-          const res = await fetch(target, { redirect: "manual" });
+          const res = await fetch(target, { redirect: "manual", headers: { authorization: `Bearer ${token}` } });
           const body = await res.text();
           expect(res.status, `${path}: ${body.slice(0, 300)}`).toBe(200);
           expect(body, path).toContain(text);
