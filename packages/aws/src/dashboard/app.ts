@@ -3,6 +3,7 @@
 // rendered HTML; state changes are POSTs guarded by a double-submit token and the browser's
 // Origin / Sec-Fetch-Site headers; read-only mode refuses them (docs/operations.md#dashboard).
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { undisplayablePayload } from "@sqlstreams/core/internal";
 import { SqlStreamsError, isSqlStreamsError, type FailureFilter, type Progress, type SqlStreams } from "@sqlstreams/core";
 import { SCRIPT_HASH, age, esc, page, postForm, table } from "./html.js";
 
@@ -43,10 +44,18 @@ class HttpError extends Error {
   }
 }
 
-/** The status and the coded text of a failed request: 4xx for anything the request got wrong, 500 for the rest. */
+/** Codes that say the database could not be used now, not that the request was wrong: 503 and a retry. */
+const UNAVAILABLE = ["SQL0032", "SQL0033", "SQL0050"];
+/** Seconds a 503 asks the client to wait (the page's own refresh is 5 s). */
+const RETRY_AFTER_S = "5";
+
+/** The status and the coded text of a failed request: 4xx for anything the request got wrong, 503 for an unavailable database, 500 for the rest. */
 function describe(e: unknown): { status: number; message: string } {
   if (e instanceof HttpError) return { status: e.status, message: `SQL0090 ${e.message}` };
-  if (isSqlStreamsError(e)) return { status: ["SQL0009", "SQL0010", "SQL0058"].includes(e.code) ? 404 : e.code === "SQL0061" ? 403 : e.code === "SQL0050" ? 503 : 400, message: e.message };
+  if (isSqlStreamsError(e)) {
+    const status = ["SQL0009", "SQL0010", "SQL0058"].includes(e.code) ? 404 : e.code === "SQL0061" ? 403 : UNAVAILABLE.includes(e.code) ? 503 : 400;
+    return { status, message: e.message };
+  }
   const code = (e as { code?: unknown } | null)?.code;
   // Class 22, data exception: a value from the request Postgres cannot take (an id beyond bigint, a
   // timestamp out of range, an unsupported escape in a JSON filter).
@@ -205,7 +214,8 @@ export function createDashboard(o: DashboardOptions): FetchHandler {
       throw new HttpError(404, `no page ${path}`);
     } catch (e) {
       const { status, message } = describe(e);
-      return html(page({ title: "error", base, readOnly, error: message }, `<p><a href="${esc(base)}/">Back to the overview</a></p>`), status, setCookie);
+      const headers = status === 503 ? { ...setCookie, "retry-after": RETRY_AFTER_S } : setCookie;
+      return html(page({ title: "error", base, readOnly, error: message }, `<p><a href="${esc(base)}/">Back to the overview</a></p>`), status, headers);
     }
   };
 }
@@ -329,6 +339,12 @@ function need(u: URL | URLSearchParams, k: string): string {
   return x;
 }
 
+/** A payload as indented JSON, or the sentence saying it nests too deep to show (and how to fetch it). */
+function payloadCell(v: View, stream: string, id: string, payload: unknown, indent: number): string {
+  const not = undisplayablePayload(payload, { schema: v.client.schema, stream, id });
+  return not === null ? `<pre>${esc(JSON.stringify(payload, null, indent))}</pre>` : `<p class="warn">${esc(not)}</p>`;
+}
+
 async function groupPage(v: View): Promise<string> {
   const stream = need(v.url, "stream");
   const group = need(v.url, "group");
@@ -349,7 +365,7 @@ async function groupPage(v: View): Promise<string> {
     `<span class="${r.status === "dead" ? "bad" : "warn"}">${esc(r.status)}</span>`,
     String(r.attempts), String(r.delays),
     esc(`${age(now - r.updatedAt.getTime())} ago`),
-    `<pre>${esc(JSON.stringify(r.payload, null, 1))}</pre>`,
+    payloadCell(v, stream, r.messageId, r.payload, 1),
     errorCell(r.lastError),
     actions(r.messageId),
   ]);
@@ -409,7 +425,7 @@ ${table(`Delivery log of ${g.group}`, ["At", { text: "Attempt", num: true }, "St
     });
     return `<article><h2>Message ${esc(m.id)}</h2>
 <p>key ${esc(m.key ?? "-")}; created ${esc(m.createdAt.toISOString())} (${esc(age(now - m.createdAt.getTime()))} ago); options ${esc(m.options === null ? "-" : JSON.stringify(m.options))}</p>
-<pre>${esc(JSON.stringify(m.payload, null, 2))}</pre>${groups.join("\n")}</article>`;
+${payloadCell(v, stream, m.id, m.payload, 2)}${groups.join("\n")}</article>`;
   });
   return page({ title: `${stream} message ${id ?? key}`, base: v.base, readOnly: v.readOnly, flash: banner(v.url) }, `<h1>${esc(stream)}</h1>${parts.join("\n")}`);
 }
