@@ -985,6 +985,10 @@ CREATE INDEX exception_queue_1_due ON sqlstreams.exception_queue_1 USING btree (
 
 CREATE INDEX exception_queue_1_key ON sqlstreams.exception_queue_1 USING btree (consumer_group_id, message_key, message_id) WHERE (message_key IS NOT NULL);
 
+-- INDEX: exception_queue_1_page
+
+CREATE INDEX exception_queue_1_page ON sqlstreams.exception_queue_1 USING btree (consumer_group_id, status, updated_at DESC, message_id DESC);
+
 -- INDEX: idempotency_key_1_created
 
 CREATE INDEX idempotency_key_1_created ON sqlstreams.idempotency_key_1 USING btree (created_at);

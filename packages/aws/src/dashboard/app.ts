@@ -315,10 +315,12 @@ ${lookup}`,
   );
 }
 
-function filterOf(u: URL): { status: (typeof STATUSES)[number]; filter: Omit<FailureFilter, "status" | "limit" | "offset">; offset: number; raw: Record<string, string> } {
+type Filter = Omit<FailureFilter, "status" | "limit" | "offset" | "after" | "beforeCursor">;
+
+function filterOf(u: URL): { status: (typeof STATUSES)[number]; filter: Filter; page: { after?: string; beforeCursor?: string }; raw: Record<string, string> } {
   const g = (k: string) => u.searchParams.get(k) ?? "";
   const status = (STATUSES as readonly string[]).includes(g("status")) ? (g("status") as (typeof STATUSES)[number]) : "dead";
-  const filter: Omit<FailureFilter, "status" | "limit" | "offset"> = {};
+  const filter: Filter = {};
   if (g("error")) filter.errorContains = g("error");
   if (g("key")) filter.key = g("key");
   if (g("since")) filter.since = g("since");
@@ -329,8 +331,9 @@ function filterOf(u: URL): { status: (typeof STATUSES)[number]; filter: Omit<Fai
       throw new HttpError(400, `payload filter must be JSON, e.g. {"customer":7}`);
     }
   }
-  const offset = /^[0-9]{1,9}$/.test(g("offset")) ? Number(g("offset")) : 0;
-  return { status, filter, offset, raw: { status, error: g("error"), key: g("key"), since: g("since"), payload: g("payload") } };
+  // Keyset paging: the rows after (older than) or before (newer than) a row's cursor.
+  const page = g("after") ? { after: g("after") } : g("before") ? { beforeCursor: g("before") } : {};
+  return { status, filter, page, raw: { status, error: g("error"), key: g("key"), since: g("since"), payload: g("payload") } };
 }
 
 function need(u: URL | URLSearchParams, k: string): string {
@@ -351,8 +354,17 @@ async function groupPage(v: View): Promise<string> {
   const c = v.client.stream(stream).consumer(group);
   const p = await c.progress();
   const f = filterOf(v.url);
-  const rows = await c.failures({ ...f.filter, status: f.status, limit: PAGE, offset: f.offset });
-  const total = await c.countFailures({ ...f.filter, status: f.status });
+  // One row more than a page, read from the index after the cursor: whether a further page exists.
+  const read = await c.failures({ ...f.filter, ...f.page, status: f.status, limit: PAGE + 1 });
+  const backward = f.page.beforeCursor !== undefined;
+  const further = read.length > PAGE;
+  const rows = further ? (backward ? read.slice(1) : read.slice(0, PAGE)) : read;
+  const older = backward || further;
+  const newer = f.page.after !== undefined || (backward && further);
+  // Counted no further than the bulk actions reach: above it the page says "10,000+".
+  const total = await c.countFailures({ ...f.filter, status: f.status }, BULK_LIMIT);
+  const capped = total > BULK_LIMIT;
+  const totalText = capped ? `${BULK_LIMIT.toLocaleString("en-US")}+` : total.toLocaleString("en-US");
   const sg = { stream, group };
   const now = Date.now();
   const actions = (id: string) =>
@@ -380,16 +392,16 @@ async function groupPage(v: View): Promise<string> {
 <button type="submit">Apply</button></fieldset></form>`;
   const matching = { ...sg, error: raw.error, key: raw.key, since: raw.since, payload: raw.payload };
   // One action handles at most BULK_LIMIT rows: the labels say how many this press acts on.
-  const many = total > BULK_LIMIT;
-  const howMany = many ? `${BULK_LIMIT.toLocaleString("en-US")} of the ${total.toLocaleString("en-US")} matching` : `all ${total.toLocaleString("en-US")} matching`;
+  const many = capped;
+  const howMany = many ? `${BULK_LIMIT.toLocaleString("en-US")} of the ${totalText} matching` : `all ${totalText} matching`;
   const bulk = v.readOnly || f.status !== "dead" || total === 0 ? "" : `<p>${postForm(`${v.base}/action/redrive`, v.csrf, { ...matching, all: "1" }, `Redrive ${howMany}`)} ${postForm(`${v.base}/action/discard`, v.csrf, { ...matching, all: "1" }, `Discard ${howMany}`, { danger: true })}${many ? ` <span class="muted">(at most ${BULK_LIMIT.toLocaleString("en-US")} a press; press again for more)</span>` : ""}</p>`;
   const controls = v.readOnly ? "" : `<fieldset><legend>Group</legend>
 ${p.paused ? postForm(`${v.base}/action/resume`, v.csrf, sg, "Resume") : postForm(`${v.base}/action/pause`, v.csrf, sg, "Pause")}
 <form class="inline" method="post" action="${esc(v.base)}/action/seek"><input type="hidden" name="csrf" value="${esc(v.csrf)}"><input type="hidden" name="stream" value="${esc(stream)}"><input type="hidden" name="group" value="${esc(group)}">
 <label for="s-id">Seek to id</label><input id="s-id" name="id" inputmode="numeric" size="10"> <label for="s-time">or time</label><input id="s-time" name="time" size="20" placeholder="2024-05-01T12:00Z">
 <button type="submit">Seek…</button></form></fieldset>`;
-  const next = f.offset + rows.length < total ? `<a href="${esc(link(v, "/group", { ...sg, ...raw, offset: String(f.offset + rows.length) }))}">Next page</a>` : "";
-  const prev = f.offset > 0 ? `<a href="${esc(link(v, "/group", { ...sg, ...raw, offset: String(Math.max(0, f.offset - PAGE)) }))}">Previous page</a>` : "";
+  const next = older && rows.length > 0 ? `<a href="${esc(link(v, "/group", { ...sg, ...raw, after: rows[rows.length - 1].cursor }))}">Next page</a>` : "";
+  const prev = newer && rows.length > 0 ? `<a href="${esc(link(v, "/group", { ...sg, ...raw, before: rows[0].cursor }))}">Previous page</a>` : "";
   return page(
     { title: `${stream} / ${group}`, base: v.base, readOnly: v.readOnly, flash: banner(v.url), refresh: true },
     `<h1>${esc(stream)} / ${esc(group)}</h1>
@@ -397,7 +409,7 @@ ${p.paused ? postForm(`${v.base}/action/resume`, v.csrf, sg, "Resume") : postFor
 <span class="${p.exceptions.dead > 0 ? "bad" : ""}">dead ${p.exceptions.dead}</span>, superseded ${p.exceptions.superseded}; oldest unresolved ${esc(age(p.oldestUnresolvedAgeMs))}; ${p.paused ? '<span class="warn">paused</span>' : "running"}.</p>
 ${await historyCharts(v, stream, group)}
 ${controls}${filterForm}${bulk}
-${table(`${f.status} rows ${total === 0 ? "" : `${f.offset + 1}–${f.offset + rows.length} of ${total}`}`, [{ text: "Message", num: true }, "Key", "Status", { text: "Attempts", num: true }, { text: "Delays", num: true }, "Updated", "Payload", "Last error", v.readOnly ? "" : "Actions"], body)}
+${table(`${f.status} rows ${total === 0 ? "" : `(${rows.length} shown of ${totalText} matching, newest first)`}`, [{ text: "Message", num: true }, "Key", "Status", { text: "Attempts", num: true }, { text: "Delays", num: true }, "Updated", "Payload", "Last error", v.readOnly ? "" : "Actions"], body)}
 <p>${prev} ${next}</p>`,
   );
 }
