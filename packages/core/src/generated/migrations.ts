@@ -22,7 +22,7 @@ export const streamMigrations: Migration[] = [
   {
     "version": 2,
     "name": "0002_failure_page_index.sql",
-    "sql": "-- The failure list's order (a group's rows of one status, newest update first, ties by id\n-- descending), so that a page of failures() or the dashboard reads its rows from the index after a\n-- keyset cursor instead of sorting every matching row (docs/operations.md#failures).\nCREATE INDEX IF NOT EXISTS exception_queue_{{N}}_page\n  ON {{schema}}.exception_queue_{{N}} (consumer_group_id, status, updated_at DESC, message_id DESC);\n"
+    "sql": "-- The failure list's order (a group's rows of one status, newest update first, ties by id\n-- descending), so that a page of failures() or the dashboard reads its rows from the index after a\n-- keyset cursor instead of sorting every matching row (docs/guide/operations.md#failures).\nCREATE INDEX IF NOT EXISTS exception_queue_{{N}}_page\n  ON {{schema}}.exception_queue_{{N}} (consumer_group_id, status, updated_at DESC, message_id DESC);\n"
   }
 ];
 /** The control plane's functions, each after the functions it calls. */
