@@ -120,24 +120,28 @@ step_install() {
   in_app tsc -p tsconfig.json --noCheck
 }
 
-# tsc on one project: every diagnostic fails the step, except those inside drizzle-orm's own
-# declaration files, which do not type-check with skipLibCheck false (drizzle-team/drizzle-orm#5187;
-# 144 at 0.45.4, none of them in code this app or @sqlstreams/core/drizzle uses). Those are
-# counted, not shown.
+# tsc_strict TOLERATED NOTE ARGS...: tsc in the app; every diagnostic fails the step except those
+# located in files matching the extended regex TOLERATED (third-party declarations that do not
+# type-check with skipLibCheck false), which are counted and named with NOTE, not shown.
 tsc_strict() {
-  local out others drizzle
+  local tolerated="$1" note="$2"; shift 2
+  local out others n
   out="$(in_app tsc "$@" --pretty false 2>&1)" && return 0
-  others="$(printf '%s\n' "$out" | grep -E '^[^ ].*error TS|^error TS' | grep -v '^node_modules/drizzle-orm/' || true)"
-  drizzle="$(printf '%s\n' "$out" | grep -c '^node_modules/drizzle-orm/.*error TS' || true)"
-  echo "tsc $*: $drizzle error(s) inside node_modules/drizzle-orm (not ours, see drizzle-orm#5187)"
+  others="$(printf '%s\n' "$out" | grep -E '^[^ ].*error TS|^error TS' | grep -Ev "^($tolerated)" || true)"
+  n="$(printf '%s\n' "$out" | grep -E "^($tolerated).*error TS" -c || true)"
+  echo "tsc $*: $n error(s) tolerated: $note"
   if [ -n "$others" ]; then printf '%s\n' "$others"; return 1; fi
-  if [ "$drizzle" = 0 ]; then printf '%s\n' "$out"; return 1; fi
+  if [ "$n" = 0 ]; then printf '%s\n' "$out"; return 1; fi
 }
 
+# drizzle-orm's own declarations do not type-check with skipLibCheck false
+# (drizzle-team/drizzle-orm#5187; 71 errors at 0.45.4 under TypeScript 5.9, none in what this app
+# or @sqlstreams/core/drizzle uses).
+DRIZZLE='node_modules/drizzle-orm/'
 step_typecheck() {
   local rc=0
-  tsc_strict -p tsconfig.json --noEmit || rc=1
-  tsc_strict -p tsconfig.bundler.json || rc=1
+  tsc_strict "$DRIZZLE" "inside drizzle-orm's declarations (drizzle-orm#5187)" -p tsconfig.json --noEmit || rc=1
+  tsc_strict "$DRIZZLE" "inside drizzle-orm's declarations (drizzle-orm#5187)" -p tsconfig.bundler.json || rc=1
   return "$rc"
 }
 
@@ -185,9 +189,17 @@ step_sst() {
   want="$(node -p 'require("./node_modules/sst/package.json").version')"
   [ "$(in_app node -p 'require("./node_modules/sst/package.json").version')" = "$want" ] || { echo "the app's sst is not the repository's $want" >&2; return 1; }
   in_app timeout --kill-after=10s 300 sst install
-  # sst.config.ts (and through it the packed component's types) against SST's own config.d.ts.
-  in_app tsc --noEmit --strict --skipLibCheck false --noUncheckedIndexedAccess --module NodeNext --moduleResolution NodeNext \
-    --target ES2023 --types node sst.config.ts
+  # sst.config.ts, and through it the packed component's declarations, against SST's own
+  # .sst/platform/config.d.ts, strict with skipLibCheck false, under NodeNext and under Bundler.
+  # SST's platform does not type-check that way itself (an extensionless import under NodeNext, and
+  # its own copy of @types/node beside the app's): those diagnostics are tolerated, none in
+  # sst.config.ts, src/ or node_modules/@sqlstreams/.
+  local rc=0 flags=(--noEmit --strict --skipLibCheck false --noUncheckedIndexedAccess --target ES2023 --types node sst.config.ts)
+  tsc_strict '\.sst/platform/|node_modules/@types/node/' "inside SST's platform and the @types/node it duplicates" \
+    --module NodeNext --moduleResolution NodeNext "${flags[@]}" || rc=1
+  tsc_strict '\.sst/platform/|node_modules/@types/node/' "inside SST's platform and the @types/node it duplicates" \
+    --module ESNext --moduleResolution Bundler "${flags[@]}" || rc=1
+  return "$rc"
 }
 
 step_stack() {
