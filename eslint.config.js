@@ -42,7 +42,6 @@ export default defineConfig(
       "bench/**/*.{ts,mts,js,mjs}",
       "scripts/**/*.{ts,mts,js,mjs}",
       "sst.config.ts",
-      "packages/aws/sst/**/*.ts",
       "vitest.config.ts",
       "eslint.config.js",
     ],
@@ -83,9 +82,8 @@ export default defineConfig(
     },
   },
   {
-    // The SST component and the deployed functions are library code too (not type-aware here:
-    // the component compiles against SST's generated platform types, see tsconfig.sst.json).
-    files: ["packages/aws/sst/**/*.ts", "functions/**/*.ts", "sst.config.ts"],
+    // The deployed functions are library code too (not type-aware here).
+    files: ["functions/**/*.ts", "sst.config.ts"],
     rules: { "max-lines-per-function": ["error", { max: 80, skipBlankLines: true, skipComments: true }] },
   },
   {
@@ -95,7 +93,7 @@ export default defineConfig(
   },
   {
     // sst.config.ts conventionally starts with `/// <reference path="./.sst/platform/config.d.ts" />`.
-    files: ["sst.config.ts", "packages/aws/sst/**/*.ts", "test/fixtures/sst-*.config.ts"],
+    files: ["sst.config.ts", "test/fixtures/sst-*.config.ts"],
     rules: { "@typescript-eslint/triple-slash-reference": "off" },
   },
 );

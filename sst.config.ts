@@ -1,6 +1,6 @@
 /// <reference path="./.sst/platform/config.d.ts" />
 // SQLStreams on AWS (sst 4.17): a VPC, an RDS Postgres locked down for SQLStreams, and the
-// SqlStreams component (packages/aws/sst) for the groups of functions/groups.ts: a migrate
+// SqlStreams component (packages/aws/src/sst) for the groups of functions/groups.ts: a migrate
 // invocation on every deploy, one poll function + EventBridge Scheduler schedule per group, and
 // the maintenance schedule. `npm run build` first (the functions import the built workspace
 // packages), then `npx sst deploy --stage <name>`. An existing app uses the same component: see

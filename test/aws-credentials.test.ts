@@ -241,7 +241,7 @@ describe("rotation", () => {
     await query(url(), `ALTER ROLE ${role} PASSWORD '${before}'`);
     await query(url(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1`, [role]);
     // What RDS stores for manageMasterUserPassword, and what the SqlStreams component puts into
-    // the functions' environment (packages/aws/sst).
+    // the functions' environment (packages/aws/src/sst).
     const managed = (password: string) => JSON.stringify({ username: role, password });
     sm.on(GetSecretValueCommand, { SecretId: ARN }).resolvesOnce({ SecretString: managed(before) }).resolves({ SecretString: managed(after) });
     const env = {

@@ -1,4 +1,4 @@
-// sst.config.ts and the SqlStreams component (packages/aws/sst) run through SST's real
+// sst.config.ts and the SqlStreams component (packages/aws/src/sst, built) run through SST's real
 // components offline: `sst install` extracts the platform, the config is bundled the way the SST
 // CLI bundles it and runs inside Pulumi with mocked providers (test/support/sst/harness.ts).
 // Asserts the deployed shape of a deploy, of a preview in which the migrate invocation is being
@@ -191,6 +191,8 @@ describe("sst.config.ts with SST's real components", () => {
     const urls = production.of("aws:lambda/functionUrl:FunctionUrl");
     expect(urls).toHaveLength(1);
     expect(urls[0].inputs.authorizationType).toBe("AWS_IAM");
+    // No CORS headers for any origin (SST's default would allow "*").
+    expect(urls[0].inputs.cors).toBeUndefined();
     expect(urls[0].inputs.functionName).toBe(fn.inputs.name);
     const publicGrants = production.of("aws:lambda/permission:Permission").filter((p) => p.inputs.principal === "*");
     expect(publicGrants).toEqual([]);
