@@ -138,11 +138,24 @@ tsc_strict() {
 # (drizzle-team/drizzle-orm#5187; 71 errors at 0.45.4 under TypeScript 5.9, none in what this app
 # or @sqlstreams/core/drizzle uses).
 DRIZZLE='node_modules/drizzle-orm/'
+# both "A ARGS..." "B ARGS...": runs two commands (word-split) side by side, prints their output in
+# order, fails if either failed. The type-checks are CPU-bound and independent.
+both() {
+  local a="$WORK/both.a.log" b="$WORK/both.b.log" ra=0 rb=0
+  # shellcheck disable=SC2086
+  $1 >"$a" 2>&1 & local pa=$!
+  # shellcheck disable=SC2086
+  $2 >"$b" 2>&1 & local pb=$!
+  wait "$pa" || ra=1
+  wait "$pb" || rb=1
+  cat "$a" "$b"
+  [ "$ra" = 0 ] && [ "$rb" = 0 ]
+}
+
+typecheck_nodenext() { tsc_strict "$DRIZZLE" "inside drizzle-orm's declarations (drizzle-orm#5187)" -p tsconfig.json --noEmit; }
+typecheck_bundler() { tsc_strict "$DRIZZLE" "inside drizzle-orm's declarations (drizzle-orm#5187)" -p tsconfig.bundler.json; }
 step_typecheck() {
-  local rc=0
-  tsc_strict "$DRIZZLE" "inside drizzle-orm's declarations (drizzle-orm#5187)" -p tsconfig.json --noEmit || rc=1
-  tsc_strict "$DRIZZLE" "inside drizzle-orm's declarations (drizzle-orm#5187)" -p tsconfig.bundler.json || rc=1
-  return "$rc"
+  both typecheck_nodenext typecheck_bundler
 }
 
 step_quickstart() {
@@ -194,13 +207,13 @@ step_sst() {
   # SST's platform does not type-check that way itself (an extensionless import under NodeNext, and
   # its own copy of @types/node beside the app's): those diagnostics are tolerated, none in
   # sst.config.ts, src/ or node_modules/@sqlstreams/.
-  local rc=0 flags=(--noEmit --strict --skipLibCheck false --noUncheckedIndexedAccess --target ES2023 --types node sst.config.ts)
-  tsc_strict '\.sst/platform/|node_modules/@types/node/' "inside SST's platform and the @types/node it duplicates" \
-    --module NodeNext --moduleResolution NodeNext "${flags[@]}" || rc=1
-  tsc_strict '\.sst/platform/|node_modules/@types/node/' "inside SST's platform and the @types/node it duplicates" \
-    --module ESNext --moduleResolution Bundler "${flags[@]}" || rc=1
-  return "$rc"
+  both sst_typecheck_nodenext sst_typecheck_bundler
 }
+SST_FLAGS=(--noEmit --strict --skipLibCheck false --noUncheckedIndexedAccess --target ES2023 --lib ES2023 --types node sst.config.ts)
+SST_TOLERATED='\.sst/platform/|node_modules/@types/node/'
+SST_NOTE="inside SST's platform and the @types/node it duplicates"
+sst_typecheck_nodenext() { tsc_strict "$SST_TOLERATED" "$SST_NOTE" --module NodeNext --moduleResolution NodeNext "${SST_FLAGS[@]}"; }
+sst_typecheck_bundler() { tsc_strict "$SST_TOLERATED" "$SST_NOTE" --module ESNext --moduleResolution Bundler "${SST_FLAGS[@]}"; }
 
 step_stack() {
   # The repository's harness, on a Node that strips types; the platform is the repository's
