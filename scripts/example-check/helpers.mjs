@@ -3,6 +3,8 @@
 // the repository's.
 //   node helpers.mjs createdb URL        creates a database of its own on URL's server; prints its URL
 //   node helpers.mjs dropdb URL          drops that database
+//   node helpers.mjs exits SCRIPT        runs SCRIPT (a path in the app) and fails if the process is
+//                                        still alive 3 s after the script finished (a lingering handle)
 //   node helpers.mjs register            runs the app's migrate function (dist/streams/migrate.js) (DATABASE_URL)
 //   node helpers.mjs head STREAM         prints the stream's head id, or "unregistered" (DATABASE_URL)
 //   node helpers.mjs produce             places three orders for `sqlstreams dev --once` (DATABASE_URL)
@@ -53,6 +55,16 @@ switch (command) {
     const name = new URL(arg).pathname.slice(1);
     if (!/^example_app_[0-9a-f]{12}$/.test(name)) throw new Error(`dropdb: ${name} is not a database this script created`);
     await admin(arg, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    break;
+  }
+  case "exits": {
+    await import(new URL(`../${arg}`, import.meta.url).href);
+    // Unref'd: it fires only if something else keeps the process alive. A pg pool left open keeps
+    // it alive for its idle timeout (10 s) before Node exits by itself.
+    setTimeout(() => {
+      console.error(`example-check: ${arg} finished 3 s ago and the process is still alive: ${process.getActiveResourcesInfo().join(", ")}`);
+      process.exit(1);
+    }, 3_000).unref();
     break;
   }
   case "register": {
