@@ -265,7 +265,8 @@ describe("sst.config.ts with SST's real components", () => {
     expect(dev.of(INVOCATION)).toHaveLength(0);
     expect(dev.of(SCHEDULE)).toHaveLength(0);
     const command = dev.one("sst:sst:DevCommand", "StreamsDev");
-    expect(command).toBeDefined();
+    // The scheduler only: never the demo workload (`--demo`) against the stage's database.
+    expect(command.outputs?._dev).toMatchObject({ command: "npx sqlstreams dev", autostart: true });
     const targets = dev.rpc.filter((c) => c.method === "Runtime.AddTarget").map((c) => c.params.functionID);
     expect(targets).toContain("StreamsMigrate");
   });

@@ -100,6 +100,19 @@ await pulumi.runtime.setMocks(
 );
 
 const nameOf = (r) => r?.__name ?? "<unnamed>";
+// What a component registers as its outputs (sst.x.DevCommand's `_dev`, which the SST CLI reads),
+// plain values only: outputs and resources become "<output>".
+const registerOutputs = pulumi.ComponentResource.prototype.registerOutputs;
+pulumi.ComponentResource.prototype.registerOutputs = function (outputs) {
+  if (outputs && typeof outputs === "object" && !pulumi.Output.isInstance(outputs)) record(this.__pulumiType, nameOf(this)).outputs = componentArgs(outputs);
+  return registerOutputs.call(this, outputs);
+};
+function componentArgs(v) {
+  if (pulumi.Output.isInstance(v) || pulumi.Resource.isInstance(v)) return "<output>";
+  if (Array.isArray(v)) return v.map(componentArgs);
+  if (v && typeof v === "object") return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, componentArgs(x)]));
+  return typeof v === "function" ? "<function>" : v;
+}
 let programOutputs = {};
 await pulumi.runtime.runInPulumiStack(async () => {
   // Every resource's options as constructed (after component transforms): parent and dependsOn.

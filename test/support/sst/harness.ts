@@ -63,6 +63,8 @@ export interface Registered {
   dependsOn: string[];
   /** Inputs as the mock provider received them (unknown values are absent in a preview). */
   inputs: Record<string, any>;
+  /** A component's registered outputs, with outputs and resources as "<output>". */
+  outputs?: Record<string, any>;
   /** The id the mock gave it ("" = unknown in a preview). */
   id: string;
 }
