@@ -26,6 +26,8 @@ export default $config({
       groups,
       wake: true,
       handlers: { migrate: "src/streams/migrate.handler", maintain: "src/streams/maintain.handler" },
+      // `sst dev` runs the local scheduler against the stage's database, on this app's declaration.
+      devScheduler: { command: "npx sqlstreams dev --groups src/streams/groups.ts" },
     });
 
     return {

@@ -55,6 +55,8 @@ console.log(`ok: sst deploy of ${config}: ${deploy.resources.length} resources, 
 
 const dev = await runSst({ config, stage: "ci", dev: true });
 assert.equal(dev.of(SCHEDULE).length, 0);
-dev.one("sst:sst:DevCommand", "StreamsDev");
 assert.equal(dev.of("aws:lambda/invocation:Invocation").length, 0);
-console.log("ok: sst dev: no schedules, no migrate invocation; the local scheduler is a dev command");
+const devCommand = dev.one("sst:sst:DevCommand", "StreamsDev").outputs?._dev as { command?: unknown } | undefined;
+assert.equal(devCommand?.command, "npx sqlstreams dev --groups src/streams/groups.ts");
+assert.doesNotMatch(String(devCommand?.command), /--demo/, "sst dev never produces demo messages into the stage's streams");
+console.log(`ok: sst dev: no schedules, no migrate invocation; the dev command runs ${JSON.stringify(devCommand?.command)}`);
