@@ -45,14 +45,17 @@ START=$SECONDS
 RESULTS=()
 FAILED=0
 if [ -n "${EXAMPLE_DIR:-}" ]; then
-  WORK="$EXAMPLE_DIR"; KEEP=1
-  rm -rf "$WORK"; mkdir -p "$WORK"
+  # Kept after the run for inspection. Only what this script puts there is replaced.
+  WORK="$(realpath -m "$EXAMPLE_DIR")"; KEEP=1
+  case "$WORK/" in "$REPO"/*) echo "example-check: EXAMPLE_DIR=$EXAMPLE_DIR is inside the repository" >&2; exit 2 ;; esac
+  mkdir -p "$WORK"
+  rm -rf "$WORK/app" "$WORK/packs" "$WORK/databases"
 else
   WORK="$(mktemp -d "${TMPDIR:-/tmp}/sqlstreams-example.XXXXXX")"; KEEP=0
+  case "$(realpath "$WORK")/" in "$REPO"/*) echo "example-check: $WORK is inside the repository" >&2; exit 2 ;; esac
 fi
 APP="$WORK/app"
 PACKS="$WORK/packs"
-case "$(realpath "$WORK")/" in "$REPO"/*) echo "example-check: $WORK is inside the repository" >&2; exit 2 ;; esac
 
 cleanup() {
   if [ -d "$APP/node_modules" ] && [ -f "$WORK/databases" ]; then
