@@ -5,8 +5,9 @@
 #   build      npm run build at the root (skip with --no-build when it just ran), npm pack each workspace
 #   install    copy examples/app to a temporary folder, npm install the tarballs and its pinned deps
 #   typecheck  tsc --noEmit under NodeNext (strict, skipLibCheck false), again under Bundler resolution
-#   quickstart the README's quick start against a database of its own: exits 0, promptly once done
-#              (no handle left open; a pool left open would hold the process for 10 s)
+#   quickstart the app's quick start (src/quickstart.ts), then README.md's quick start block as the
+#              README says to run it, each against a database of its own: exits 0, promptly once
+#              done (no handle left open; a pool left open would hold the process for 10 s)
 #   e2e        produce from a Drizzle transaction and from SQL; Delay and Permanent through the
 #              Lambda poll handlers; end states from progress() and failures()
 #   dev        sqlstreams dev --groups src/streams/groups.ts --once: no demo messages; then the
@@ -165,6 +166,12 @@ step_typecheck() {
 step_quickstart() {
   DATABASE_URL="$(createdb)"; export DATABASE_URL
   in_app timeout --kill-after=5s 60 node .check/helpers.mjs exits dist/quickstart.js
+  # And the README's own block, as the README says to run it (saved as quickstart.mts, run by a
+  # Node that strips types), in a database of its own.
+  awk '/^## Quick start/ { f = 1 } f && /^```ts/ { c = 1; next } c && /^```/ { exit } c { print }' README.md >"$APP/quickstart-readme.mts"
+  if [ ! -s "$APP/quickstart-readme.mts" ]; then echo "README.md has no TypeScript block under '## Quick start'" >&2; return 1; fi
+  DATABASE_URL="$(createdb)"; export DATABASE_URL
+  in_app timeout --kill-after=5s 60 node .check/helpers.mjs exits quickstart-readme.mts
 }
 
 step_e2e() {
