@@ -62,6 +62,7 @@ export const ERROR_CODES = {
   SQL0064: { kind: "warning", meaning: "a wake after a produce failed (claiming it in Postgres, or the waker threw); the produce itself committed", fix: "nothing is lost: the group's schedule picks the message up; check the waker's permissions and network path (e.g. lambda:InvokeFunction)" },
   SQL0065: { kind: "error", meaning: "the Lambda waker has no function for a group, or SQLSTREAMS_WAKE_FUNCTIONS is not a JSON object of \"stream/group\": function name", fix: "link the producer to the SqlStreams component (link: [streams]) or pass functions to createLambdaWaker" },
   SQL0070: { kind: "error", meaning: "`sqlstreams dev` or `doctor` cannot load the app's group declaration (--groups) or a handler it names", fix: "pass --groups with the .ts, .mts, .js or .mjs file that exports your `groups` array, and run the command in the app's root: each group's `function` (e.g. src/handlers/orders.handler) is a file path from there plus the handler's export name" },
+  SQL0080: { kind: "recorded", meaning: "a batch handler returned a result that is not one entry per message (wrong length, not an array, or an entry that is not undefined, an Outcome or an Error); the messages it covers fail (retryable)", fix: "return nothing when all succeeded, or an array as long as the batch with undefined, Delay(ms), Permanent(reason) or an Error per message" },
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;
