@@ -72,6 +72,19 @@ describe("drainBatch", () => {
     expect((await g.progress()).lag).toBe("0");
   });
 
+  it("pollBatch: one poll claims maxBatch ids by default and hands them to one call", async () => {
+    const { s, g } = await setup("batch.poll");
+    await s.produceBatch(Array.from({ length: 50 }, (_, i) => ({ payload: { n: i } })));
+    const calls: string[][] = [];
+    const r = await g.pollBatch((msgs) => void calls.push(msgs.map((m) => m.id)), { maxBatch: 20 });
+    expect(calls).toEqual([Array.from({ length: 20 }, (_, i) => String(i + 1))]);
+    expect(r.succeeded).toBe(20);
+    // concurrency below maxBatch bounds a batch too.
+    calls.length = 0;
+    await g.pollBatch((msgs) => void calls.push(msgs.map((m) => m.id)), { maxBatch: 20, concurrency: 5 });
+    expect(calls.map((c) => c.length)).toEqual([5, 5, 5, 5]);
+  });
+
   it("a throw fails every message of the batch, retryably; the next drain delivers them", async () => {
     const { t, s, g, n, gid } = await setup("batch.throw");
     await s.produceBatch(Array.from({ length: 30 }, (_, i) => ({ payload: { n: i } })));
