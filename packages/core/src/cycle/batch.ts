@@ -71,9 +71,10 @@ function runBatch<T>(handler: BatchHandler<T>, batch: Queued<T>[]): void {
     for (const q of batch) if (q.msg instanceof RunMessage) q.msg.abort(timedOut);
   };
   for (const q of batch) {
-    const signal = q.msg.signal;
-    if (signal.aborted) onAbort(signal.reason);
-    else signal.addEventListener("abort", () => onAbort(signal.reason), { once: true });
+    // A message of the cycle says so without an AbortSignal of its own (most handlers never read it).
+    if (q.msg instanceof RunMessage) q.msg.onAbort = onAbort;
+    else if (q.msg.signal.aborted) onAbort(q.msg.signal.reason);
+    else q.msg.signal.addEventListener("abort", () => onAbort(q.msg.signal.reason), { once: true });
   }
   const failAll = (e: unknown) => {
     for (const q of batch) q.reject(e);
