@@ -1,10 +1,10 @@
 // A drain (docs/poll-cycle.md#the-report-and-drain): polls one after another until the group is idle or paused,
 // the signal aborts, or the deadline is near; the range size adapts to the handlers between them.
 import type { Runtime } from "../runtime.js";
-import type { PollOptions } from "./context.js";
 import { tracedPoll } from "../otel.js";
 import { setTimeout as sleep } from "node:timers/promises";
 import { now } from "../clock.js";
+import type { PollOptions } from "./context.js";
 import { type PollState, pollOnce } from "./poll.js";
 import { RangeSizer, SIZER_CEILING, SIZER_START, emptySample } from "./sizer.js";
 import { type CycleReport, type Handler, emptyCycleReport, mergeReports } from "./types.js";
