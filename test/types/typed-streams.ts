@@ -48,3 +48,24 @@ export const handler = createPollHandler({
     return void [id, msg.payload.customer, zodPayload];
   },
 });
+
+/** Batch handlers: msgs[i].payload is typed; entries are undefined, an Outcome or an Error. */
+export async function batchConsumers(client: SqlStreams): Promise<void> {
+  await client.stream(zodOrders).consumer("g").drainBatch((msgs) => msgs.map((m) => (m.payload.total < 0 ? new Error("negative") : undefined)));
+  await client.stream(placed).consumer("g").pollBatch(async (msgs) => {
+    const ids: string[] = msgs.map((m) => m.payload.orderId);
+    return void ids;
+  }, { maxBatch: 50 });
+  // @ts-expect-error an entry is undefined, an Outcome or an Error, not a string
+  await client.stream(placed).consumer("g").drainBatch((msgs) => msgs.map(() => "ok"));
+}
+
+export const batchHandler = createPollHandler({
+  stream: placed,
+  group: "fraud-scoring",
+  maxBatch: 25,
+  handleBatch: (msgs) => {
+    // @ts-expect-error OrderPlaced has no field `customer`
+    return void msgs.map((m) => m.payload.customer);
+  },
+});

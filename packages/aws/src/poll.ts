@@ -1,6 +1,6 @@
 // The poll Lambda (docs/operations.md#the-poll-function): one invocation drains one group until it is idle (`drain` mode)
 // or until its budget ends (`continuous` mode), with the deadline of docs/crash-recovery.md#the-end-of-an-invocation.
-import { SqlStreamsError, mergeReports, type CycleReport, type Handler, type Progress, type SqlStreams, type StreamDef } from "@sqlstreams/core";
+import { SqlStreamsError, mergeReports, type BatchHandler, type CycleReport, type Handler, type Progress, type SqlStreams, type StreamDef } from "@sqlstreams/core";
 import type { LambdaContext } from "./context.js";
 import { DatabaseProvider, defaultDatabase } from "./database.js";
 import { DEFAULTS, type GroupDeclaration, type PollMode, checkNames, findGroup, groupKey, validateGroups } from "./declaration.js";
@@ -20,8 +20,15 @@ export interface PollHandlerOptions<T = unknown> {
   /** The stream's name, or its typed definition (defineStream): then msg.payload is T, checked by its schema. */
   stream: string | StreamDef<T>;
   group: string;
-  /** The message handler. */
-  handle: Handler<T>;
+  /** The message handler (or handleBatch: exactly one of them). */
+  handle?: Handler<T>;
+  /**
+   * A batch handler instead of `handle` (docs/guide/consuming.md#batch-handlers): the invocation
+   * drains with drainBatch, up to `maxBatch` messages a call.
+   */
+  handleBatch?: BatchHandler<T>;
+  /** With handleBatch: messages per call, default 100. */
+  maxBatch?: number;
   /**
    * The deployment's declaration (functions/groups.ts). When given, the pair must be declared in
    * it and its mode and poll options apply (explicit options below win).
@@ -50,11 +57,11 @@ function isThenable(v: unknown): v is PromiseLike<unknown> {
   return v !== null && (typeof v === "object" || typeof v === "function") && typeof (v as PromiseLike<unknown>).then === "function";
 }
 
-/** The handler, timed into `hist`; a synchronous handler stays synchronous. */
-function timed<T>(handle: Handler<T>, hist: DurationHistogram): Handler<T> {
-  return (msg) => {
+/** The handler (of a message or of a batch), timed into `hist`; a synchronous handler stays synchronous. */
+function timed<A, R>(handle: (arg: A) => R, hist: DurationHistogram): (arg: A) => R {
+  return (msg): R => {
     const t0 = performance.now();
-    let r: unknown;
+    let r: R;
     try {
       r = handle(msg);
     } catch (e) {
@@ -74,7 +81,7 @@ function timed<T>(handle: Handler<T>, hist: DurationHistogram): Handler<T> {
         hist.add(performance.now() - t0);
         throw e;
       },
-    );
+    ) as R;
   };
 }
 
@@ -104,7 +111,10 @@ interface Binding<T> {
   /** The typed stream's definition, when the handler was bound to one. */
   def: StreamDef<T> | undefined;
   group: string;
-  handle: Handler<T>;
+  /** Exactly one of handle and handleBatch. */
+  handle: Handler<T> | undefined;
+  handleBatch: BatchHandler<T> | undefined;
+  maxBatch: number | undefined;
   mode: PollMode;
   recordMargin: number;
   idleWait: number;
@@ -121,9 +131,16 @@ function bind<T>(opts: PollHandlerOptions<T>): Binding<T> {
   const def = typeof opts.stream === "object" && opts.stream !== null ? opts.stream : undefined;
   const stream = def ? def.name : (opts.stream as string);
   opts = { ...opts, stream };
-  const { group, handle } = opts;
-  if (typeof handle !== "function") {
-    throw new SqlStreamsError("SQL0015", `createPollHandler: handle must be a function, got ${typeof handle}`, { path: "handle" });
+  const { group, handle, handleBatch } = opts;
+  if ((handle === undefined) === (handleBatch === undefined)) {
+    throw new SqlStreamsError("SQL0015", "createPollHandler: pass exactly one of handle (one message) and handleBatch (a batch)", { path: "handle" });
+  }
+  const path = handle === undefined ? "handleBatch" : "handle";
+  if (typeof (handle ?? handleBatch) !== "function") {
+    throw new SqlStreamsError("SQL0015", `createPollHandler: ${path} must be a function, got ${typeof (handle ?? handleBatch)}`, { path });
+  }
+  if (opts.maxBatch !== undefined && handleBatch === undefined) {
+    throw new SqlStreamsError("SQL0015", "createPollHandler: maxBatch goes with handleBatch", { path: "maxBatch" });
   }
   const declaration = declarationOf(opts);
   const mode: PollMode = opts.mode ?? declaration?.mode ?? DEFAULTS.mode;
@@ -131,7 +148,7 @@ function bind<T>(opts: PollHandlerOptions<T>): Binding<T> {
     throw new SqlStreamsError("SQL0015", `createPollHandler: mode must be 'drain' or 'continuous', got ${JSON.stringify(mode)}`);
   }
   return {
-    stream, def, group, handle, mode,
+    stream, def, group, handle, handleBatch, maxBatch: opts.maxBatch, mode,
     recordMargin: opts.recordMargin ?? declaration?.recordMargin ?? DEFAULTS.recordMargin,
     idleWait: opts.idleWait ?? declaration?.idleWait ?? DEFAULTS.idleWait,
     batchLimit: opts.batchLimit ?? declaration?.batchLimit,
@@ -172,8 +189,11 @@ async function releaseWakeSafely(consumer: { releaseWake(): Promise<boolean> }):
   }
 }
 
+/** The invocation's handler: timed when metrics are written. */
+type Run<T> = { handle: Handler<T> } | { handleBatch: BatchHandler<T>; maxBatch: number | undefined };
+
 async function pollInvocation<T>(
-  client: SqlStreams, b: Binding<T>, run: Handler<T>, context: LambdaContext, started: number,
+  client: SqlStreams, b: Binding<T>, run: Run<T>, context: LambdaContext, started: number,
 ): Promise<{ report: CycleReport; progress: Progress | null }> {
   const { recordMargin, idleWait } = b;
   // docs/crash-recovery.md#the-end-of-an-invocation: leave recordMargin + 1 s so recording and releasing finish before the stop.
@@ -185,18 +205,22 @@ async function pollInvocation<T>(
     ...(b.concurrency !== undefined ? { concurrency: b.concurrency } : {}),
   };
   const consumer = client.stream<T>(b.def ?? b.stream).consumer(b.group);
-  let total = await consumer.drain(run, pollOpts);
+  const drain = () =>
+    "handle" in run
+      ? consumer.drain(run.handle, pollOpts)
+      : consumer.drainBatch(run.handleBatch, { ...pollOpts, ...(run.maxBatch !== undefined ? { maxBatch: run.maxBatch } : {}) });
+  let total = await drain();
   let last = total;
   // A drain that could not start a message for the deadline ends it: later ones could not either.
   while (b.mode === "continuous" && !last.paused && last.notStarted === 0 && deadline - Date.now() - idleWait >= 2 * recordMargin) {
     await sleep(idleWait);
-    last = await consumer.drain(run, pollOpts);
+    last = await drain();
     total = mergeReports(total, last);
   }
   // Wake on produce (docs/producing.md#wake-on-produce): idle now, so release the group's wake; a
   // produce that found it in flight meanwhile marked it pending: drain once more.
   while (!last.paused && last.notStarted === 0 && deadline - Date.now() >= 2 * recordMargin && (await releaseWakeSafely(consumer))) {
-    last = await consumer.drain(run, pollOpts);
+    last = await drain();
     total = mergeReports(total, last);
   }
   let progress: Progress | null = null;
@@ -219,7 +243,8 @@ export function createPollHandler<T = unknown>(opts: PollHandlerOptions<T>): Pol
     const started = Date.now();
     const requestId = context?.awsRequestId;
     const durations = new DurationHistogram();
-    const run = emf ? timed(b.handle, durations) : b.handle;
+    const time = <A, R>(f: (a: A) => R) => (emf ? timed(f, durations) : f);
+    const run: Run<T> = b.handle !== undefined ? { handle: time(b.handle) } : { handleBatch: time(b.handleBatch as BatchHandler<T>), maxBatch: b.maxBatch };
     try {
       checkEvent(event, stream, group, b.declared);
       if (typeof context?.getRemainingTimeInMillis !== "function") {

@@ -311,6 +311,33 @@ export function validatePollOptions(v: unknown): ResolvedPollOptions {
 }
 
 /** The group's view used by a poll: defaults, ceilings and floors resolved once (docs/configuration.md#resolving-a-messages-options). */
+/** pollBatch()/drainBatch() options: the poll options and the most messages per call of the batch handler. */
+export interface BatchPollOptions extends PollOptions {
+  /** Messages per call of the batch handler, 1 to 1 000 (default 100). */
+  maxBatch?: number;
+}
+
+/** A batch poll's concurrency may reach maxBatch's ceiling: the dispatcher starts a batch's messages on it. */
+const BATCH_RANGE: NumRule = R(1, 1_000);
+
+/**
+ * Validates pollBatch()/drainBatch() options (docs/guide/consuming.md#batch-handlers, SQL0015):
+ * maxBatch defaults to 100, concurrency (up to 1 000 here) to maxBatch; a pollBatch's batchLimit
+ * defaults to maxBatch, and so does the size a drainBatch without batchLimit starts its ranges at.
+ */
+export function validateBatchPollOptions(v: unknown, defaultMaxBatch: number): { options: ResolvedPollOptions; maxBatch: number; batchLimitGiven: boolean } {
+  if (v === undefined) v = {};
+  if (!isPlainObject(v)) fail("SQL0015", "options", v, "must be an object");
+  const { maxBatch: mb, concurrency: c, ...rest } = v;
+  const maxBatch = mb === undefined ? defaultMaxBatch : checkNumber("SQL0015", "maxBatch", mb, BATCH_RANGE);
+  const concurrency = c === undefined ? maxBatch : checkNumber("SQL0015", "concurrency", c, BATCH_RANGE);
+  const options = validatePollOptions(rest);
+  options.concurrency = concurrency;
+  const batchLimitGiven = rest.batchLimit !== undefined;
+  if (!batchLimitGiven) options.batchLimit = maxBatch;
+  return { options, maxBatch, batchLimitGiven };
+}
+
 export interface GroupResolution {
   config: ConsumerConfig;
   defaults: ResolvedMessage; // Gd

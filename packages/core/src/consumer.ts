@@ -2,7 +2,8 @@
 // operator calls on the group (operator/). Every call is an edge: a connection failure leaves it
 // coded (atEdge).
 import type { Runtime } from "./runtime.js";
-import { type ConsumerConfig, type PollOptions, validatePollOptions } from "./config.js";
+import { type BatchPollOptions, type ConsumerConfig, type PollOptions, validateBatchPollOptions, validatePollOptions } from "./config.js";
+import { type BatchHandler, DEFAULT_MAX_BATCH, batched } from "./cycle/batch.js";
 import { drainGroup } from "./cycle/drain.js";
 import { pollOnce } from "./cycle/poll.js";
 import type { CycleReport, Handler, Message } from "./cycle/types.js";
@@ -102,6 +103,34 @@ export class Consumer<T = unknown> {
       const o = monotonicOptions(validatePollOptions(opts));
       return drainGroup(this.client, this.stream, this.name, h, o, opts.batchLimit !== undefined);
     });
+  }
+
+  /**
+   * poll() with a batch handler (docs/guide/consuming.md#batch-handlers): the messages the poll
+   * starts together, up to `maxBatch` (default 100) a call; each keeps its own outcome.
+   */
+  pollBatch(handler: BatchHandler<T>, opts: BatchPollOptions = {}): Promise<CycleReport> {
+    return atEdge(this.call("pollBatch"), async () => {
+      const { h, options } = this.batchRunnable(handler, opts);
+      const o = monotonicOptions(options);
+      return tracedPoll(this.stream, this.name, () => pollOnce(this.client, this.stream, this.name, h, o));
+    });
+  }
+
+  /** drain() with a batch handler (docs/guide/consuming.md#batch-handlers). */
+  drainBatch(handler: BatchHandler<T>, opts: BatchPollOptions = {}): Promise<CycleReport> {
+    return atEdge(this.call("drainBatch"), async () => {
+      const { h, options, batchLimitGiven } = this.batchRunnable(handler, opts);
+      const o = monotonicOptions(options);
+      return drainGroup(this.client, this.stream, this.name, h, o, batchLimitGiven, o.batchLimit);
+    });
+  }
+
+  /** The batch handler as the per-message handler the cycle runs, and the validated options. */
+  private batchRunnable(handler: BatchHandler<T>, opts: BatchPollOptions) {
+    if (typeof handler !== "function") throw new SqlStreamsError("SQL0015", "handler must be a function (messages) => …");
+    const v = validateBatchPollOptions(opts, DEFAULT_MAX_BATCH);
+    return { h: this.runnable(batched(handler, v.maxBatch)), options: v.options, batchLimitGiven: v.batchLimitGiven };
   }
 
   progress(): Promise<Progress> {

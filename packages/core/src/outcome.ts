@@ -57,7 +57,8 @@ export type Classified =
   | { kind: "permanent"; error: string }
   | { kind: "delay"; ms: number; error: string };
 
-function isOutcome(v: unknown): v is DelayOutcome | PermanentOutcome {
+/** Whether `v` is a Delay or Permanent outcome. */
+export function isOutcome(v: unknown): v is DelayOutcome | PermanentOutcome {
   return typeof v === "object" && v !== null && OUTCOME in v;
 }
 

@@ -15,17 +15,19 @@ const FENCE_PATIENCE_MS = 2_000;
 /**
  * Repeats pollOnce() until the group is idle or paused, the signal aborts, or the deadline is
  * near. `o` are the validated options with a monotonic deadline; `batchLimitGiven` whether the
- * caller set batchLimit (docs/poll-cycle.md#range-size-in-a-drain).
+ * caller set batchLimit (docs/poll-cycle.md#range-size-in-a-drain); `sizerStart` the range size
+ * a drain without it starts at (a batch drain starts at its maxBatch).
  */
 export async function drainGroup<T>(
   client: Runtime, stream: string, group: string, handler: Handler<T>, o: PollOptions, batchLimitGiven: boolean,
+  sizerStart: number = SIZER_START,
 ): Promise<CycleReport> {
   const started = now();
   let total = emptyCycleReport(stream, group);
   // Without a batchLimit the range size starts at 10 and may grow to 1 000; an explicit
   // batchLimit is where it starts and the most it takes. Range leases are bounded so a crash is
   // recovered promptly.
-  const sizer = new RangeSizer(batchLimitGiven ? o.batchLimit : SIZER_CEILING, batchLimitGiven ? o.batchLimit : SIZER_START);
+  const sizer = new RangeSizer(batchLimitGiven ? o.batchLimit : SIZER_CEILING, batchLimitGiven ? o.batchLimit : sizerStart);
   o.rangeLeaseBound = sizer.leaseBoundMs;
   const state: PollState = { fenceBlocked: false, sizer };
   let blockedSince: number | null = null;

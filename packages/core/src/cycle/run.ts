@@ -9,6 +9,8 @@ import type { Handler, Message } from "./types.js";
 export class RunMessage<T> implements Message<T> {
   private ac: AbortController | undefined;
   private abortedWith: Error | undefined;
+  /** @internal Told when the message is aborted, without creating its signal (batch.ts). */
+  onAbort: ((reason: Error) => void) | undefined;
   /**
    * When the message was produced (the database clock). A plain property, not a lazy getter:
    * handlers spread and log messages, and `{ ...msg }` must keep it.
@@ -40,8 +42,10 @@ export class RunMessage<T> implements Message<T> {
 
   /** @internal */
   abort(reason: Error): void {
+    if (this.abortedWith) return;
     this.abortedWith = reason;
     this.ac?.abort(reason);
+    this.onAbort?.(reason);
   }
 
   toJSON(): Omit<Message<T>, "signal"> {
