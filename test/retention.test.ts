@@ -5,7 +5,7 @@
 import { describe, expect, it } from "vitest";
 import { Permanent, type SqlStreams } from "@sqlstreams/core";
 // Internal (not exported by the package): the retention floor, read from the built library.
-import { floorOf, retentionStatus } from "../packages/core/dist/sql/maintain.js";
+import { floorOf, retentionStatus } from "../packages/core/dist/maintain/floor.js";
 import { useFreshDatabase } from "./support/db.js";
 import { S, type TestClient, committed, count, cursor, groupIdOf, partitions, pollPastFence, precreate, progressIs, range, streamIdOf, testClient } from "./support/streams.js";
 

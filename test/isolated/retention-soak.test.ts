@@ -7,7 +7,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { Permanent, type MaintainReport } from "@sqlstreams/core";
-import { floorOf } from "../../packages/core/dist/sql/maintain.js";
+import { floorOf } from "../../packages/core/dist/maintain/floor.js";
 import { useFreshDatabase } from "../support/db.js";
 import { S, type TestClient, count, streamIdOf, testClient } from "../support/streams.js";
 
