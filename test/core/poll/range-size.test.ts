@@ -1,59 +1,12 @@
-// A drain sizes its ranges (docs/poll-cycle.md#range-size-in-a-drain): the rule as a pure unit,
-// then a real drain whose range count proves it grew. Counts only, never timings.
+// A drain sizes its ranges (docs/poll-cycle.md#range-size-in-a-drain): real drains whose range
+// counts prove the rule (unit-tested in test/unit/sizer.test.ts) is applied. Counts only, never
+// timings.
 import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
-import {
-  DRAIN_LEASE_BOUND_MS, RangeSizer, SIZER_CEILING, SIZER_START, emptySample, type RangeSample,
-} from "../../../packages/core/src/cycle/sizer.js";
 import { useFreshDatabase } from "../../support/db.js";
 import { S, cursor, groupIdOf, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
-const quick = (full: boolean, over: Partial<RangeSample> = {}): RangeSample => ({ ...emptySample(), full, ran: 10, slowest: 0.01, ms: 5, ...over });
-
-describe("RangeSizer", () => {
-  it("starts at 10 and doubles after full, quick ranges up to the ceiling", () => {
-    const z = new RangeSizer(SIZER_CEILING);
-    expect(z.size).toBe(SIZER_START);
-    const seen = [z.size];
-    for (let i = 0; i < 9; i++) seen.push(z.observe(quick(true)));
-    expect(seen).toEqual([10, 20, 40, 80, 160, 320, 640, 1000, 1000, 1000]);
-  });
-
-  it("an explicit batchLimit is the start and the ceiling", () => {
-    const z = new RangeSizer(50, 50);
-    expect(z.size).toBe(50);
-    expect(z.observe(quick(true))).toBe(50);
-    expect(new RangeSizer(4).size).toBe(4); // a ceiling below the start wins
-  });
-
-  it("holds on a partial range (caught up), whatever the handlers did", () => {
-    const z = new RangeSizer(1000, 80);
-    expect(z.observe(quick(false))).toBe(80);
-    expect(z.observe(emptySample())).toBe(80); // a poll that claimed nothing
-  });
-
-  it("grows only while the slowest handler used at most a quarter of its timeout", () => {
-    const z = new RangeSizer(1000, 80);
-    expect(z.observe(quick(true, { slowest: 0.25 }))).toBe(160);
-    expect(z.observe(quick(true, { slowest: 0.3 }))).toBe(160); // between a quarter and a half: hold
-    expect(z.observe(quick(true, { slowest: 0.51 }))).toBe(80); // past half: halve
-    expect(z.observe(quick(false, { slowest: 1 }))).toBe(40); // a timeout halves even on a partial range
-  });
-
-  it("keeps a range's run short against the lease bound: no growth past a quarter, halves past a half", () => {
-    const z = new RangeSizer(1000, 100);
-    expect(z.observe(quick(true, { ms: DRAIN_LEASE_BOUND_MS / 8 }))).toBe(200); // twice fits in a quarter
-    expect(z.observe(quick(true, { ms: DRAIN_LEASE_BOUND_MS / 8 + 1 }))).toBe(200);
-    expect(z.observe(quick(true, { ms: DRAIN_LEASE_BOUND_MS / 2 + 1 }))).toBe(100);
-  });
-
-  it("never goes below 1", () => {
-    const z = new RangeSizer(1000, 1);
-    expect(z.observe(quick(true, { slowest: 0.9 }))).toBe(1);
-    expect(z.observe(quick(true))).toBe(2);
-  });
-});
 
 describe("drain sizes its ranges (real Postgres)", () => {
   it("a default drain of 3,000 quick messages grows its ranges: 10, 20, …, 1000 → 9 ranges, not 300", async () => {
