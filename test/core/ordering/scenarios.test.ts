@@ -401,7 +401,7 @@ describe("C19 ordered: the docs/ordering.md#worked-example-one-group-four-messag
 
     // Later messages: a new key runs at once, and so does a later message of key a: the rule is
     // per key (docs/ordering.md#the-predecessor-rule), so the stuck row, which holds the group's
-    // committed cursor at 0, does not hold a6 (issue 11: it used to wait for the cursor).
+    // committed cursor at 0, does not hold a6.
     seen.length = 0;
     await s.produceBatch([{ payload: { k: "c", i: 0 }, key: "c" }, { payload: { k: "a", i: 6 }, key: "a" }, { payload: { k: "c", i: 1 }, key: "c" }]);
     await g.drain(handler, { batchLimit: 18, concurrency: 3 });

@@ -1,4 +1,4 @@
-// Issue 11 item 7: elapsed time in the poll cycle comes from a monotonic clock
+// Elapsed time in the poll cycle comes from a monotonic clock
 // (docs/poll-cycle.md#options). A wall-clock step while handlers run — simulated by moving
 // Date.now() an hour forward or back — must neither end a poll early (the deadline looks passed)
 // nor produce negative durations; the deadline is read from the wall clock once, when passed in.
@@ -34,8 +34,9 @@ describe("durations come from a monotonic clock", () => {
           stepWallClock(step);
         }
       };
-      // A deadline a minute away. A forward step made the old cycle think it had passed after the
-      // first message (2 not started); a backward one gave a negative duration.
+      // A deadline a minute away. Read from the wall clock on every check, a forward step would
+      // make it look passed after the first message (2 not started); a backward one would give a
+      // negative duration.
       const r = await pollPastFence(g, handler, { until: didWork, opts: () => ({ deadline: Date.now() + 60_000, batchLimit: 10 }) });
       expect(r.notStarted).toBe(0);
       expect(handled).toEqual([0, 1, 2]);

@@ -1,5 +1,5 @@
 // docs/poll-cycle.md#the-fence worked example and C14: a producer transaction that commits after later ids are
-// visible is never skipped. Permanent regression test; two real connections.
+// visible is never skipped. Two real connections.
 import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
 import { describe, expect, it } from "vitest";
