@@ -84,4 +84,22 @@ describe("outcome plans (docs/exception-lifecycle.md#first-delivery, docs/except
     });
     expect(planExpired(0, 0, null, { ...m, maxRetries: 0 }, 5_000).lastError).toBe(" [killed: crash-loop hit max attempts]");
   });
+
+  it("maxDelays 0 puts no limit on delays", () => {
+    const delay = { kind: "delay" as const, ms: 700, error: "D" };
+    expect(plan(delay, 500, 500, { ...m, maxDelays: 0 }, 5_000, "failures")).toMatchObject({ row: { status: "ready", attempts: 501, delays: 501 }, counter: "delayed" });
+  });
+
+  it("the delivery log: all keeps every outcome, failures all but success, off none", () => {
+    const outcomes = [
+      { kind: "success" as const }, { kind: "failure" as const, error: "E" }, { kind: "permanent" as const, error: "P" },
+      { kind: "delay" as const, ms: 700, error: "D" }, { kind: "deferred" as const, reason: "deferred: key busy" }, { kind: "superseded" as const, head: "9" },
+    ];
+    const logged = (mode: "all" | "failures" | "off") => outcomes.map((o) => plan(o, 1, 0, m, 5_000, mode).log?.status ?? null);
+    expect(logged("all")).toEqual(["success", "failure", "failure", "delayed", "deferred", "superseded"]);
+    expect(logged("failures")).toEqual([null, "failure", "failure", "delayed", "deferred", "superseded"]);
+    expect(logged("off")).toEqual([null, null, null, null, null, null]);
+    // The row is the same whatever the log mode.
+    for (const o of outcomes) expect(plan(o, 1, 0, m, 5_000, "off").row).toEqual(plan(o, 1, 0, m, 5_000, "all").row);
+  });
 });
