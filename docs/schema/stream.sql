@@ -80,7 +80,7 @@ BEGIN
   v_gate := c.settled_head;
   v_obs_ok := v_obs IS NULL OR v_obs = '0'::xid8 OR v_xmin >= v_obs;
   v_pending_ok := c.pending_xid IS NULL OR c.pending_head <= c.settled_head OR v_xmin >= c.pending_xid;
-  -- The precise test when the cheap one fails (docs/poll-cycle.md#the-fence).
+  -- The precise test when the cheap one fails (docs/protocol/poll-cycle.md#the-fence).
   IF NOT (v_obs_ok AND v_pending_ok) THEN
     IF EXISTS (SELECT 1 FROM "sqlstreams".fence_holders_1()) THEN
       v_blocked := true;
@@ -105,7 +105,7 @@ BEGIN
     -- every id this one saw (a row it no longer finds a compaction head for was superseded, and is
     -- passed). A payload stored uncompressed counts its stored size, read from the row without
     -- converting it to text; a compressed one (a large payload) counts its JSON text
-    -- (docs/poll-cycle.md#the-byte-bound). First the whole range in one pass: when nothing in it is
+    -- (docs/protocol/poll-cycle.md#the-byte-bound). First the whole range in one pass: when nothing in it is
     -- compressed and its stored sizes fit the bound, all of it goes.
     SELECT count(*), COALESCE(sum(pg_column_size(l.payload)), 0), COALESCE(bool_or(pg_column_compression(l.payload) IS NOT NULL), false)
       INTO v_n, v_bytes, v_packed
@@ -458,7 +458,7 @@ BEGIN
                               WHERE w.consumer_group_id = p_group AND w.message_key = e.message_key
                                 AND w.message_id < e.message_id AND w.concurrency <> 'parallel'
                                 AND ((w.status = 'ready' AND w.can_run_after <= now()) OR w.status = 'deferred'))
-             -- The predecessor rule, per key (docs/ordering.md#the-predecessor-rule).
+             -- The predecessor rule, per key (docs/protocol/ordering.md#the-predecessor-rule).
              AND (e.concurrency <> 'ordered'
                   OR "sqlstreams".ordered_pred_1(p_group, e.message_key, e.message_id, 0, 0) IS NULL)))
      ORDER BY e.message_id

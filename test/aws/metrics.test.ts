@@ -1,4 +1,4 @@
-// EMF metrics of the Lambda adapter (docs/operations.md#metrics): every document a poll or
+// EMF metrics of the Lambda adapter (docs/guide/operations.md#metrics): every document a poll or
 // maintain invocation writes is checked against the EMF rules (test/support/emf.ts), and its
 // values against what the invocation did in a real Postgres.
 process.env.AWS_EC2_METADATA_DISABLED = "true";

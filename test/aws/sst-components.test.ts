@@ -3,7 +3,7 @@
 // CLI bundles it and runs inside Pulumi with mocked providers (test/support/sst/harness.ts).
 // Asserts the deployed shape of a deploy, of a preview in which the migrate invocation is being
 // replaced, of `sst dev`, and of the existing-app fixture. No AWS account, no network besides the
-// npm registry for the first `sst install`. See docs/deployment.md#testing-the-stack.
+// npm registry for the first `sst install`. See docs/guide/deployment.md#testing-the-stack.
 process.env.AWS_EC2_METADATA_DISABLED = "true";
 
 import { execFile } from "node:child_process";

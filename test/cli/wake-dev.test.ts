@@ -1,4 +1,4 @@
-// Wake on produce through `sqlstreams dev` (docs/producing.md#wake-on-produce): the group's
+// Wake on produce through `sqlstreams dev` (docs/guide/producing.md#wake-on-produce): the group's
 // declared schedule runs at real speed (--speed 1) and is a yearly cron, so only a wake can run
 // its handler during the test; a producer with waker "notify" (SQLSTREAMS_WAKE=notify) wakes it.
 // The latency from the produce's return to the committed cursor is measured and printed.

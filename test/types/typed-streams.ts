@@ -1,4 +1,4 @@
-// Type-level fixture for typed streams (docs/producing.md#typed-streams), checked by
+// Type-level fixture for typed streams (docs/guide/producing.md#typed-streams), checked by
 // `tsc -p tsconfig.check.json` in `npm run check` and never run. Each `@ts-expect-error` marks a
 // deliberate type error: if the types stopped catching it, tsc would fail on the unused directive.
 import { z } from "zod";

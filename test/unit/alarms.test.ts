@@ -1,4 +1,4 @@
-// The per-group alarm definitions (docs/operations.md#alarms) and the declaration's `alarms` key;
+// The per-group alarm definitions (docs/guide/operations.md#alarms) and the declaration's `alarms` key;
 // the deployed alarms are asserted through SST in test/aws/sst-components.test.ts.
 import { describe, expect, it } from "vitest";
 import type { CycleReport } from "@sqlstreams/core";

@@ -1,4 +1,4 @@
-// The poll cycle's clocks (clock.ts, docs/poll-cycle.md#options): elapsed time is monotonic, and a
+// The poll cycle's clocks (clock.ts, docs/protocol/poll-cycle.md#options): elapsed time is monotonic, and a
 // caller's wall-clock deadline is read against the wall clock once and then lives on the monotonic
 // clock, so a later wall-clock step cannot move it. No database; the wall clock is stubbed.
 import { afterEach, describe, expect, it, vi } from "vitest";

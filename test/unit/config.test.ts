@@ -1,6 +1,6 @@
-// Consumer configuration validation and resolution (docs/configuration.md#the-stored-document,
-// docs/configuration.md#resolving-a-messages-options) and the poll and stream options
-// (docs/poll-cycle.md#options), as pure units of config.ts. No database.
+// Consumer configuration validation and resolution (docs/guide/configuration.md#the-stored-document,
+// docs/guide/configuration.md#resolving-a-messages-options) and the poll and stream options
+// (docs/protocol/poll-cycle.md#options), as pure units of config.ts. No database.
 import { describe, expect, it } from "vitest";
 import {
   DEFAULT_MESSAGE, type ConsumerConfig, groupResolution, resolveMessage, validateConsumerConfig, validatePollOptions,
@@ -12,7 +12,7 @@ import { codedError } from "../support/streams.js";
 /** The coded error that fn, a function of the sources, throws (codedError with the sources' class). */
 const srcError = (fn: () => unknown) => codedError(fn, SourceError);
 
-describe("validateConsumerConfig (docs/configuration.md#the-stored-document)", () => {
+describe("validateConsumerConfig (docs/guide/configuration.md#the-stored-document)", () => {
   it("stores the document sparse and exactly as given", () => {
     const doc = { message: { timeout: 30_000, retry: { maxRetries: 5, baseDelay: 2000 } }, concurrencyOverride: "ordered" as const };
     expect(validateConsumerConfig(doc)).toEqual(doc);
@@ -137,7 +137,7 @@ describe("validateConsumerConfig (docs/configuration.md#the-stored-document)", (
   });
 });
 
-describe("resolveMessage (docs/configuration.md#resolving-a-messages-options)", () => {
+describe("resolveMessage (docs/guide/configuration.md#resolving-a-messages-options)", () => {
   const seed = groupResolution(validateConsumerConfig({ message: { timeout: 30_000, retry: { maxRetries: 5, baseDelay: 2000 } } }));
 
   it("the worked example: the ceiling is the group default, there is no floor, and unset fields are filled", () => {
@@ -212,7 +212,7 @@ describe("resolveMessage (docs/configuration.md#resolving-a-messages-options)", 
 });
 
 describe("poll and stream options", () => {
-  it("poll options: defaults, and SQL0015 outside the ranges of docs/poll-cycle.md#options", async () => {
+  it("poll options: defaults, and SQL0015 outside the ranges of docs/protocol/poll-cycle.md#options", async () => {
     expect(validatePollOptions(undefined)).toEqual({ batchBytes: 16 * 1024 * 1024, batchLimit: 10, concurrency: 1, deadline: undefined, recordMargin: 2_000, signal: undefined });
     const ac = new AbortController();
     expect(validatePollOptions({ batchLimit: 1_000, concurrency: 64, recordMargin: 100, deadline: 5, signal: ac.signal })).toMatchObject({ batchLimit: 1_000, concurrency: 64, recordMargin: 100, deadline: 5 });

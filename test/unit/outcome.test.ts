@@ -1,5 +1,5 @@
-// The backoff curve (docs/exception-lifecycle.md#attempts-and-budget), classification and error
-// texts (docs/exception-lifecycle.md#running-a-handler) as pure units of outcome.ts. No database.
+// The backoff curve (docs/protocol/exception-lifecycle.md#attempts-and-budget), classification and error
+// texts (docs/protocol/exception-lifecycle.md#running-a-handler) as pure units of outcome.ts. No database.
 import { describe, expect, it } from "vitest";
 import { SqlStreamsError as SourceError } from "../../packages/core/src/errors.js";
 import { Delay, Permanent, backoffMs, classify, errorText } from "../../packages/core/src/outcome.js";
@@ -8,7 +8,7 @@ import { codedError } from "../support/streams.js";
 /** The coded error that fn, a function of the sources, throws (codedError with the sources' class). */
 const srcError = (fn: () => unknown) => codedError(fn, SourceError);
 
-describe("backoff (docs/exception-lifecycle.md#attempts-and-budget)", () => {
+describe("backoff (docs/protocol/exception-lifecycle.md#attempts-and-budget)", () => {
   const defaults = { exceptionInitialBackoff: 5_000, baseDelay: 1_000, exponent: 2, maxDelay: 300_000 };
 
   it("defaults: 5 s initial, then 1 s, 2 s, 4 s …", () => {
@@ -33,7 +33,7 @@ describe("backoff (docs/exception-lifecycle.md#attempts-and-budget)", () => {
   });
 });
 
-describe("classification and error texts (docs/exception-lifecycle.md#running-a-handler)", () => {
+describe("classification and error texts (docs/protocol/exception-lifecycle.md#running-a-handler)", () => {
   it("returning anything but an outcome is success; any throw is a failure", () => {
     for (const v of [undefined, null, 42, "ok", {}, [], false]) expect(classify(v, false)).toEqual({ kind: "success" });
     expect(classify(new Error("x"), true)).toMatchObject({ kind: "failure", error: expect.stringMatching(/^Error: x/) });

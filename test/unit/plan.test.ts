@@ -1,11 +1,11 @@
-// The outcome table (docs/exception-lifecycle.md#first-delivery, docs/exception-lifecycle.md#retries)
+// The outcome table (docs/protocol/exception-lifecycle.md#first-delivery, docs/protocol/exception-lifecycle.md#retries)
 // as a pure unit of cycle/plan.ts: what a first delivery, a retry and an expired run record. No
 // database.
 import { describe, expect, it } from "vitest";
 import { DEFAULT_MESSAGE } from "../../packages/core/src/config.js";
 import { plan, planExpired } from "../../packages/core/src/cycle/plan.js";
 
-describe("outcome plans (docs/exception-lifecycle.md#first-delivery, docs/exception-lifecycle.md#retries)", () => {
+describe("outcome plans (docs/protocol/exception-lifecycle.md#first-delivery, docs/protocol/exception-lifecycle.md#retries)", () => {
   const m = { ...DEFAULT_MESSAGE };
 
   /** Runs an always-failing message from its first delivery to the end, as the poll records it. */
@@ -23,19 +23,19 @@ describe("outcome plans (docs/exception-lifecycle.md#first-delivery, docs/except
     return rows;
   }
 
-  it("the docs/exception-lifecycle.md#attempts-and-budget default timeline", () => {
+  it("the docs/protocol/exception-lifecycle.md#attempts-and-budget default timeline", () => {
     expect(timeline(m, ["fail", "fail", "fail", "fail", "fail"])).toEqual([
       ["ready", 1, 0, 5_000], ["ready", 2, 0, 1_000], ["ready", 3, 0, 2_000], ["dead", 3, 0, null],
     ]);
   });
 
-  it("the docs/exception-lifecycle.md#attempts-and-budget seed timeline", () => {
+  it("the docs/protocol/exception-lifecycle.md#attempts-and-budget seed timeline", () => {
     expect(timeline({ ...m, maxRetries: 5, baseDelay: 2_000 }, Array(8).fill("fail"))).toEqual([
       ["ready", 1, 0, 5_000], ["ready", 2, 0, 2_000], ["ready", 3, 0, 4_000], ["ready", 4, 0, 8_000], ["ready", 5, 0, 16_000], ["dead", 5, 0, null],
     ]);
   });
 
-  it("the docs/exception-lifecycle.md#attempts-and-budget timeline with a delay in between: four failures, one delay, dead at attempts 4", () => {
+  it("the docs/protocol/exception-lifecycle.md#attempts-and-budget timeline with a delay in between: four failures, one delay, dead at attempts 4", () => {
     expect(timeline(m, ["fail", { delay: 60_000 }, "fail", "fail", "fail", "fail"])).toEqual([
       ["ready", 1, 0, 5_000], ["ready", 2, 1, 60_000], ["ready", 3, 1, 1_000], ["ready", 4, 1, 2_000], ["dead", 4, 1, null],
     ]);

@@ -1,4 +1,4 @@
-// How a drain sizes its ranges (docs/poll-cycle.md#range-size-in-a-drain): the rule of
+// How a drain sizes its ranges (docs/protocol/poll-cycle.md#range-size-in-a-drain): the rule of
 // cycle/sizer.ts as a pure unit, fed samples by hand. No database, no clock.
 import { describe, expect, it } from "vitest";
 import {

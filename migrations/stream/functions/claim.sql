@@ -1,5 +1,5 @@
--- A fresh range claim with the snapshot fence (docs/poll-cycle.md#the-fence), optionally after
--- recording the previous range in the same transaction (docs/poll-cycle.md#the-steady-state).
+-- A fresh range claim with the snapshot fence (docs/protocol/poll-cycle.md#the-fence), optionally after
+-- recording the previous range in the same transaction (docs/protocol/poll-cycle.md#the-steady-state).
 --
 -- With p_rec_token set, record_range_N(p_group, p_rec_token, NULL, NULL, p_rec_eq, p_rec_dl,
 -- p_rec_keys) first records the previous range whole; the observation is this transaction's id,
@@ -10,10 +10,10 @@
 -- reclaim, exception runs to expire, exception rows due (reservable). Any of those stops here and
 -- the caller turns to them, except due rows when p_rec_past_due: then the next range is claimed
 -- all the same and the exception phase runs when the chain ends
--- (docs/poll-cycle.md#due-rows-and-the-chain).
+-- (docs/protocol/poll-cycle.md#due-rows-and-the-chain).
 --
--- The claim answers without the range's messages (docs/poll-cycle.md#the-claims-answer): it
--- measures the payloads against p_bytes (docs/poll-cycle.md#the-byte-bound), moves the cursor,
+-- The claim answers without the range's messages (docs/protocol/poll-cycle.md#the-claims-answer): it
+-- measures the payloads against p_bytes (docs/protocol/poll-cycle.md#the-byte-bound), moves the cursor,
 -- writes the lease, and returns a header row (r_low, r_high, and lease_ms, the length of the lease
 -- written, NULL when no message needed one) or, when producers hold the fence, up to five fence
 -- holder rows (payload: {pid, age_ms, app, query}; options: {"fence": true}). The client reads
@@ -84,7 +84,7 @@ BEGIN
   v_gate := c.settled_head;
   v_obs_ok := v_obs IS NULL OR v_obs = '0'::xid8 OR v_xmin >= v_obs;
   v_pending_ok := c.pending_xid IS NULL OR c.pending_head <= c.settled_head OR v_xmin >= c.pending_xid;
-  -- The precise test when the cheap one fails (docs/poll-cycle.md#the-fence).
+  -- The precise test when the cheap one fails (docs/protocol/poll-cycle.md#the-fence).
   IF NOT (v_obs_ok AND v_pending_ok) THEN
     IF EXISTS (SELECT 1 FROM {{schema}}.fence_holders_{{N}}()) THEN
       v_blocked := true;
@@ -109,7 +109,7 @@ BEGIN
     -- every id this one saw (a row it no longer finds a compaction head for was superseded, and is
     -- passed). A payload stored uncompressed counts its stored size, read from the row without
     -- converting it to text; a compressed one (a large payload) counts its JSON text
-    -- (docs/poll-cycle.md#the-byte-bound). First the whole range in one pass: when nothing in it is
+    -- (docs/protocol/poll-cycle.md#the-byte-bound). First the whole range in one pass: when nothing in it is
     -- compressed and its stored sizes fit the bound, all of it goes.
     SELECT count(*), COALESCE(sum(pg_column_size(l.payload)), 0), COALESCE(bool_or(pg_column_compression(l.payload) IS NOT NULL), false)
       INTO v_n, v_bytes, v_packed

@@ -1,4 +1,4 @@
--- Reserve due rows and start the first of them, in one round trip (docs/poll-cycle.md#the-exception-phase
+-- Reserve due rows and start the first of them, in one round trip (docs/protocol/poll-cycle.md#the-exception-phase
 -- steps 2 and 3). The reservation is the one the phase always made: up to p_limit rows in id
 -- order, FOR UPDATE SKIP LOCKED, `ready` and due or `deferred`, not reserved by a live poll, whose
 -- message exists, whose key is not leased (only the lowest waiting row per key, decided before
@@ -52,7 +52,7 @@ BEGIN
                               WHERE w.consumer_group_id = p_group AND w.message_key = e.message_key
                                 AND w.message_id < e.message_id AND w.concurrency <> 'parallel'
                                 AND ((w.status = 'ready' AND w.can_run_after <= now()) OR w.status = 'deferred'))
-             -- The predecessor rule, per key (docs/ordering.md#the-predecessor-rule).
+             -- The predecessor rule, per key (docs/protocol/ordering.md#the-predecessor-rule).
              AND (e.concurrency <> 'ordered'
                   OR {{schema}}.ordered_pred_{{N}}(p_group, e.message_key, e.message_id, 0, 0) IS NULL)))
      ORDER BY e.message_id

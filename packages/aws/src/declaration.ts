@@ -38,15 +38,15 @@ export interface GroupDeclaration {
   timeout?: number;
   /** Lambda memory in MB. Default 256. */
   memory?: number;
-  /** Poll option: ids per fresh range and rows per exception claim (docs/poll-cycle.md#options). Default 10. */
+  /** Poll option: ids per fresh range and rows per exception claim (docs/protocol/poll-cycle.md#options). Default 10. */
   batchLimit?: number;
-  /** Poll option: handlers running at once (docs/poll-cycle.md#options). Default 1. */
+  /** Poll option: handlers running at once (docs/protocol/poll-cycle.md#options). Default 1. */
   concurrency?: number;
-  /** Poll option: time allowed to record an outcome (docs/poll-cycle.md#options). Default 2 000. */
+  /** Poll option: time allowed to record an outcome (docs/protocol/poll-cycle.md#options). Default 2 000. */
   recordMargin?: number;
   /** Continuous mode: pause after an idle drain before polling again, in ms. Default 1 000. */
   idleWait?: number;
-  /** CloudWatch alarms of the group (docs/operations.md#alarms); default on with a 15-minute threshold. */
+  /** CloudWatch alarms of the group (docs/guide/operations.md#alarms); default on with a 15-minute threshold. */
   alarms?: GroupAlarms | false;
 }
 
@@ -60,7 +60,7 @@ export const DEFAULTS = {
   memory: 256,
   recordMargin: 2_000,
   idleWait: 1_000,
-  /** Message timeout a group uses when its config sets none (docs/configuration.md#the-stored-document). */
+  /** Message timeout a group uses when its config sets none (docs/guide/configuration.md#the-stored-document). */
   messageTimeout: 30_000,
 };
 
@@ -155,7 +155,7 @@ export function validateGroups<T extends readonly GroupDeclaration[]>(groups: T)
     checkAlarms(d.alarms, `${at}.alarms`);
     const r = resolvedDeclaration(d);
     // The poll handler stops starting work at `timeout - (recordMargin + 1000)` minus 2 x
-    // recordMargin (docs/poll-cycle.md#the-report-and-drain, docs/crash-recovery.md#the-end-of-an-invocation); a message must fit inside that window or it never starts.
+    // recordMargin (docs/protocol/poll-cycle.md#the-report-and-drain, docs/protocol/crash-recovery.md#the-end-of-an-invocation); a message must fit inside that window or it never starts.
     const window = r.timeout - (r.recordMargin + 1_000);
     const messageTimeout = Math.max(
       d.config?.message?.timeout ?? DEFAULTS.messageTimeout,

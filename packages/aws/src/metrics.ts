@@ -1,4 +1,4 @@
-// CloudWatch metrics in Embedded Metric Format (docs/operations.md#metrics): one JSON document per
+// CloudWatch metrics in Embedded Metric Format (docs/guide/operations.md#metrics): one JSON document per
 // poll invocation and one per maintained stream, written to stdout where the Lambda log agent
 // turns it into metrics. Written directly (no powertools): a document is a plain object, the
 // library only needs a few fixed metrics per invocation, and the adapter stays free of a

@@ -1,5 +1,5 @@
-// The poll Lambda (docs/operations.md#the-poll-function): one invocation drains one group until it is idle (`drain` mode)
-// or until its budget ends (`continuous` mode), with the deadline of docs/crash-recovery.md#the-end-of-an-invocation.
+// The poll Lambda (docs/guide/operations.md#the-poll-function): one invocation drains one group until it is idle (`drain` mode)
+// or until its budget ends (`continuous` mode), with the deadline of docs/protocol/crash-recovery.md#the-end-of-an-invocation.
 import { SqlStreamsError, mergeReports, type BatchHandler, type CycleReport, type Handler, type Progress, type SqlStreams, type StreamDef } from "@sqlstreams/core";
 import type { LambdaContext } from "./context.js";
 import { DatabaseProvider, defaultDatabase } from "./database.js";
@@ -45,7 +45,7 @@ export interface PollHandlerOptions<T = unknown> {
   /** Where the per-invocation JSON line goes; default stdout. */
   log?: LineWriter;
   /**
-   * Where the per-invocation EMF document goes (docs/operations.md#metrics): default stdout when
+   * Where the per-invocation EMF document goes (docs/guide/operations.md#metrics): default stdout when
    * running in Lambda, nowhere elsewhere; `false` turns it off.
    */
   metrics?: LineWriter | false;
@@ -196,7 +196,7 @@ async function pollInvocation<T>(
   client: SqlStreams, b: Binding<T>, run: Run<T>, context: LambdaContext, started: number,
 ): Promise<{ report: CycleReport; progress: Progress | null }> {
   const { recordMargin, idleWait } = b;
-  // docs/crash-recovery.md#the-end-of-an-invocation: leave recordMargin + 1 s so recording and releasing finish before the stop.
+  // docs/protocol/crash-recovery.md#the-end-of-an-invocation: leave recordMargin + 1 s so recording and releasing finish before the stop.
   const deadline = Date.now() + context.getRemainingTimeInMillis() - (recordMargin + 1_000);
   const pollOpts = {
     deadline,
@@ -217,7 +217,7 @@ async function pollInvocation<T>(
     last = await drain();
     total = mergeReports(total, last);
   }
-  // Wake on produce (docs/producing.md#wake-on-produce): idle now, so release the group's wake; a
+  // Wake on produce (docs/guide/producing.md#wake-on-produce): idle now, so release the group's wake; a
   // produce that found it in flight meanwhile marked it pending: drain once more.
   while (!last.paused && last.notStarted === 0 && deadline - Date.now() >= 2 * recordMargin && (await releaseWakeSafely(consumer))) {
     last = await drain();

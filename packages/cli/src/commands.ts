@@ -112,7 +112,7 @@ async function statusOnce(ctx: Ctx, stream: string | undefined, group: string | 
 
 /**
  * `status --history`: per group, sparklines of lag, throughput (ids committed per minute between
- * samples) and dead rows over the samples maintain() wrote (docs/data-model.md#progress-history).
+ * samples) and dead rows over the samples maintain() wrote (docs/protocol/data-model.md#progress-history).
  */
 async function history(ctx: Ctx, stream: string | undefined, group: string | undefined, v: Values): Promise<void> {
   const samples = int(v, "samples", "status", 2, 5_000) ?? 48;
@@ -180,7 +180,7 @@ function alertsOf(progress: Progress[], a: Alert): string[] {
 /**
  * `status`: one table, or with --watch a refreshing one. With --check (or --max-age) the exit
  * code is 2 when any group has dead rows or an unresolved message older than --max-age, so a
- * cron job or an alerting probe can run it (docs/operations.md#the-operator-cli).
+ * cron job or an alerting probe can run it (docs/guide/operations.md#the-operator-cli).
  */
 export async function status(ctx: Ctx, v: Values): Promise<number> {
   const stream = str(v, "stream");

@@ -1,4 +1,4 @@
-// Types, defaults, validation and per-message resolution of configuration (docs/producing.md#registration, docs/configuration.md, docs/poll-cycle.md#options).
+// Types, defaults, validation and per-message resolution of configuration (docs/guide/producing.md#registration, docs/guide/configuration.md, docs/protocol/poll-cycle.md#options).
 // Pure: no database, no clock.
 import { SqlStreamsError, type ErrorCode } from "./errors.js";
 
@@ -184,7 +184,7 @@ function cmpValue(f: NumField, v: number): number {
   return f === "maxDelays" && v === 0 ? Infinity : v;
 }
 
-/** Validates a whole ConsumerConfig (docs/configuration.md#the-stored-document) and returns the sparse document to store. */
+/** Validates a whole ConsumerConfig (docs/guide/configuration.md#the-stored-document) and returns the sparse document to store. */
 export function validateConsumerConfig(v: unknown): ConsumerConfig {
   if (v === undefined) return {};
   if (!isPlainObject(v)) fail("SQL0013", "config", v, "must be an object");
@@ -235,7 +235,7 @@ export interface ResolvedStreamOptions {
   maxPayloadBytes: number;
 }
 
-/** Validates stream.register() options (docs/producing.md#registration, SQL0012). */
+/** Validates stream.register() options (docs/guide/producing.md#registration, SQL0012). */
 export function validateStreamOptions(v: unknown): ResolvedStreamOptions {
   if (v === undefined) v = {};
   if (!isPlainObject(v)) fail("SQL0012", "options", v, "must be an object");
@@ -265,16 +265,16 @@ export interface ResolvedPollOptions {
   signal: AbortSignal | undefined;
   /**
    * Internal (set by drain, never by a caller): the most a fresh or reclaimed range's lease is
-   * claimed for, or one run when that is longer (docs/poll-cycle.md#range-size-in-a-drain).
+   * claimed for, or one run when that is longer (docs/protocol/poll-cycle.md#range-size-in-a-drain).
    */
   rangeLeaseBound?: number;
 }
 
-/** Payload bytes a range hands out by default: safe for a 256 MB Lambda (docs/poll-cycle.md#the-byte-bound). */
+/** Payload bytes a range hands out by default: safe for a 256 MB Lambda (docs/protocol/poll-cycle.md#the-byte-bound). */
 export const DEFAULT_BATCH_BYTES = 16 * 1_048_576;
 
 /**
- * The ranges of the numeric poll()/drain() options (docs/poll-cycle.md#options): validatePollOptions
+ * The ranges of the numeric poll()/drain() options (docs/protocol/poll-cycle.md#options): validatePollOptions
  * checks them, and so does the deployment's declaration (@sqlstreams/aws) for the options it passes on.
  */
 export const POLL_OPTION_RANGES = {
@@ -286,7 +286,7 @@ export const POLL_OPTION_RANGES = {
 
 const P = (k: keyof typeof POLL_OPTION_RANGES): NumRule => R(POLL_OPTION_RANGES[k][0], POLL_OPTION_RANGES[k][1]);
 
-/** Validates poll()/drain() options (docs/poll-cycle.md#options, SQL0015). */
+/** Validates poll()/drain() options (docs/protocol/poll-cycle.md#options, SQL0015). */
 export function validatePollOptions(v: unknown): ResolvedPollOptions {
   if (v === undefined) v = {};
   if (!isPlainObject(v)) fail("SQL0015", "options", v, "must be an object");
@@ -310,7 +310,7 @@ export function validatePollOptions(v: unknown): ResolvedPollOptions {
   return out;
 }
 
-/** The group's view used by a poll: defaults, ceilings and floors resolved once (docs/configuration.md#resolving-a-messages-options). */
+/** The group's view used by a poll: defaults, ceilings and floors resolved once (docs/guide/configuration.md#resolving-a-messages-options). */
 /** pollBatch()/drainBatch() options: the poll options and the most messages per call of the batch handler. */
 export interface BatchPollOptions extends PollOptions {
   /** Messages per call of the batch handler, 1 to 1 000 (default 100). */
@@ -367,7 +367,7 @@ export interface Resolution {
 
 /**
  * Resolves the options one message runs with: fill from the group defaults, clamp into
- * [messageMin, messageMax], then the concurrency override (docs/configuration.md#resolving-a-messages-options).
+ * [messageMin, messageMax], then the concurrency override (docs/guide/configuration.md#resolving-a-messages-options).
  */
 export function resolveMessage(
   g: GroupResolution,

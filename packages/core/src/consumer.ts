@@ -45,7 +45,7 @@ export class Consumer<T = unknown> {
 
   /**
    * With a typed stream's schema, the handler sees only payloads that pass it, as the schema's
-   * output; a payload that fails is Permanent with SQL0068 (docs/producing.md#typed-streams).
+   * output; a payload that fails is Permanent with SQL0068 (docs/guide/producing.md#typed-streams).
    */
   private checked(handler: Handler<T>): Handler<T> {
     const schema = this.schema;
@@ -77,7 +77,7 @@ export class Consumer<T = unknown> {
 
   /**
    * The group's poller is idle: releases its wake so the next produce wakes it again, and returns
-   * true when a produce asked for another drain meanwhile (docs/producing.md#wake-on-produce).
+   * true when a produce asked for another drain meanwhile (docs/guide/producing.md#wake-on-produce).
    * Pollers that can be woken call it after an idle drain, and drain again when it returns true.
    */
   releaseWake(): Promise<boolean> {
@@ -87,7 +87,7 @@ export class Consumer<T = unknown> {
     });
   }
 
-  /** One bounded claim cycle (docs/poll-cycle.md). */
+  /** One bounded claim cycle (docs/protocol/poll-cycle.md). */
   poll(handler: Handler<T>, opts: PollOptions = {}): Promise<CycleReport> {
     return atEdge(this.call("poll"), async () => {
       const h = this.runnable(handler);
@@ -138,7 +138,7 @@ export class Consumer<T = unknown> {
   }
 
   /**
-   * The group's progress samples written by maintain() (docs/data-model.md#progress-history),
+   * The group's progress samples written by maintain() (docs/protocol/data-model.md#progress-history),
    * oldest first: the newest `limit` (default 288, one day of 5-minute runs) since `since`.
    */
   history(opts: { since?: Date | string | number; limit?: number } = {}): Promise<ProgressSample[]> {
@@ -164,7 +164,7 @@ export class Consumer<T = unknown> {
   }
 
   /**
-   * Moves the group's position (docs/operations.md#seek): the next delivered message is the first existing id
+   * Moves the group's position (docs/guide/operations.md#seek): the next delivered message is the first existing id
    * ≥ `to.id`, or the first created at or after `to.time`. Refused while leases are open unless forced.
    */
   seek(to: SeekTarget, opts: { force?: boolean } = {}): Promise<{ claimed: string; committed: string; previous: { claimed: string; committed: string }; deletedRows: number }> {
@@ -172,7 +172,7 @@ export class Consumer<T = unknown> {
   }
 
   /**
-   * Puts dead rows back to work with a fresh budget (docs/operations.md#redrive); with `rate`, in
+   * Puts dead rows back to work with a fresh budget (docs/guide/operations.md#redrive); with `rate`, in
    * small paced transactions that can be stopped and run again (redriven rows are no longer dead).
    */
   redrive(selector: RedriveSelector, opts: BatchOptions = {}): Promise<{ redriven: number; skipped: number; batches?: number }> {
@@ -180,7 +180,7 @@ export class Consumer<T = unknown> {
   }
 
   /**
-   * Throws dead rows away (docs/operations.md#discarding-dead-messages): each row is deleted and a
+   * Throws dead rows away (docs/guide/operations.md#discarding-dead-messages): each row is deleted and a
    * `discarded: <reason>` row is written to the delivery log, whatever its mode, as the audit trail.
    * The message stays in the log (retention removes it); the group will not run it again.
    */

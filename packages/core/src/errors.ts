@@ -1,4 +1,4 @@
-/** Every error the library raises carries one of these codes (README.md#error-codes). */
+/** Every error the library raises carries one of these codes (docs/guide/errors.md#error-codes). */
 export const ERROR_CODES = {
   SQL0001: { kind: "error", meaning: "invalid client configuration, or a malformed connection string", fix: "pass exactly one of connectionString (a postgres:// URL) and pool; schema must match ^[a-z_][a-z0-9_]{0,62}$" },
   SQL0002: { kind: "error", meaning: "the client was closed", fix: "create a new client" },

@@ -20,7 +20,7 @@ describe("rejections against a real database write nothing", () => {
     await g.register(valid);
     const sid = await streamIdOf(t, "config.reject");
     const [stored] = await t.sql<{ config: unknown }>(`SELECT config FROM ${S}.consumer_group_config WHERE stream_id = $1 AND name = 'g'`, [sid]);
-    expect(stored.config).toEqual(valid); // sparse, exactly as given (docs/configuration.md#the-stored-document)
+    expect(stored.config).toEqual(valid); // sparse, exactly as given (docs/guide/configuration.md#the-stored-document)
     const before = await tableSnapshot(t, sid);
     const bad: [unknown, string][] = [
       [{ message: { retry: { baseDelay: 5000, maxDelay: 1000 } } }, "SQL0014"],

@@ -1,4 +1,4 @@
-// Connection failures at the library's edges (docs/operations.md#connection-errors): every public
+// Connection failures at the library's edges (docs/guide/operations.md#connection-errors): every public
 // call against a database it cannot use fails with a coded SqlStreamsError whose cause is the pg
 // error — a refused port, an unknown database, a server refusing new connections (a role at its
 // CONNECTION LIMIT: 53300; a private server in smart shutdown: 57P03), rejected credentials — a

@@ -1,4 +1,4 @@
-// Exception-row leases after a crash (docs/crash-recovery.md#the-kill-backstop, docs/exception-lifecycle.md#retries, docs/crash-recovery.md#a-crash; C12, C13): a SIGKILLed
+// Exception-row leases after a crash (docs/protocol/crash-recovery.md#the-kill-backstop, docs/protocol/exception-lifecycle.md#retries, docs/protocol/crash-recovery.md#a-crash; C12, C13): a SIGKILLed
 // poller charges only the row whose handler had started, and only once its run lease expired;
 // rows it had merely reserved come back uncharged; a run that outlived its lease records nothing.
 import { beforeAll, describe, expect, it } from "vitest";

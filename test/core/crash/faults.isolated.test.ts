@@ -1,4 +1,4 @@
-// Database faults under running pollers (docs/crash-recovery.md#database-errors-inside-a-poll, docs/crash-recovery.md, G2): connections terminated with
+// Database faults under running pollers (docs/protocol/crash-recovery.md#database-errors-inside-a-poll, docs/protocol/crash-recovery.md, G2): connections terminated with
 // pg_terminate_backend (what a server restart or failover does to every session), connections
 // refused for a while, and idle or checked-out pooled connections dying. A poll either retries
 // within its deadline or fails with SQL0033; no recorded outcome is lost or written twice; the
@@ -115,7 +115,7 @@ describe("pooled connections that die", () => {
 });
 
 // ---------------------------------------------------------------------------------------------
-// docs/crash-recovery.md#database-errors-inside-a-poll: after a database error a poll stops starting handlers, waits for the running ones,
+// docs/protocol/crash-recovery.md#database-errors-inside-a-poll: after a database error a poll stops starting handlers, waits for the running ones,
 // records what it can, and only then throws SQL0033.
 // ---------------------------------------------------------------------------------------------
 /** Refuses new connections and kills the open ones; lets them in again after `ms`. */

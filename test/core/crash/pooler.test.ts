@@ -1,4 +1,4 @@
-// Poolers for real (README.md#poolers, docs/operations.md#credentials): a real PgBouncer in transaction
+// Poolers for real (docs/guide/troubleshooting.md#poolers, docs/guide/operations.md#credentials): a real PgBouncer in transaction
 // mode, started by the test with SCRAM checked by PgBouncer itself.
 // - Rotation: ALTER ROLE … PASSWORD while two "containers" (DatabaseProvider) keep polling; their
 //   connections then drop and the next login with the cached password is rejected — by Postgres

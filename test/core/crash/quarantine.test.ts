@@ -1,4 +1,4 @@
-// Quarantine and the kill backstop (docs/crash-recovery.md#a-crash, docs/crash-recovery.md#quarantine, docs/crash-recovery.md#the-kill-backstop, docs/exception-lifecycle.md#first-delivery, docs/exception-lifecycle.md#retries; C11), proven with
+// Quarantine and the kill backstop (docs/protocol/crash-recovery.md#a-crash, docs/protocol/crash-recovery.md#quarantine, docs/protocol/crash-recovery.md#the-kill-backstop, docs/protocol/exception-lifecycle.md#first-delivery, docs/protocol/exception-lifecycle.md#retries; C11), proven with
 // real child processes: a message whose handler kills the process (SIGKILL) every time it runs.
 // Each poll is a fresh child process, as each Lambda invocation would be.
 import { beforeAll, describe, expect, it } from "vitest";

@@ -1,4 +1,4 @@
-// Crash recovery of the range path (docs/crash-recovery.md#a-crash, docs/poll-cycle.md#the-range-lease, docs/poll-cycle.md#recording-a-range, docs/crash-recovery.md#a-crash; C10, C26), proven with
+// Crash recovery of the range path (docs/protocol/crash-recovery.md#a-crash, docs/protocol/poll-cycle.md#the-range-lease, docs/protocol/poll-cycle.md#recording-a-range, docs/protocol/crash-recovery.md#a-crash; C10, C26), proven with
 // real child processes: a poller is SIGKILLed mid-range, or frozen past its lease and then let
 // go, and the parent test (a second poller) reclaims the range and checks the tables.
 import { setTimeout as sleep } from "node:timers/promises";
@@ -106,7 +106,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
   });
 
   it("a stalled poller whose lease expired and was reclaimed commits nothing late (record guarded by the token)", async () => {
-    // Long timeout: the stalled handler is not timed out; the lease is expired by hand (docs/conformance.md).
+    // Long timeout: the stalled handler is not timed out; the lease is expired by hand (docs/protocol/conformance.md).
     const { g, n, gid } = await setupProduced(t, "late.commit", { message: { timeout: 10_000 } }, 4);
     const child = poller({ stream: "late.commit", group: "g", method: "drain", opts: { batchLimit: 4 }, actions: { "2": "wait", "3": "fail" } });
     await child.waitFor({ event: "start", id: "2" });
@@ -216,7 +216,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
   });
 
   it("a crash while the next range was claimed ahead: both leases stay until they expire, then the range that never started is reclaimed like the one that was running", async () => {
-    // docs/poll-cycle.md#claiming-ahead: ranges of 50, 50 handlers at once, quick handlers, so from
+    // docs/protocol/poll-cycle.md#claiming-ahead: ranges of 50, 50 handlers at once, quick handlers, so from
     // the second range on the next one is claimed while one runs. Message 80 hangs the child in
     // (50, 100] while (100, 150] is claimed ahead (early in the drain, well inside the chain's first
     // second even on a loaded machine); the child is SIGKILLed.
@@ -246,7 +246,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
   });
 
   it("a crash while a keyed range's successor was claimed ahead: the successor holds no key lease; both ranges are reclaimed in key order", async () => {
-    // docs/poll-cycle.md#keyed-ranges-claimed-ahead: ordered messages over 5 keys, ranges of 50.
+    // docs/protocol/poll-cycle.md#keyed-ranges-claimed-ahead: ordered messages over 5 keys, ranges of 50.
     // From the second range on, the next range is claimed while one runs; a range's record goes
     // with the next range's key take. Message 130 hangs the child in (100, 150] (whose keys came
     // with the record of (50, 100]) while (150, 200] is claimed ahead; SIGKILL.

@@ -1,4 +1,4 @@
-// Surviving a lost database (docs/crash-recovery.md#database-errors-inside-a-poll, docs/crash-recovery.md, G2): a private Postgres server is stopped (fast
+// Surviving a lost database (docs/protocol/crash-recovery.md#database-errors-inside-a-poll, docs/protocol/crash-recovery.md, G2): a private Postgres server is stopped (fast
 // shutdown: every session terminated, then connections refused) and, later, killed outright
 // (immediate shutdown: crash recovery on the next start) under running drains. Polls fail with
 // SQL0033 while it is gone or retry; the process keeps running; once the server is back the

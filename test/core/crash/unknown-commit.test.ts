@@ -1,4 +1,4 @@
-// docs/crash-recovery.md#unknown-commits: a reply lost after its COMMIT ran. A TCP proxy between
+// docs/protocol/crash-recovery.md#unknown-commits: a reply lost after its COMMIT ran. A TCP proxy between
 // the library and a real Postgres forwards the statement, waits for the server's ReadyForQuery
 // (the commit is done) and cuts the connection instead of delivering the answer. The retry must
 // find the poll's own committed work and carry on: no duplicate-lease error, no false SQL0034,

@@ -1,4 +1,4 @@
-// Bounded statements (docs/operations.md#timeouts): a database that stops answering — its serving
+// Bounded statements (docs/guide/operations.md#timeouts): a database that stops answering — its serving
 // backends frozen with SIGSTOP, or the connection silently dropped by a proxy — ends a poll by its
 // deadline + recordMargin with SQL0050 (never a hang), loses nothing (leases expire, the next
 // poll reclaims) and the next poll recovers on a new connection. Runs isolated: it freezes

@@ -1,4 +1,4 @@
-// The exception phase in batches (docs/poll-cycle.md#batched-starts-and-records): reserved rows
+// The exception phase in batches (docs/protocol/poll-cycle.md#batched-starts-and-records): reserved rows
 // start together and outcomes are recorded together through exception_step_N, one round trip per
 // batch, each row still under its own guard: a row whose lease was lost writes nothing while the
 // rest of its batch is recorded; a start repeated after its reply was lost starts nothing twice.

@@ -1,4 +1,4 @@
-// Handler outcomes and the exception queue (docs/exception-lifecycle.md#attempts-and-budget, docs/poll-cycle.md#the-exception-phase, docs/exception-lifecycle.md#running-a-handler, docs/exception-lifecycle.md; scenarios C3–C9, C36).
+// Handler outcomes and the exception queue (docs/protocol/exception-lifecycle.md#attempts-and-budget, docs/protocol/poll-cycle.md#the-exception-phase, docs/protocol/exception-lifecycle.md#running-a-handler, docs/protocol/exception-lifecycle.md; scenarios C3–C9, C36).
 // Backoff values are asserted from the stored rows (can_run_after − updated_at); instead of
 // waiting, rows are made due by moving can_run_after into the past.
 import { setTimeout as sleep } from "node:timers/promises";
@@ -205,7 +205,7 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
   });
 });
 
-describe("per-message resolution in the outcome path (docs/configuration.md#resolving-a-messages-options)", () => {
+describe("per-message resolution in the outcome path (docs/guide/configuration.md#resolving-a-messages-options)", () => {
   it("a produced maxRetries below the group's applies; one above is capped at the group default; maxDelays from the message", async () => {
     const { t, s, g, sid, gid } = await setup("resolve.outcomes");
     await s.produce({ n: 1 }, { message: { retry: { maxRetries: 1 } } });
@@ -225,7 +225,7 @@ describe("per-message resolution in the outcome path (docs/configuration.md#reso
       ["1", "dead", 1, 0], ["2", "dead", 3, 0], ["3", "dead", 1, 1],
     ]);
     expect(rows[2].last_error).toBe("SQL0025 delay limit reached: 1 delays");
-    // one SQL0039 per group and field (docs/configuration.md#resolving-a-messages-options): maxRetries of message 2 (maxDelays 1 is inside the bounds)
+    // one SQL0039 per group and field (docs/guide/configuration.md#resolving-a-messages-options): maxRetries of message 2 (maxDelays 1 is inside the bounds)
     expect(t.events.filter((e) => e.code === "SQL0039" && e.stream === "resolve.outcomes").map((e) => e.field)).toEqual(["maxRetries"]);
     expect((await cursor(t, sid, gid)).committed).toBe("3");
     await checkInvariants(t, sid);
@@ -407,7 +407,7 @@ describe("Delay (C7)", () => {
     await checkInvariants(t, sid);
   });
 
-  it("C7: a failure after a Delay uses the initial backoff; the docs/exception-lifecycle.md#attempts-and-budget delay timeline ends dead at attempts 4", async () => {
+  it("C7: a failure after a Delay uses the initial backoff; the docs/protocol/exception-lifecycle.md#attempts-and-budget delay timeline ends dead at attempts 4", async () => {
     const { t, s, g, sid, gid } = await setup("c7.timeline");
     await s.produce({});
     // attempt 0 fails, 1 delays 60 s, 2, 3 and 4 fail
@@ -629,7 +629,7 @@ describe("timeouts and abandoned handlers (C9)", () => {
   });
 });
 
-describe("exception rows of docs/exception-lifecycle.md#retries not covered above", () => {
+describe("exception rows of docs/protocol/exception-lifecycle.md#retries not covered above", () => {
   it("an expired run lease with budget left is charged (ready, attempts + 1, backoff); with the budget spent the kill backstop makes it dead", async () => {
     const { t, s, g, sid, gid } = await setup("expiry.rows");
     await s.produceBatch([{ payload: 1 }, { payload: 2 }]);

@@ -1,4 +1,4 @@
-// Group independence, redeclaration, inspection and operations (docs/configuration.md, docs/operations.md; scenarios C16,
+// Group independence, redeclaration, inspection and operations (docs/guide/configuration.md, docs/guide/operations.md; scenarios C16,
 // C29, C31, C32, C33, C34).
 import { readFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -381,20 +381,20 @@ describe("pause (C33)", () => {
 });
 
 /**
- * The dead-letter query of docs/operations.md#operator-sql, verbatim from the page (the first
+ * The dead-letter query of docs/guide/operations.md#operator-sql, verbatim from the page (the first
  * statement of its sql block), with the example stream's tables bound to stream `n`; the group
  * name is the page's.
  */
 function deadLetterQuery(n: string): string {
   const page = readFileSync(new URL("../../../docs/guide/operations.md", import.meta.url), "utf8");
   const block = /## Operator SQL[\s\S]*?```sql\n([\s\S]*?)```/.exec(page);
-  if (!block) throw new Error("docs/operations.md has no Operator SQL block");
+  if (!block) throw new Error("docs/guide/operations.md has no Operator SQL block");
   const query = block[1].slice(0, block[1].indexOf(";") + 1);
   return query.replace(/sqlstreams\.(exception_queue|message_log)_1\b/g, (_, name: StreamTable) => table(n, name));
 }
 
 describe("inspection (C34)", () => {
-  it("C34: progress() and failures() after a dead message; the docs/operations.md dead-letter query returns the same row", async () => {
+  it("C34: progress() and failures() after a dead message; the docs/guide/operations.md dead-letter query returns the same row", async () => {
     const { t, s, g, sid, gid } = await setup("c34.inspect", { groupName: "fraud-scoring", group: { message: { retry: { maxRetries: 1 } } } });
     await s.produceBatch([1, 2, 3].map((n) => ({ payload: { order: n } })));
     const h = ((m: Message<{ order: number }>) => {

@@ -1,4 +1,4 @@
-// docs/ordering.md#key-leases: a handler that ignores msg.signal is abandoned at
+// docs/protocol/ordering.md#key-leases: a handler that ignores msg.signal is abandoned at
 // its timeout but keeps running. Until it settles, no other run of its key may start: not in this
 // process (the rest of its range, later polls) and not in another process (its key lease is
 // renewed past the timeout, up to 10 × the timeout). Runs are recorded with wall-clock stamps by

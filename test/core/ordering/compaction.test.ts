@@ -1,4 +1,4 @@
-// docs/ordering.md#compaction compaction and docs/producing.md#compaction-heads head upsert (C20): the read filter, supersede of exception rows and
+// docs/protocol/ordering.md#compaction compaction and docs/guide/producing.md#compaction-heads head upsert (C20): the read filter, supersede of exception rows and
 // of range messages found not head at their key lease, rank pinning, batches, validation.
 import { describe, expect, it } from "vitest";
 import type { Message } from "@sqlstreams/core";

@@ -1,4 +1,4 @@
-// Per-key ordering (docs/ordering.md#the-predecessor-rule): an ordered message waits only for
+// Per-key ordering (docs/protocol/ordering.md#the-predecessor-rule): an ordered message waits only for
 // earlier unresolved messages of its own key, never for the group's committed cursor, so one
 // unresolved message of a key holds no other ordered key. No timing is asserted: the stuck keys are held for minutes, and a
 // test that fails does so because healthy keys stall until the stuck key resolves (never, here).

@@ -1,5 +1,5 @@
-// The set-based predecessor rule and key-lease upsert (docs/ordering.md#the-predecessor-rule,
-// docs/ordering.md#key-leases): take_keys_N checks every key of a range in one statement. One call
+// The set-based predecessor rule and key-lease upsert (docs/protocol/ordering.md#the-predecessor-rule,
+// docs/protocol/ordering.md#key-leases): take_keys_N checks every key of a range in one statement. One call
 // here mixes every case, so a rule that looked at the wrong key's row, lost a probe, or let one
 // key's answer leak into another's fails: a predecessor inside another range's live lease, one in
 // the exception queue, one not claimed yet, a dead row (resolved), a key leased by someone else

@@ -1,4 +1,4 @@
-// docs/ordering.md ordering and concurrency: the docs/ordering.md#worked-example-one-group-four-messages walkthrough (C19) with its dead, Delay and
+// docs/protocol/ordering.md ordering and concurrency: the docs/protocol/ordering.md#worked-example-one-group-four-messages walkthrough (C19) with its dead, Delay and
 // cross-range variants, exclusivity (C18), ordered + compaction (C21), and concurrency > 1
 // inside one poll (ordered keys serial, different keys in parallel).
 import { setTimeout as sleep } from "node:timers/promises";
@@ -15,7 +15,7 @@ const KEY = "acct-42";
 const GROUP = "apply-balance";
 
 /**
- * docs/ordering.md#worked-example-one-group-four-messages setup: stream `name`, group apply-balance with concurrencyOverride 'ordered', 100 unrelated
+ * docs/protocol/ordering.md#worked-example-one-group-four-messages setup: stream `name`, group apply-balance with concurrencyOverride 'ordered', 100 unrelated
  * messages already consumed (so CUR = (100, 100, 100, 100)), then 101–104 with key acct-42.
  * Optionally a second group on the same stream, registered at the head before 101–104.
  */
@@ -38,7 +38,7 @@ async function ledgerStream(t: TestClient, name: string, opts: { otherGroup?: st
 type Row = Awaited<ReturnType<typeof eqRows>>[number];
 const brief = (r: Row) => [r.message_id, r.status, r.message_key, r.concurrency, r.attempts, r.delays];
 
-describe("C19 ordered: the docs/ordering.md#worked-example-one-group-four-messages walkthrough", () => {
+describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-four-messages walkthrough", () => {
   it("poll 1 fails 101 and defers 102–104 without running them; polls 3–6 run 101–104 in order", async () => {
     const t = testClient(url());
     const { g, other, n, gid } = await ledgerStream(t, "ledger.adjustments", { otherGroup: "audit" });
@@ -206,7 +206,7 @@ describe("C19 ordered: the docs/ordering.md#worked-example-one-group-four-messag
     expect((await eqRows(t, n, gid)).map(brief)).toEqual([["101", "dead", KEY, "ordered", 1, 0]]);
     await checkInvariants(t, n);
 
-    // C34: progress shows lag 0 with one dead row; failures() and the docs/operations.md#operator-sql query return 101.
+    // C34: progress shows lag 0 with one dead row; failures() and the docs/guide/operations.md#operator-sql query return 101.
     const p = await g.progress();
     expect(p.lag).toBe("0");
     expect(p.exceptions).toMatchObject({ dead: 1, ready: 0, deferred: 0, inflight: 0 });
@@ -400,7 +400,7 @@ describe("C19 ordered: the docs/ordering.md#worked-example-one-group-four-messag
     await checkInvariants(t, n);
 
     // Later messages: a new key runs at once, and so does a later message of key a: the rule is
-    // per key (docs/ordering.md#the-predecessor-rule), so the stuck row, which holds the group's
+    // per key (docs/protocol/ordering.md#the-predecessor-rule), so the stuck row, which holds the group's
     // committed cursor at 0, does not hold a6.
     seen.length = 0;
     await s.produceBatch([{ payload: { k: "c", i: 0 }, key: "c" }, { payload: { k: "a", i: 6 }, key: "a" }, { payload: { k: "c", i: 1 }, key: "c" }]);
@@ -723,7 +723,7 @@ describe("concurrency > 1 inside one poll", () => {
     expect((await cursor(t, n, gid)).committed).toBe("9");
   });
   it("keyed ranges claimed ahead: a failure recorded with the next range's key take defers that range's later messages of the key", async () => {
-    // docs/poll-cycle.md#keyed-ranges-claimed-ahead: ranges of 100, quick handlers, so from the
+    // docs/protocol/poll-cycle.md#keyed-ranges-claimed-ahead: ranges of 100, quick handlers, so from the
     // second range on the next is claimed while one runs, and a range's record goes with the next
     // range's keys. Every 50th message fails once; its retry waits 300 ms, so no due row ends the
     // chain and the later messages of its key in the next range must be deferred behind it.
@@ -766,7 +766,7 @@ describe("concurrency > 1 inside one poll", () => {
     await checkInvariants(t, n);
   });
   it("a drain's chain of keyed ranges passes its key leases on: each key's lease is written once for the chain, not once per range, and released at its end", async () => {
-    // docs/ordering.md#key-leases: 8 ranges of 50 over 7 keys in one drain. Before leases were
+    // docs/protocol/ordering.md#key-leases: 8 ranges of 50 over 7 keys in one drain. Before leases were
     // passed on, every range inserted its 7 leases and its record deleted them: 56 of each. Now
     // the first range (run before anything is claimed ahead) takes and releases its own, and the
     // chain that starts with the second takes each key once and releases it at its end: 14.

@@ -1,4 +1,4 @@
-// Soak for docs/ordering.md (G5, G6, I5, I8): two pollers with their own clients and pools run the same
+// Soak for docs/protocol/ordering.md (G5, G6, I5, I8): two pollers with their own clients and pools run the same
 // ordered group at the same time while a producer appends a few thousand keyed messages, and about
 // 5 % of the messages fail once. A ledger of handler starts and ends must show, per key, no two
 // handlers at once and every start after all earlier ids of its key have succeeded.

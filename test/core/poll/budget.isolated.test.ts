@@ -1,7 +1,7 @@
 // Structural budgets of ARCHITECTURE.md, counted (never timed): a poll's range costs one round trip
-// to claim (the claim and the read of its range, docs/poll-cycle.md#the-claims-answer) and one to
+// to claim (the claim and the read of its range, docs/protocol/poll-cycle.md#the-claims-answer) and one to
 // record and advance; in a drain's steady state a full range costs one round
-// trip that records it and claims the next (docs/poll-cycle.md#the-steady-state); a caught-up poll
+// trip that records it and claims the next (docs/protocol/poll-cycle.md#the-steady-state); a caught-up poll
 // is one read-only statement; the happy path writes no per-message row.
 import { describe, expect, it } from "vitest";
 import { useFreshDatabase } from "../../support/db.js";
@@ -29,7 +29,7 @@ function kindOf(q: string, n: number | string): string {
 
 /**
  * Each round trip sent, named by its statement: a claim travels with the read of the range it
- * leases behind it, in one round trip and transaction (docs/poll-cycle.md#the-claims-answer), so
+ * leases behind it, in one round trip and transaction (docs/protocol/poll-cycle.md#the-claims-answer), so
  * every claim must be followed by its read, and the pair counts once. Checked against the round
  * trips the pool's connections actually carried since `from` (t.roundTrips then).
  */
@@ -105,7 +105,7 @@ describe("round-trip budgets", () => {
     expect(r.succeeded).toBe(300);
     expect(r.rangesClaimed).toBe(3);
     // load, claim (0, 100]; record it + claim (100, 200]; while that range runs (the one before
-    // was quick), (200, 300] is claimed ahead (docs/poll-cycle.md#claiming-ahead); while that one
+    // was quick), (200, 300] is claimed ahead (docs/protocol/poll-cycle.md#claiming-ahead); while that one
     // runs, the record of (100, 200] travels with the next claim ahead, which finds nothing
     // (caught up); so (200, 300] is recorded on its own; caught-up load. One statement per range,
     // plus one per chain.
@@ -117,7 +117,7 @@ describe("round-trip budgets", () => {
   });
 
   it("keyed ranges claimed ahead: the claim goes out with the key take, the record with the next range's take", async () => {
-    // docs/poll-cycle.md#keyed-ranges-claimed-ahead. 300 ordered messages over 7 keys, ranges of 100.
+    // docs/protocol/poll-cycle.md#keyed-ranges-claimed-ahead. 300 ordered messages over 7 keys, ranges of 100.
     const t = testClient(url());
     await t.client.migrate();
     const { s, g, n } = await warmed(t, "steady.keyed", { concurrencyOverride: "ordered" }, "warm");
@@ -153,7 +153,7 @@ describe("round-trip budgets", () => {
   });
 
   it("due retries do not end a chain of unkeyed ranges: they run after it; after a keyed range they still do", async () => {
-    // docs/poll-cycle.md#due-rows-and-the-chain. Every 50th message fails once; its retry is due
+    // docs/protocol/poll-cycle.md#due-rows-and-the-chain. Every 50th message fails once; its retry is due
     // 1 ms later. Four full ranges of 100.
     const t = testClient(url());
     await t.client.migrate();

@@ -1,4 +1,4 @@
-// docs/poll-cycle.md#the-byte-bound: a range hands out at most batchBytes of payload (the first
+// docs/protocol/poll-cycle.md#the-byte-bound: a range hands out at most batchBytes of payload (the first
 // message always goes), so big payloads cannot run a small function out of memory, and a reclaim
 // decides from ids without loading payloads.
 import { randomBytes } from "node:crypto";
@@ -48,7 +48,7 @@ describe("ranges bounded by bytes (batchBytes)", () => {
   });
 
   it("a payload stored uncompressed counts its stored size, a compressed one its JSON text; a range that fits goes whole", async () => {
-    // docs/poll-cycle.md#the-byte-bound. Random hex does not compress, so Postgres stores those
+    // docs/protocol/poll-cycle.md#the-byte-bound. Random hex does not compress, so Postgres stores those
     // payloads as they are, and the claim counts pg_column_size without converting them; the
     // repeated letters compress, and count their JSON text.
     const t = testClient(url());

@@ -1,5 +1,5 @@
 // Elapsed time in the poll cycle comes from a monotonic clock
-// (docs/poll-cycle.md#options). A wall-clock step while handlers run — simulated by moving
+// (docs/protocol/poll-cycle.md#options). A wall-clock step while handlers run — simulated by moving
 // Date.now() an hour forward or back — must neither end a poll early (the deadline looks passed)
 // nor produce negative durations; the deadline is read from the wall clock once, when passed in.
 import { setTimeout as sleep } from "node:timers/promises";

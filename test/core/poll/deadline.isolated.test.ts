@@ -1,4 +1,4 @@
-// The end-of-invocation protocol (docs/poll-cycle.md#the-range-lease, docs/poll-cycle.md#dispatch, docs/poll-cycle.md#recording-a-range, docs/poll-cycle.md#the-exception-phase, docs/crash-recovery.md#the-end-of-an-invocation; C25, C12 part 2):
+// The end-of-invocation protocol (docs/protocol/poll-cycle.md#the-range-lease, docs/protocol/poll-cycle.md#dispatch, docs/protocol/poll-cycle.md#recording-a-range, docs/protocol/poll-cycle.md#the-exception-phase, docs/protocol/crash-recovery.md#the-end-of-an-invocation; C25, C12 part 2):
 // no handler starts that could not finish before the deadline; a partly done range commits its
 // resolved prefix and releases the rest at once (no reclaim counted); unstarted reservations are
 // released; every lease is capped at deadline + recordMargin.

@@ -1,4 +1,4 @@
-// docs/poll-cycle.md#the-fence worked example and C14: a producer transaction that commits after later ids are
+// docs/protocol/poll-cycle.md#the-fence worked example and C14: a producer transaction that commits after later ids are
 // visible is never skipped. Two real connections.
 import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
@@ -124,7 +124,7 @@ describe("snapshot fence (C14)", () => {
   });
 
   it("only this stream's producers hold its fence: a write transaction in another database, an idle-in-transaction session and an open produce into another stream do not", async () => {
-    // docs/poll-cycle.md#the-fence. On the cluster-xmin fence alone this delivered 0 of 20.
+    // docs/protocol/poll-cycle.md#the-fence. On the cluster-xmin fence alone this delivered 0 of 20.
     const t = testClient(url());
     const s = t.client.stream("fence.own");
     await s.register();

@@ -79,7 +79,7 @@ describe("happy path (C1, C2, C17)", () => {
   });
 
   it("a range lets go of each payload once its run is over: the first payload is collectable before the range ends", async () => {
-    // docs/poll-cycle.md#dispatch: parsed at each start, held by the run alone.
+    // docs/protocol/poll-cycle.md#dispatch: parsed at each start, held by the run alone.
     v8.setFlagsFromString("--expose-gc");
     const gc = vm.runInNewContext("gc") as () => void;
     const t = testClient(url());

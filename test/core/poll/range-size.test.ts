@@ -1,4 +1,4 @@
-// A drain sizes its ranges (docs/poll-cycle.md#range-size-in-a-drain): real drains whose range
+// A drain sizes its ranges (docs/protocol/poll-cycle.md#range-size-in-a-drain): real drains whose range
 // counts prove the rule (unit-tested in test/unit/sizer.test.ts) is applied. Counts only, never
 // timings.
 import { setTimeout as sleep } from "node:timers/promises";

@@ -1,4 +1,4 @@
-// Producing from SQL: sqlstreams.produce() and produce_batch() (docs/producing.md#producing-from-sql).
+// Producing from SQL: sqlstreams.produce() and produce_batch() (docs/guide/producing.md#producing-from-sql).
 // The same rules as the library path: the same idempotency UUIDs (a key produced from SQL and from
 // TypeScript is one key), the same checks and codes, compaction heads, and the caller's
 // transaction deciding; a trigger on an application table produces on INSERT.

@@ -8,7 +8,7 @@ import { streamMigrations, systemMigrations } from "../../../packages/core/src/g
 const url = useFreshDatabase();
 
 
-describe("producing (docs/producing.md, C22–C24, C28)", () => {
+describe("producing (docs/guide/producing.md, C22–C24, C28)", () => {
   it("C22: idempotency keys dedupe while retained, as v5 UUIDs or verbatim UUIDs", async () => {
     const t = testClient(url());
     await t.client.migrate();

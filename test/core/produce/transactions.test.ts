@@ -1,5 +1,5 @@
 // produceInTx and produceBatchInTx through every transaction API the README names, each with
-// its real library against real Postgres (docs/producing.md#producing-inside-your-transaction):
+// its real library against real Postgres (docs/guide/producing.md#producing-inside-your-transaction):
 // a commit makes the messages visible and consumable, a rollback leaves no message and no
 // idempotency key, a duplicate idempotency key inside the transaction returns the first id with
 // duplicate: true, and outside a transaction each library's error is recognised as SQL0015.

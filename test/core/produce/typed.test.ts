@@ -1,4 +1,4 @@
-// Typed streams (docs/producing.md#typed-streams): defineStream with a Standard Schema validator
+// Typed streams (docs/guide/producing.md#typed-streams): defineStream with a Standard Schema validator
 // (zod, valibot, or any object with "~standard".validate) checks payloads on produce — SQL0067
 // before anything is written — and on consume — a payload that fails is dead (Permanent, SQL0068)
 // without the handler running; the handler gets the schema's output.

@@ -1,4 +1,4 @@
-// A wake never holds a producer (docs/producing.md#wake-on-produce): a waker that never settles,
+// A wake never holds a producer (docs/guide/producing.md#wake-on-produce): a waker that never settles,
 // a Lambda endpoint that accepts TCP and never replies, one whose listen backlog is full (SYNs
 // dropped, a real process that never accepts), and a wake_throttle row locked by another real
 // connection. Each time produce() returns within a few seconds, with a SQL0064 warning, and the

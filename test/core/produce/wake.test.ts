@@ -1,4 +1,4 @@
-// Wake on produce (docs/producing.md#wake-on-produce): the throttle in Postgres across concurrent
+// Wake on produce (docs/guide/producing.md#wake-on-produce): the throttle in Postgres across concurrent
 // producers, the pending flag the poller's release picks up, the options' checks, and the Lambda
 // waker through the AWS SDK against a local stand-in for the Lambda Invoke API.
 process.env.AWS_EC2_METADATA_DISABLED = "true";

@@ -1,4 +1,4 @@
-// Progress history (docs/data-model.md#progress-history): maintain() samples every group into
+// Progress history (docs/protocol/data-model.md#progress-history): maintain() samples every group into
 // progress_history_N, prunes it to 7 days and a bounded number of rows per group, history()
 // reads it, and `sqlstreams status --history` draws it.
 import { beforeAll, describe, expect, it } from "vitest";

@@ -1,4 +1,4 @@
-// maintain() mechanics (docs/retention.md#maintain, C22's TTL, C28): partitions ahead, TTL and lease sweeps,
+// maintain() mechanics (docs/protocol/retention.md#maintain, C22's TTL, C28): partitions ahead, TTL and lease sweeps,
 // independent steps, the deadline, lock-timeout skips, concurrent runs, and the cost of a run with
 // nothing to do.
 import { describe, expect, it } from "vitest";
@@ -8,7 +8,7 @@ import { S, committed, count, partitions, pollPastFence, precreate, progressIs, 
 
 const url = useFreshDatabase();
 
-describe("maintain() (docs/retention.md)", () => {
+describe("maintain() (docs/protocol/retention.md)", () => {
   it("creates partitions K and K+1 of the next id, and recreates one dropped by hand", async () => {
     const t = testClient(url());
     await t.client.migrate();
@@ -165,7 +165,7 @@ describe("maintain() (docs/retention.md)", () => {
     expect(r.partitionsCreated + r.partitionsDropped + r.rowsSwept + r.idempotencyKeysDeleted).toBe(0);
     // settings, sequence + partitions, floor, (a sweep window when a partition lies below the
     // floor), the held-retention probe, three TTL/lease deletes that find nothing, and the
-    // progress sample (docs/data-model.md#progress-history).
+    // progress sample (docs/protocol/data-model.md#progress-history).
     expect(sent.length).toBeLessThanOrEqual(9);
     expect(sent.filter((x) => /^\s*(BEGIN|DROP|CREATE|LOCK)/.test(x))).toEqual([]);
     // Retention off: six statements (the last one the progress sample).

@@ -1,4 +1,4 @@
-// Retention (docs/retention.md, C27, I11): partitions drop only behind the lowest group, the row sweep takes
+// Retention (docs/protocol/retention.md, C27, I11): partitions drop only behind the lowest group, the row sweep takes
 // the expired tail of partitions that cannot drop, dead and delivery-log rows go with their
 // messages, the active partition is never touched. Time is moved by rewriting created_at, never
 // by sleeping.
@@ -27,7 +27,7 @@ async function assertI11(t: TestClient, client: SqlStreams, n: string, before: n
   for (const id of before) if (BigInt(id) > f.floor) expect(after.has(id), `message ${id} above floor ${f.floor} was removed`).toBe(true);
 }
 
-describe("retention (docs/retention.md, C27)", () => {
+describe("retention (docs/protocol/retention.md, C27)", () => {
   it("C27: drops behind the lowest group, sweeps the tail, never touches the active partition", async () => {
     const t = testClient(url());
     await t.client.migrate();

@@ -1,4 +1,4 @@
-// Migrations (docs/data-model.md#migrations): the numbered baseline once, and functions re-created
+// Migrations (docs/protocol/data-model.md#migrations): the numbered baseline once, and functions re-created
 // when their file's hash differs from function_version's, every old overload of the name dropped.
 import { describe, expect, it } from "vitest";
 import { STREAM_VERSION, SYSTEM_VERSION } from "@sqlstreams/core";

@@ -1,4 +1,4 @@
-// Planted functions never run inside the library's SQL functions (docs/data-model.md#migrations).
+// Planted functions never run inside the library's SQL functions (docs/protocol/data-model.md#migrations).
 // An attacker role with CREATE on a writable `public` (the default before PostgreSQL 15) plants
 // overloads of the built-ins the protocol functions call: better matches than pg_catalog's (for
 // format(text, VARIADIC "any"), unnest(anyarray), nextval(regclass) …) and exact copies, which

@@ -1,4 +1,4 @@
-// OpenTelemetry metrics across a real Postgres round trip (docs/operations.md#traces): the real
+// OpenTelemetry metrics across a real Postgres round trip (docs/guide/operations.md#traces): the real
 // metrics SDK with its in-memory exporter records `messaging.client.consumed.messages` and
 // `messaging.process.duration` per handler run with the messaging semantic conventions'
 // attributes; without a meter provider the handler is not wrapped.

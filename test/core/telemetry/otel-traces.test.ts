@@ -1,4 +1,4 @@
-// OpenTelemetry traces across a real Postgres round trip (docs/operations.md#traces): the real
+// OpenTelemetry traces across a real Postgres round trip (docs/guide/operations.md#traces): the real
 // SDK with its in-memory exporter; a message produced inside an active span is processed in a
 // span of the same trace, also on a retry, with the messaging semantic conventions' attributes.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";

@@ -1,7 +1,7 @@
 // The operator dashboard as one fetch handler (Request → Response): served by `sqlstreams
 // dashboard` on node:http, or behind a Lambda Function URL (createDashboardHandler). Server-
 // rendered HTML; state changes are POSTs guarded by a double-submit token and the browser's
-// Origin / Sec-Fetch-Site headers; read-only mode refuses them (docs/operations.md#dashboard).
+// Origin / Sec-Fetch-Site headers; read-only mode refuses them (docs/guide/operations.md#dashboard).
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { SqlStreamsError, isSqlStreamsError, type FailureFilter, type Progress, type SqlStreams } from "@sqlstreams/core";
 import { SCRIPT_HASH, age, esc, page, postForm, table } from "./html.js";
@@ -229,7 +229,7 @@ function chart(label: string, points: [number, number][], unit: string): string 
 <path d="${path}" fill="none" stroke="#0b57d0" stroke-width="2"/></svg><figcaption>${esc(label)}: ${esc(last)} ${esc(unit)} now, peak ${esc(top)} (${esc(age(dx))})</figcaption></figure>`;
 }
 
-/** Lag and throughput over time from the progress history (docs/data-model.md#progress-history). */
+/** Lag and throughput over time from the progress history (docs/protocol/data-model.md#progress-history). */
 async function historyCharts(v: View, stream: string, group: string): Promise<string> {
   const samples = await v.client.stream(stream).consumer(group).history({ limit: 288 });
   const lag: [number, number][] = samples.map((x) => [x.sampledAt.getTime(), Number(x.lag)]);

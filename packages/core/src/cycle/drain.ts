@@ -1,4 +1,4 @@
-// A drain (docs/poll-cycle.md#the-report-and-drain): polls one after another until the group is idle or paused,
+// A drain (docs/protocol/poll-cycle.md#the-report-and-drain): polls one after another until the group is idle or paused,
 // the signal aborts, or the deadline is near; the range size adapts to the handlers between them.
 import type { Runtime } from "../runtime.js";
 import { tracedPoll } from "../otel.js";
@@ -15,7 +15,7 @@ const FENCE_PATIENCE_MS = 2_000;
 /**
  * Repeats pollOnce() until the group is idle or paused, the signal aborts, or the deadline is
  * near. `o` are the validated options with a monotonic deadline; `batchLimitGiven` whether the
- * caller set batchLimit (docs/poll-cycle.md#range-size-in-a-drain); `sizerStart` the range size
+ * caller set batchLimit (docs/protocol/poll-cycle.md#range-size-in-a-drain); `sizerStart` the range size
  * a drain without it starts at (a batch drain starts at its maxBatch).
  */
 export async function drainGroup<T>(

@@ -1,6 +1,6 @@
-// The exception phase of a poll (docs/poll-cycle.md#the-exception-phase): charge or kill expired runs, reserve due rows, start
+// The exception phase of a poll (docs/protocol/poll-cycle.md#the-exception-phase): charge or kill expired runs, reserve due rows, start
 // each under its own lease, run it, record its outcome, release what did not start. Starts and
-// outcomes travel in batches (docs/poll-cycle.md#batched-starts-and-records).
+// outcomes travel in batches (docs/protocol/poll-cycle.md#batched-starts-and-records).
 import { randomUUID } from "node:crypto";
 import { resolveMessage } from "../config.js";
 import { type RetryState, transactionRetry } from "../db.js";
@@ -22,7 +22,7 @@ export interface ExceptionFacts {
   advance: boolean;
 }
 
-/** docs/crash-recovery.md#the-kill-backstop: charge or kill inflight rows whose run lease expired. */
+/** docs/protocol/crash-recovery.md#the-kill-backstop: charge or kill inflight rows whose run lease expired. */
 export async function expirePhase<T>(ctx: PollContext<T>): Promise<ExceptionFacts> {
   const { db, tables: t, groupId } = ctx;
   const counts = await transactionRetry(db, async (c) => {
@@ -63,7 +63,7 @@ interface Prestart {
 }
 
 /**
- * docs/poll-cycle.md#the-exception-phase: reserve due rows and start the first `concurrency` of
+ * docs/protocol/poll-cycle.md#the-exception-phase: reserve due rows and start the first `concurrency` of
  * them in one round trip, run, start the rest and record, in batches; release what did not start.
  */
 export async function exceptionPhase<T>(ctx: PollContext<T>): Promise<ExceptionFacts> {
@@ -71,13 +71,13 @@ export async function exceptionPhase<T>(ctx: PollContext<T>): Promise<ExceptionF
   const token = randomUUID();
   const params: statements.ReserveParams = {
     groupId: ctx.groupId, batchLimit: o.batchLimit, ...timeoutParams(ctx), ...leaseParams(ctx, leaseCap(ctx)), token,
-    // The abort and deadline checks of docs/poll-cycle.md#dispatch, made in SQL for the rows started with the reservation.
+    // The abort and deadline checks of docs/protocol/poll-cycle.md#dispatch, made in SQL for the rows started with the reservation.
     startNow: ctx.stop || aborted(ctx) ? 0 : o.concurrency,
     budgetMs: o.deadline === undefined ? null : Math.floor(o.deadline - now()),
     abandonedKeys: abandonedKeys(ctx), repeat: false,
   };
   // A repeat (the reply may have been lost after the commit) looks for its own reservation first
-  // (docs/crash-recovery.md#unknown-commits): the same statement, sent with `repeat` true.
+  // (docs/protocol/crash-recovery.md#unknown-commits): the same statement, sent with `repeat` true.
   const repeat: RetryState = {
     retried: false,
     recover: () => {
@@ -138,7 +138,7 @@ class ExceptionRun<T> {
   }
 
   // A database error in one row stops new starts; running rows finish and record, the unstarted
-  // reservations are released, then the error is thrown (docs/crash-recovery.md#database-errors-inside-a-poll).
+  // reservations are released, then the error is thrown (docs/protocol/crash-recovery.md#database-errors-inside-a-poll).
   private fail(e: unknown): void {
     this.failure ??= { e };
     this.ctx.stop = true;
@@ -161,7 +161,7 @@ class ExceptionRun<T> {
     let pre = this.pre.get(row.id);
     if (pre === undefined) {
       if (!mayStart(ctx, resolved.timeout)) return void this.unstarted++;
-      // An abandoned run of the key, still running here, keeps it (docs/ordering.md#key-leases).
+      // An abandoned run of the key, still running here, keeps it (docs/protocol/ordering.md#key-leases).
       if (key !== null && keyAbandoned(ctx, key)) return void this.skipped++;
       const keyToken = key !== null ? randomUUID() : null;
       pre = { ...(await this.steps.start({ id: row.id, key_token: keyToken, run_ms: runLeaseMs(ctx, resolved.timeout) })), keyToken };

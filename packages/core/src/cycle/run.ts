@@ -1,4 +1,4 @@
-// Running one handler: a lazily created AbortSignal, the timeout, classification (docs/exception-lifecycle.md#running-a-handler).
+// Running one handler: a lazily created AbortSignal, the timeout, classification (docs/protocol/exception-lifecycle.md#running-a-handler).
 import { type Classified, classify } from "../outcome.js";
 import type { Handler, Message } from "./types.js";
 
@@ -26,7 +26,7 @@ export class RunMessage<T> implements Message<T> {
     readonly stream: string,
     readonly group: string,
     createdAt: Date | number,
-    /** @internal The producer's W3C trace context, when it was traced (docs/operations.md#traces). */
+    /** @internal The producer's W3C trace context, when it was traced (docs/guide/operations.md#traces). */
     readonly traceparent: string | null = null,
   ) {
     this.createdAt = typeof createdAt === "number" ? new Date(createdAt) : createdAt;
@@ -62,7 +62,7 @@ function isThenable(v: unknown): v is PromiseLike<unknown> {
  * Runs the handler and settles at its outcome or at the timeout, whichever comes first. At the
  * timeout the signal is aborted and a retryable failure is returned; the handler is not awaited
  * and its late settlement changes no outcome, but `onAbandon` gets a promise of it, so the caller
- * can keep the run's key until then (docs/ordering.md#key-leases). A handler that returns synchronously needs no timer.
+ * can keep the run's key until then (docs/protocol/ordering.md#key-leases). A handler that returns synchronously needs no timer.
  */
 export function runHandler<T>(
   handler: Handler<T>, msg: RunMessage<T>, timeoutMs: number, onAbandon?: (settled: Promise<void>) => void,

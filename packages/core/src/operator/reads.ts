@@ -1,4 +1,4 @@
-// The operator reads of a consumer group (docs/operations.md): progress(), history(), failures().
+// The operator reads of a consumer group (docs/guide/operations.md): progress(), history(), failures().
 import { queryRetry, query } from "../db.js";
 import { SqlStreamsError, groupNotRegistered } from "../errors.js";
 import { retentionStatus } from "../maintain/floor.js";
@@ -9,7 +9,7 @@ import { type GroupRef, lookupGroup, streamTables } from "./group.js";
 import type { ExceptionStatus, FailureFilter, FailureRow, Progress, ProgressSample } from "./types.js";
 import { validateFailureFilter } from "./validate.js";
 
-/** Where the group stands (docs/operations.md#progress). */
+/** Where the group stands (docs/guide/operations.md#progress). */
 export async function progress(ref: GroupRef): Promise<Progress> {
   const db = ref.client.db;
   const { id, t } = await streamTables(ref);
@@ -31,7 +31,7 @@ export async function progress(ref: GroupRef): Promise<Progress> {
 }
 
 /**
- * The group's progress samples written by maintain() (docs/data-model.md#progress-history),
+ * The group's progress samples written by maintain() (docs/protocol/data-model.md#progress-history),
  * oldest first: the newest `limit` (default 288, one day of 5-minute runs) since `since`.
  */
 export async function history(ref: GroupRef, opts: { since?: Date | string | number; limit?: number }): Promise<ProgressSample[]> {
@@ -58,7 +58,7 @@ export async function history(ref: GroupRef, opts: { since?: Date | string | num
   }));
 }
 
-/** The group's exception rows, newest first (docs/operations.md#failures). */
+/** The group's exception rows, newest first (docs/guide/operations.md#failures). */
 export async function failures<T>(ref: GroupRef, opts: FailureFilter): Promise<FailureRow<T>[]> {
   const f = validateFailureFilter(opts);
   const { t, groupId } = await lookupGroup(ref);

@@ -1,4 +1,4 @@
-// The public types of the operator calls on a consumer group (docs/operations.md): what progress(),
+// The public types of the operator calls on a consumer group (docs/guide/operations.md): what progress(),
 // history() and failures() return, and what seek(), redrive() and discard() take.
 
 export type ExceptionStatus = "ready" | "deferred" | "inflight" | "dead" | "superseded";
@@ -23,7 +23,7 @@ export interface Progress {
   retention: { floor: string; heldBy: string | null; held: boolean; heldForMs: number | null };
 }
 
-/** One sample of progress_history_N (docs/data-model.md#progress-history). */
+/** One sample of progress_history_N (docs/protocol/data-model.md#progress-history). */
 export interface ProgressSample {
   sampledAt: Date;
   head: string;
@@ -59,7 +59,7 @@ export type RedriveSelector =
 
 export type DeadSelector = RedriveSelector;
 
-/** Filters of failures() (docs/operations.md#failures): each one given must match. */
+/** Filters of failures() (docs/guide/operations.md#failures): each one given must match. */
 export interface FailureFilter {
   status?: "dead" | "ready" | "deferred" | "inflight";
   /** 1 … 1000 rows (default 100), from `offset` (default 0) in newest-first order. */
@@ -75,7 +75,7 @@ export interface FailureFilter {
   payloadContains?: unknown;
 }
 
-/** How redrive() and discard() run: one transaction, or batches at a rate (docs/operations.md#redrive). */
+/** How redrive() and discard() run: one transaction, or batches at a rate (docs/guide/operations.md#redrive). */
 export interface BatchOptions {
   /** Recorded in the delivery log. */
   reason?: string;

@@ -1,4 +1,4 @@
-// Statements of registration, inspection and operations (docs/configuration.md#the-stored-document, docs/operations.md).
+// Statements of registration, inspection and operations (docs/guide/configuration.md#the-stored-document, docs/guide/operations.md).
 import type { Tables } from "./cycle.js";
 
 /** $1 stream id, $2 group name, $3 config. Inserts or replaces the config; never touches paused. */

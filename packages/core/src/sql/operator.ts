@@ -1,5 +1,5 @@
 // Statements of the operator tools: one message across groups, filtered exception rows, discard
-// (docs/operations.md#inspect, docs/operations.md#failures, docs/operations.md#discarding-dead-messages).
+// (docs/guide/operations.md#inspect, docs/guide/operations.md#failures, docs/guide/operations.md#discarding-dead-messages).
 import type { Tables } from "./cycle.js";
 
 /** Messages by id ($1) or by key ($2), newest first, at most $3. */

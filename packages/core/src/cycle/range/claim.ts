@@ -1,4 +1,4 @@
-// A fresh claim (docs/poll-cycle.md#the-fence): claim_N and the read of the range it leased, in
+// A fresh claim (docs/protocol/poll-cycle.md#the-fence): claim_N and the read of the range it leased, in
 // one round trip and one transaction, answered as a ClaimAnswer (sql/claim.ts); asked again a few
 // times while the fence holds it; found again after a lost reply instead of claiming twice.
 import { randomUUID } from "node:crypto";
@@ -34,7 +34,7 @@ export function claimParams<T>(
 
 /**
  * claim_N and the read of the range it leased, in one round trip and one transaction
- * (docs/poll-cycle.md#the-claims-answer). A repeat after a lost reply first looks for the lease the
+ * (docs/protocol/poll-cycle.md#the-claims-answer). A repeat after a lost reply first looks for the lease the
  * lost attempt took (ownClaim).
  */
 export async function sendClaim<T>(ctx: PollContext<T>, p: ClaimParams): Promise<{ answer: ClaimAnswer; retried: boolean }> {
@@ -59,7 +59,7 @@ export async function freshClaim<T>(ctx: PollContext<T>, load: { head: string; o
     sentAt = now();
     ({ answer } = await sendClaim(ctx, claimParams(ctx, token, load, null, false)));
     // No range with a non-idle observation means the fence could not prove the head yet: a
-    // transaction of this stream's producers is still open (docs/poll-cycle.md#the-fence). They
+    // transaction of this stream's producers is still open (docs/protocol/poll-cycle.md#the-fence). They
     // are usually milliseconds from committing, so ask again a few times before giving up.
     if (answer.range !== null || wait >= FENCE_WAITS_MS.length || ctx.stop || aborted(ctx)) break;
     if (ctx.options.deadline !== undefined && ctx.options.deadline - now() < ctx.options.recordMargin + FENCE_WAITS_MS[wait]) break;
@@ -83,7 +83,7 @@ export async function claimAhead<T>(ctx: PollContext<T>): Promise<Claimed | null
 /**
  * Before a claim is repeated after a lost reply: if the first attempt committed, its lease is
  * there under this poll's token; answer as the claim would have (the range's messages, with what
- * is left of the lease) instead of claiming a second range (docs/crash-recovery.md#unknown-commits).
+ * is left of the lease) instead of claiming a second range (docs/protocol/crash-recovery.md#unknown-commits).
  * A claim that also recorded the previous range committed that record with it.
  */
 async function ownClaim<T>(ctx: PollContext<T>, token: string): Promise<ClaimAnswer | null> {
