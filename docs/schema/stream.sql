@@ -23,9 +23,9 @@ BEGIN
 END
 $$;
 
--- FUNCTION: claim_1(bigint, bigint, bigint, xid8, uuid, bigint, bigint, bigint, integer, bigint, bigint, bigint, uuid, jsonb, jsonb, jsonb, boolean)
+-- FUNCTION: claim_1(bigint, bigint, bigint, xid8, uuid, bigint, bigint, bigint, integer, bigint, bigint, bigint, uuid, jsonb, jsonb, jsonb, boolean, uuid[])
 
-CREATE FUNCTION sqlstreams.claim_1(p_group bigint, p_batch bigint, p_head bigint, p_obs xid8, p_token uuid, p_timeout_default bigint, p_timeout_min bigint, p_timeout_max bigint, p_concurrency integer, p_margin bigint, p_cap_ms bigint, p_bytes bigint, p_rec_token uuid DEFAULT NULL::uuid, p_rec_eq jsonb DEFAULT NULL::jsonb, p_rec_dl jsonb DEFAULT NULL::jsonb, p_rec_keys jsonb DEFAULT NULL::jsonb, p_rec_past_due boolean DEFAULT false) RETURNS TABLE(r_low bigint, r_high bigint, id bigint, message_key text, compaction_rank bigint, payload text, options jsonb, created_ms double precision, lease_ms bigint, recorded boolean, committed bigint, paused boolean, reclaimable boolean, expirable boolean, reservable boolean)
+CREATE FUNCTION sqlstreams.claim_1(p_group bigint, p_batch bigint, p_head bigint, p_obs xid8, p_token uuid, p_timeout_default bigint, p_timeout_min bigint, p_timeout_max bigint, p_concurrency integer, p_margin bigint, p_cap_ms bigint, p_bytes bigint, p_rec_token uuid DEFAULT NULL::uuid, p_rec_eq jsonb DEFAULT NULL::jsonb, p_rec_dl jsonb DEFAULT NULL::jsonb, p_rec_keys jsonb DEFAULT NULL::jsonb, p_rec_past_due boolean DEFAULT false, p_own uuid[] DEFAULT NULL::uuid[]) RETURNS TABLE(r_low bigint, r_high bigint, id bigint, message_key text, compaction_rank bigint, payload text, options jsonb, created_ms double precision, lease_ms bigint, recorded boolean, committed bigint, paused boolean, reclaimable boolean, expirable boolean, reservable boolean)
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -49,6 +49,9 @@ DECLARE
   v_id BIGINT;
   v_len BIGINT;
   v_packed BOOLEAN;
+  v_override TEXT;
+  v_default TEXT;
+  v_stop BIGINT;
 BEGIN
   IF p_rec_token IS NOT NULL THEN
     -- The head first: this statement's snapshot is older than the transaction id the record
@@ -97,6 +100,32 @@ BEGIN
   END IF;
   v_low := c.claimed;
   v_high := GREATEST(v_low, LEAST(c.claimed + p_batch, v_gate));
+  -- Keys held by another poll's open range (docs/ordering.md#ranges-of-several-pollers): the range
+  -- ends before its first exclusive or ordered keyed message whose key has a message in another
+  -- range lease of the group (in flight, released or expired; p_own names the caller's own
+  -- leases, a range it runs while it claims the next one). Such a message could only be deferred
+  -- (its key busy, or its predecessor unresolved), and every later one of its key after it, so
+  -- it is left for a claim after that range records. A range cut to nothing claims nothing.
+  IF v_high > v_low AND EXISTS (
+       SELECT 1 FROM "sqlstreams".claim_lease_1 l
+        WHERE l.consumer_group_id = p_group AND l.token <> ALL (COALESCE(p_own, '{}'::uuid[]))) THEN
+    SELECT g.config->>'concurrencyOverride', g.config->'message'->>'concurrency' INTO v_override, v_default
+      FROM "sqlstreams".consumer_group_config g WHERE g.id = p_group;
+    IF v_override IS DISTINCT FROM 'parallel' THEN
+      SELECT min(m.id) INTO v_stop
+        FROM "sqlstreams".message_log_1 m
+       WHERE m.id > v_low AND m.id <= v_high AND m.message_key IS NOT NULL
+         AND COALESCE(v_override, m.options->>'concurrency', v_default, 'parallel') <> 'parallel'
+         AND EXISTS (SELECT 1 FROM "sqlstreams".claim_lease_1 l
+                       JOIN "sqlstreams".message_log_1 o
+                         ON o.message_key = m.message_key AND o.id > l.low AND o.id <= l.high
+                      WHERE l.consumer_group_id = p_group
+                        AND l.token <> ALL (COALESCE(p_own, '{}'::uuid[])));
+      IF v_stop IS NOT NULL THEN
+        v_high := v_stop - 1;
+      END IF;
+    END IF;
+  END IF;
   v_n := 0;
   IF v_high > v_low THEN
     -- The range's deliverable rows in id order, each payload measured and not kept. This query's

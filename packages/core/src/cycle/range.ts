@@ -121,11 +121,16 @@ interface Step<T> {
   pend: Pending<T> | null;
 }
 
-function claimParams<T>(ctx: Ctx<T>, token: string, head: string | null, obs: string | null, rec: RecordArgs | null): unknown[] {
+/**
+ * claim_N's parameters. `own`: the range leases this poll still holds while it claims (a claim
+ * ahead), which the claim does not count as another poll's range holding keys
+ * (docs/ordering.md#ranges-of-several-pollers).
+ */
+function claimParams<T>(ctx: Ctx<T>, token: string, head: string | null, obs: string | null, rec: RecordArgs | null, own: string[] = []): unknown[] {
   const tb = timeoutBounds(ctx.g);
   return [
     ctx.groupId, ctx.o.batchLimit, head, obs, token, tb.def, tb.min, tb.max, ctx.o.concurrency, ctx.o.recordMargin, rangeLeaseCap(ctx),
-    ctx.o.batchBytes, rec?.token ?? null, rec?.eq ?? null, rec?.dl ?? null, rec ? keyLeaseJson(rec) : null, rec?.pastDue ?? false,
+    ctx.o.batchBytes, rec?.token ?? null, rec?.eq ?? null, rec?.dl ?? null, rec ? keyLeaseJson(rec) : null, rec?.pastDue ?? false, own,
   ];
 }
 
@@ -192,11 +197,12 @@ async function runClaimed<T>(ctx: Ctx<T>, claim: Claim, pend: Pending<T> | null)
     // A keyed range takes its first keys with the pending record (docs/poll-cycle.md#keyed-ranges-claimed-ahead);
     // the claim ahead carries no record, and goes out at the same time (after the take, so on a
     // single connection it runs while the handlers do, not before them).
+    const own = pend === null ? [run.rangeToken] : [run.rangeToken, pend.rec.token];
     taking = settled(run.takeFirstKeys(pend));
-    if (mayClaimAhead(ctx, run)) ahead = settled(claimAhead(ctx));
+    if (mayClaimAhead(ctx, run)) ahead = settled(claimAhead(ctx, own));
   } else {
     // The claim ahead carries the pending record; without it, the pending range records first.
-    if (mayClaimAhead(ctx, run)) ahead = settled(pend ? pend.run.recordAndClaim(pend.rows, pend.rec, false) : claimAhead(ctx));
+    if (mayClaimAhead(ctx, run)) ahead = settled(pend ? pend.run.recordAndClaim(pend.rows, pend.rec, false) : claimAhead(ctx, [run.rangeToken]));
     else if (pend !== null) await pend.run.record(false);
   }
   // One turn of the event loop puts the statements on the wire before handlers that return
@@ -258,10 +264,10 @@ function mayClaimAhead<T>(ctx: Ctx<T>, run: RangeRun<T>): boolean {
 }
 
 /** The claim sent ahead without a record: it claims up to the stream's last proven head. */
-async function claimAhead<T>(ctx: Ctx<T>): Promise<Claim | null> {
+async function claimAhead<T>(ctx: Ctx<T>, own: string[]): Promise<Claim | null> {
   const token = randomUUID();
   const sentAt = now();
-  const r = await sendClaim(ctx, token, claimParams(ctx, token, null, null, null), { retried: false, recover: () => ownClaim(ctx, token) });
+  const r = await sendClaim(ctx, token, claimParams(ctx, token, null, null, null, own), { retried: false, recover: () => ownClaim(ctx, token) });
   return claimed(r.rows) ? { token, sentAt, rows: r.rows } : null;
 }
 
@@ -554,6 +560,11 @@ class RangeRun<T> {
   private readonly slack: number;
   private lost = false;
   private extending: Promise<boolean> | null = null;
+
+  /** The token of this range's lease (a claim ahead names it as the poll's own). */
+  get rangeToken(): string {
+    return this.range.token;
+  }
 
   constructor(
     private readonly ctx: Ctx<T>,
