@@ -21,7 +21,7 @@ const HELP = `node bench/arms/pollers.mjs [options]
   --policy P         ordered | exclusive (default ordered); comma list allowed
   --rate N           messages per second produced (default 330)
   --seconds N        how long the producer runs (default 20)
-  --kill-at S        poller 0 SIGKILLs itself at its first handler start after S seconds (mid-range)
+  --kill-at S        after S seconds a poller SIGKILLs itself at its next handler start (mid-range)
   --timeout MS       the group's message timeout, which sets the range and key lease length (default 1000)
   --concurrency N    handlers per poller (default 10)
   --batch N          batchLimit: the drain's range ceiling (default 100)
@@ -50,6 +50,7 @@ if (process.argv[2] === "--child") {
   createInterface({ input: process.stdin }).on("line", (l) => {
     if (l.trim() === "stop") stop = true;
     if (l.trim() === "die") die = true;
+    if (l.trim() === "live") die = false;
   });
   let handled = 0;
   let deferred = 0;
@@ -201,14 +202,26 @@ async function run({ pollers, keys, policy }) {
       const handled = procs.reduce((x, p) => x + p.last.handled, 0);
       samples.push({ t: at(), head: Number(r.head), lag: Number(r.head) - Number(r.committed), rows: Number(r.rows), deferred: Number(r.deferred), handled });
     };
-    while (producing) {
-      await sleep(1000);
-      if (killAt !== null && killed === null && at() >= killAt) {
-        killed = at();
-        procs[0].child.stdin.write("die\n");
+    // The kill: poller 0 is told to SIGKILL itself at its next handler start; if it gets no
+    // work within a second (another poller holds the keys), it is told to live after all and the
+    // next one is told, and so on.
+    const kill = async () => {
+      for (const p of procs) {
+        p.child.stdin.write("die\n");
+        const died = await Promise.race([p.exited.then(() => true), sleep(1000).then(() => false)]);
+        if (died) return at();
+        p.child.stdin.write("live\n");
       }
+      return null;
+    };
+    let killing = null;
+    while (producing) {
+      // Not a divisor of the producer's bursts, so the samples do not all fall at one phase of them.
+      await sleep(700);
+      if (killAt !== null && killing === null && at() >= killAt) killing = kill().then((t) => (killed = t));
       await sample();
     }
+    if (killing !== null) await killing;
     await producer;
     const stopAt = at();
     let caughtUp = null;
