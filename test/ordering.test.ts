@@ -51,7 +51,7 @@ type Row = Awaited<ReturnType<typeof eqRows>>[number];
 const brief = (r: Row) => [r.message_id, r.status, r.message_key, r.concurrency, r.attempts, r.delays];
 
 describe("C19 ordered: the docs/ordering.md#worked-example-one-group-four-messages walkthrough", () => {
-  it("poll 1 fails 101 and defers 102–104 without running them; polls 3–6 run 101–104 in order", async () => {
+  it("poll 1 fails 101 and defers 102–104 without running them; poll 3 runs 101–104 in order", async () => {
     const t = testClient(url());
     const { g, other, n, gid } = await ledgerStream(t, "ledger.adjustments", { otherGroup: "audit" });
     expect(await cursor(t, n, gid)).toEqual({ claimed: "100", committed: "100", settled_head: "100", pending_head: "100", pending_xid: expect.any(String) });
@@ -113,45 +113,33 @@ describe("C19 ordered: the docs/ordering.md#worked-example-one-group-four-messag
     expect(r2).toMatchObject({ idle: true, started: 0, deferred: 0 });
     expect(await snapshot(t, n, gid)).toEqual(before2);
 
-    // Poll 3 (101 due): 101 is claimed inflight under its own lease and the key lease, succeeds, row deleted.
+    // Poll 3 (101 due): 101 is claimed inflight under its own lease and the key lease, succeeds,
+    // row deleted; 102–104, reserved with it as the key's chain, follow one after another in the
+    // same poll, each started in the round trip that records the one before, at attempt 0.
     await makeDue(t, n);
     const r3calls: string[] = [];
+    const left: string[][] = [];
     const r3 = await g.poll(async (m: Message) => {
       r3calls.push(`${m.id}@${m.attempt}`);
-      const row = (await eqRows(t, n, gid)).find((r) => r.message_id === m.id);
-      expect(row).toMatchObject({ status: "inflight", attempts: 1, delays: 0 });
+      const rows = await eqRows(t, n, gid);
+      left.push(rows.map((x) => x.message_id));
+      const row = rows.find((r) => r.message_id === m.id);
+      expect(row).toMatchObject({ status: "inflight", attempts: m.id === "101" ? 1 : 0, delays: 0 });
       expect(row?.lease_token).not.toBeNull();
-      const lease = await t.sql<{ ms: number }>(
-        `SELECT (EXTRACT(EPOCH FROM (lease_expires_at - updated_at)) * 1000)::float8 AS ms FROM ${S}.exception_queue_${n}
-          WHERE consumer_group_id = $1 AND message_id = 101`, [gid]);
-      expect(lease[0].ms).toBeCloseTo(32_000, 0);
+      if (m.id === "101") {
+        const lease = await t.sql<{ ms: number }>(
+          `SELECT (EXTRACT(EPOCH FROM (lease_expires_at - updated_at)) * 1000)::float8 AS ms FROM ${S}.exception_queue_${n}
+            WHERE consumer_group_id = $1 AND message_id = 101`, [gid]);
+        expect(lease[0].ms).toBeCloseTo(32_000, 0);
+      }
       expect((await keyLeases(t, n, gid)).map((k) => k.message_key)).toEqual([KEY]);
     });
-    expect(r3calls).toEqual(["101@1"]);
-    expect(r3).toMatchObject({ started: 1, succeeded: 1, committedAfter: "101" });
-    expect((await eqRows(t, n, gid)).map(brief)).toEqual([
-      ["102", "deferred", KEY, "ordered", 0, 0],
-      ["103", "deferred", KEY, "ordered", 0, 0],
-      ["104", "deferred", KEY, "ordered", 0, 0],
-    ]);
+    expect(r3calls).toEqual(["101@1", "102@0", "103@0", "104@0"]);
+    // Each started after the one before was recorded (its row gone).
+    expect(left).toEqual([["101", "102", "103", "104"], ["102", "103", "104"], ["103", "104"], ["104"]]);
+    expect(r3).toMatchObject({ started: 4, succeeded: 4, committedAfter: "104" });
     expect(await keyLeases(t, n, gid)).toEqual([]);
-    expect((await cursor(t, n, gid)).committed).toBe("101");
     await checkInvariants(t, n);
-
-    // Polls 4–6: one message each, in order, each claimed inflight at attempt 0.
-    for (const id of ["102", "103", "104"]) {
-      const seen: string[] = [];
-      const r = await g.poll(async (m: Message) => {
-        seen.push(`${m.id}@${m.attempt}`);
-        const row = (await eqRows(t, n, gid)).find((x) => x.message_id === m.id);
-        expect(row).toMatchObject({ status: "inflight", attempts: 0 });
-      });
-      expect(seen).toEqual([`${id}@0`]);
-      expect(r).toMatchObject({ started: 1, succeeded: 1, committedAfter: id });
-      const left = (await eqRows(t, n, gid)).map((x) => x.message_id);
-      expect(left).toEqual(["102", "103", "104"].filter((x) => BigInt(x) > BigInt(id)));
-      await checkInvariants(t, n);
-    }
     expect((await cursor(t, n, gid)).committed).toBe("104");
     expect(await count(t, `exception_queue_${n}`, "consumer_group_id = $1", [gid])).toBe(0);
     expect((await dlRows(t, n, gid)).map((r) => [r.message_id, r.status])).toEqual([
@@ -194,10 +182,11 @@ describe("C19 ordered: the docs/ordering.md#worked-example-one-group-four-messag
     const seen: string[] = [];
     const r3 = await g.poll((m: Message) => {
       seen.push(m.id);
-      return Permanent(new Error("account closed"));
+      if (m.id === "101") return Permanent(new Error("account closed"));
     });
-    expect(seen).toEqual(["101"]);
-    expect(r3).toMatchObject({ dead: 1, committedAfter: "101" });
+    // 101 dead resolves it: its chain, 102–104, runs in the same poll.
+    expect(seen).toEqual(["101", "102", "103", "104"]);
+    expect(r3).toMatchObject({ dead: 1, succeeded: 3, committedAfter: "104" });
     const eq = await eqRows(t, n, gid);
     expect(eq.map(brief)[0]).toEqual(["101", "dead", KEY, "ordered", 1, 0]);
     expect(eq[0].last_error?.startsWith("SQL0026 permanent: Error: account closed")).toBe(true);
@@ -207,13 +196,6 @@ describe("C19 ordered: the docs/ordering.md#worked-example-one-group-four-messag
     expect(dl[1].error).toBe(eq[0].last_error);
     await checkInvariants(t, n);
 
-    // Poll 4 runs 102 as in the main story; then 103 and 104.
-    const after: string[] = [];
-    await g.poll((m: Message) => void after.push(m.id));
-    expect(after).toEqual(["102"]);
-    expect((await cursor(t, n, gid)).committed).toBe("102");
-    await g.drain((m: Message) => void after.push(m.id));
-    expect(after).toEqual(["102", "103", "104"]);
     expect((await cursor(t, n, gid)).committed).toBe("104");
     expect((await eqRows(t, n, gid)).map(brief)).toEqual([["101", "dead", KEY, "ordered", 1, 0]]);
     await checkInvariants(t, n);
@@ -255,7 +237,8 @@ describe("C19 ordered: the docs/ordering.md#worked-example-one-group-four-messag
         expect((await cursor(t, n, gid)).committed).toBe("100");
       }
     }
-    expect(seen).toEqual(["101@0", "101@1", "101@2", "101@3"]);
+    // The poll that ends 101 dead runs its chain, 102–104, too.
+    expect(seen).toEqual(["101@0", "101@1", "101@2", "101@3", "102@0", "103@0", "104@0"]);
     expect((await eqRows(t, n, gid)).map(brief)[0]).toEqual(["101", "dead", KEY, "ordered", 3, 0]);
     await g.drain(handler);
     expect(seen.slice(4)).toEqual(["102@0", "103@0", "104@0"]);
@@ -571,8 +554,9 @@ describe("C18 exclusive", () => {
     expect((await eqRows(t, n, gid)).filter((r) => r.status === "ready")).toHaveLength(15);
     const ran: string[] = [];
     const r = await g.poll((m: Message) => void ran.push(m.id), { batchLimit: 10, concurrency: 2 });
-    // The lowest due row of each key: K's 12 rows must not fill the batch and shut L out.
-    expect(ran.sort((a, b) => Number(a) - Number(b))).toEqual(["1", "13"]);
+    // The lowest due row of each key first: K's 12 rows must not fill the batch and shut L out.
+    // The rest of the batch is the picked keys' chains in id order (K's 2–9).
+    expect(ran.sort((a, b) => Number(a) - Number(b))).toEqual(["1", "2", "3", "4", "5", "6", "7", "8", "9", "13"]);
     expect(r.deferred).toBe(0);
     await g.drain((m: Message) => void ran.push(m.id), { batchLimit: 10, concurrency: 2 });
     expect(ran).toHaveLength(15);
@@ -696,7 +680,7 @@ describe("concurrency > 1 inside one poll", () => {
     await checkInvariants(t, n);
   });
 
-  it("in the exception phase too: deferred rows of one key run one per poll, other keys alongside", async () => {
+  it("in the exception phase too: a key's due and deferred rows run as one chain per poll, in order, other keys alongside", async () => {
     const t = testClient(url());
     const s = t.client.stream<{ i: number }>("ordered.concurrent.eq");
     await s.register();
@@ -730,8 +714,9 @@ describe("concurrency > 1 inside one poll", () => {
       perPoll.push(ran.sort((a, b) => Number(a) - Number(b)));
       await checkInvariants(t, n);
     }
-    expect(perPoll).toEqual([["1", "2", "3"], ["4", "5", "6"], ["7", "8", "9"], [], []]);
+    expect(perPoll).toEqual([["1", "2", "3", "4", "5", "6", "7", "8", "9"], [], [], [], []]);
     expect(ledger.overlaps).toEqual([]);
+    expect(ledger.orderViolations).toEqual([]);
     expect(ledger.differentKeysOverlapped()).toBe(true);
     expect((await cursor(t, n, gid)).committed).toBe("9");
   });
