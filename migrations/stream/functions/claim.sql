@@ -25,7 +25,7 @@ CREATE OR REPLACE FUNCTION {{schema}}.claim_{{N}}(
   p_timeout_default BIGINT, p_timeout_min BIGINT, p_timeout_max BIGINT,
   p_concurrency INTEGER, p_margin BIGINT, p_cap_ms BIGINT, p_bytes BIGINT,
   p_rec_token UUID DEFAULT NULL, p_rec_eq JSONB DEFAULT NULL, p_rec_dl JSONB DEFAULT NULL,
-  p_rec_keys JSONB DEFAULT NULL, p_rec_past_due BOOLEAN DEFAULT false)
+  p_rec_keys JSONB DEFAULT NULL, p_rec_past_due BOOLEAN DEFAULT false, p_own UUID[] DEFAULT NULL)
 RETURNS TABLE (r_low BIGINT, r_high BIGINT, id BIGINT, message_key TEXT,
                compaction_rank BIGINT, payload TEXT, options JSONB, created_ms FLOAT8,
                lease_ms BIGINT, recorded BOOLEAN, committed BIGINT, paused BOOLEAN,
@@ -53,6 +53,9 @@ DECLARE
   v_id BIGINT;
   v_len BIGINT;
   v_packed BOOLEAN;
+  v_override TEXT;
+  v_default TEXT;
+  v_stop BIGINT;
 BEGIN
   IF p_rec_token IS NOT NULL THEN
     -- The head first: this statement's snapshot is older than the transaction id the record
@@ -101,6 +104,32 @@ BEGIN
   END IF;
   v_low := c.claimed;
   v_high := GREATEST(v_low, LEAST(c.claimed + p_batch, v_gate));
+  -- Keys held by another poll's open range (docs/protocol/ordering.md#ranges-of-several-pollers): the range
+  -- ends before its first exclusive or ordered keyed message whose key has a message in another
+  -- range lease of the group (in flight, released or expired; p_own names the caller's own
+  -- leases, a range it runs while it claims the next one). Such a message could only be deferred
+  -- (its key busy, or its predecessor unresolved), and every later one of its key after it, so
+  -- it is left for a claim after that range records. A range cut to nothing claims nothing.
+  IF v_high > v_low AND EXISTS (
+       SELECT 1 FROM {{schema}}.claim_lease_{{N}} l
+        WHERE l.consumer_group_id = p_group AND l.token <> ALL (COALESCE(p_own, '{}'::uuid[]))) THEN
+    SELECT g.config->>'concurrencyOverride', g.config->'message'->>'concurrency' INTO v_override, v_default
+      FROM {{schema}}.consumer_group_config g WHERE g.id = p_group;
+    IF v_override IS DISTINCT FROM 'parallel' THEN
+      SELECT min(m.id) INTO v_stop
+        FROM {{schema}}.message_log_{{N}} m
+       WHERE m.id > v_low AND m.id <= v_high AND m.message_key IS NOT NULL
+         AND COALESCE(v_override, m.options->>'concurrency', v_default, 'parallel') <> 'parallel'
+         AND EXISTS (SELECT 1 FROM {{schema}}.claim_lease_{{N}} l
+                       JOIN {{schema}}.message_log_{{N}} o
+                         ON o.message_key = m.message_key AND o.id > l.low AND o.id <= l.high
+                      WHERE l.consumer_group_id = p_group
+                        AND l.token <> ALL (COALESCE(p_own, '{}'::uuid[])));
+      IF v_stop IS NOT NULL THEN
+        v_high := v_stop - 1;
+      END IF;
+    END IF;
+  END IF;
   v_n := 0;
   IF v_high > v_low THEN
     -- The range's deliverable rows in id order, each payload measured and not kept. This query's

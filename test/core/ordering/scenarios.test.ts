@@ -11,6 +11,18 @@ import { Ledger, claimLeases, keyLeases, snapshot, until } from "../../support/k
 
 const url = useFreshDatabase();
 
+/**
+ * Polls with `handler` (batchLimit 1) until the fence has proven the head `head` for the group,
+ * so a claim that hands out nothing was held back by another poll's open range
+ * (docs/protocol/ordering.md#ranges-of-several-pollers), not by the fence. Returns the last report.
+ */
+async function heldBack(t: TestClient, n: string, gid: string, g: Parameters<typeof pollPastFence>[0], handler: (m: Message) => unknown, head: string) {
+  return pollPastFence(g, handler as never, {
+    opts: { batchLimit: 1 },
+    until: async () => (await cursor(t, n, gid)).settled_head === head,
+  });
+}
+
 const KEY = "acct-42";
 const GROUP = "apply-balance";
 
@@ -39,7 +51,7 @@ type Row = Awaited<ReturnType<typeof eqRows>>[number];
 const brief = (r: Row) => [r.message_id, r.status, r.message_key, r.concurrency, r.attempts, r.delays];
 
 describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-four-messages walkthrough", () => {
-  it("poll 1 fails 101 and defers 102–104 without running them; polls 3–6 run 101–104 in order", async () => {
+  it("poll 1 fails 101 and defers 102–104 without running them; poll 3 runs 101–104 in order", async () => {
     const t = testClient(url());
     const { g, other, n, gid } = await ledgerStream(t, "ledger.adjustments", { otherGroup: "audit" });
     expect(await cursor(t, n, gid)).toEqual({ claimed: "100", committed: "100", settled_head: "100", pending_head: "100", pending_xid: expect.any(String) });
@@ -101,45 +113,33 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
     expect(r2).toMatchObject({ idle: true, started: 0, deferred: 0 });
     expect(await snapshot(t, n, gid)).toEqual(before2);
 
-    // Poll 3 (101 due): 101 is claimed inflight under its own lease and the key lease, succeeds, row deleted.
+    // Poll 3 (101 due): 101 is claimed inflight under its own lease and the key lease, succeeds,
+    // row deleted; 102–104, reserved with it as the key's chain, follow one after another in the
+    // same poll, each started in the round trip that records the one before, at attempt 0.
     await makeDue(t, n);
     const r3calls: string[] = [];
+    const left: string[][] = [];
     const r3 = await g.poll(async (m: Message) => {
       r3calls.push(`${m.id}@${m.attempt}`);
-      const row = (await eqRows(t, n, gid)).find((r) => r.message_id === m.id);
-      expect(row).toMatchObject({ status: "inflight", attempts: 1, delays: 0 });
+      const rows = await eqRows(t, n, gid);
+      left.push(rows.map((x) => x.message_id));
+      const row = rows.find((r) => r.message_id === m.id);
+      expect(row).toMatchObject({ status: "inflight", attempts: m.id === "101" ? 1 : 0, delays: 0 });
       expect(row?.lease_token).not.toBeNull();
-      const lease = await t.sql<{ ms: number }>(
-        `SELECT (EXTRACT(EPOCH FROM (lease_expires_at - updated_at)) * 1000)::float8 AS ms FROM ${S}.exception_queue_${n}
-          WHERE consumer_group_id = $1 AND message_id = 101`, [gid]);
-      expect(lease[0].ms).toBeCloseTo(32_000, 0);
+      if (m.id === "101") {
+        const lease = await t.sql<{ ms: number }>(
+          `SELECT (EXTRACT(EPOCH FROM (lease_expires_at - updated_at)) * 1000)::float8 AS ms FROM ${S}.exception_queue_${n}
+            WHERE consumer_group_id = $1 AND message_id = 101`, [gid]);
+        expect(lease[0].ms).toBeCloseTo(32_000, 0);
+      }
       expect((await keyLeases(t, n, gid)).map((k) => k.message_key)).toEqual([KEY]);
     });
-    expect(r3calls).toEqual(["101@1"]);
-    expect(r3).toMatchObject({ started: 1, succeeded: 1, committedAfter: "101" });
-    expect((await eqRows(t, n, gid)).map(brief)).toEqual([
-      ["102", "deferred", KEY, "ordered", 0, 0],
-      ["103", "deferred", KEY, "ordered", 0, 0],
-      ["104", "deferred", KEY, "ordered", 0, 0],
-    ]);
+    expect(r3calls).toEqual(["101@1", "102@0", "103@0", "104@0"]);
+    // Each started after the one before was recorded (its row gone).
+    expect(left).toEqual([["101", "102", "103", "104"], ["102", "103", "104"], ["103", "104"], ["104"]]);
+    expect(r3).toMatchObject({ started: 4, succeeded: 4, committedAfter: "104" });
     expect(await keyLeases(t, n, gid)).toEqual([]);
-    expect((await cursor(t, n, gid)).committed).toBe("101");
     await checkInvariants(t, n);
-
-    // Polls 4–6: one message each, in order, each claimed inflight at attempt 0.
-    for (const id of ["102", "103", "104"]) {
-      const seen: string[] = [];
-      const r = await g.poll(async (m: Message) => {
-        seen.push(`${m.id}@${m.attempt}`);
-        const row = (await eqRows(t, n, gid)).find((x) => x.message_id === m.id);
-        expect(row).toMatchObject({ status: "inflight", attempts: 0 });
-      });
-      expect(seen).toEqual([`${id}@0`]);
-      expect(r).toMatchObject({ started: 1, succeeded: 1, committedAfter: id });
-      const left = (await eqRows(t, n, gid)).map((x) => x.message_id);
-      expect(left).toEqual(["102", "103", "104"].filter((x) => BigInt(x) > BigInt(id)));
-      await checkInvariants(t, n);
-    }
     expect((await cursor(t, n, gid)).committed).toBe("104");
     expect(await count(t, `exception_queue_${n}`, "consumer_group_id = $1", [gid])).toBe(0);
     expect((await dlRows(t, n, gid)).map((r) => [r.message_id, r.status])).toEqual([
@@ -182,10 +182,11 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
     const seen: string[] = [];
     const r3 = await g.poll((m: Message) => {
       seen.push(m.id);
-      return Permanent(new Error("account closed"));
+      if (m.id === "101") return Permanent(new Error("account closed"));
     });
-    expect(seen).toEqual(["101"]);
-    expect(r3).toMatchObject({ dead: 1, committedAfter: "101" });
+    // 101 dead resolves it: its chain, 102–104, runs in the same poll.
+    expect(seen).toEqual(["101", "102", "103", "104"]);
+    expect(r3).toMatchObject({ dead: 1, succeeded: 3, committedAfter: "104" });
     const eq = await eqRows(t, n, gid);
     expect(eq.map(brief)[0]).toEqual(["101", "dead", KEY, "ordered", 1, 0]);
     expect(eq[0].last_error?.startsWith("SQL0026 permanent: Error: account closed")).toBe(true);
@@ -195,13 +196,6 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
     expect(dl[1].error).toBe(eq[0].last_error);
     await checkInvariants(t, n);
 
-    // Poll 4 runs 102 as in the main story; then 103 and 104.
-    const after: string[] = [];
-    await g.poll((m: Message) => void after.push(m.id));
-    expect(after).toEqual(["102"]);
-    expect((await cursor(t, n, gid)).committed).toBe("102");
-    await g.drain((m: Message) => void after.push(m.id));
-    expect(after).toEqual(["102", "103", "104"]);
     expect((await cursor(t, n, gid)).committed).toBe("104");
     expect((await eqRows(t, n, gid)).map(brief)).toEqual([["101", "dead", KEY, "ordered", 1, 0]]);
     await checkInvariants(t, n);
@@ -243,7 +237,8 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
         expect((await cursor(t, n, gid)).committed).toBe("100");
       }
     }
-    expect(seen).toEqual(["101@0", "101@1", "101@2", "101@3"]);
+    // The poll that ends 101 dead runs its chain, 102–104, too.
+    expect(seen).toEqual(["101@0", "101@1", "101@2", "101@3", "102@0", "103@0", "104@0"]);
     expect((await eqRows(t, n, gid)).map(brief)[0]).toEqual(["101", "dead", KEY, "ordered", 3, 0]);
     await g.drain(handler);
     expect(seen.slice(4)).toEqual(["102@0", "103@0", "104@0"]);
@@ -294,7 +289,7 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
     expect(await eqRows(t, n, gid)).toEqual([]);
   });
 
-  it("cross-range: 102 in poll B's range is deferred naming 101, held in poll A's open range; it runs after A commits", async () => {
+  it("cross-range: 102 is not claimed by poll B while 101 is in poll A's open range; it runs after A commits, nothing deferred", async () => {
     const t = testClient(url());
     const { g, n, gid } = await ledgerStream(t, "ledger.cross");
     const hold = latch();
@@ -312,16 +307,17 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
     await started.promise;
     expect(await claimLeases(t, n, gid)).toMatchObject([{ low: "100", high: "101" }]);
 
-    const rB = await pollPastFence(g, (m: Message) => void seen.push(`B:${m.id}`), { opts: { batchLimit: 1 } });
-    expect(rB).toMatchObject({ rangesClaimed: 1, started: 0, deferred: 1, committedAfter: "100" });
+    // B's claim ends before 102, whose key has 101 in A's range: it claims nothing and writes nothing.
+    const rB = await heldBack(t, n, gid, g, (m: Message) => void seen.push(`B:${m.id}`), "104");
+    expect(rB).toMatchObject({ rangesClaimed: 0, started: 0, deferred: 0 });
     expect(seen).toEqual(["A:101"]);
-    expect((await eqRows(t, n, gid)).map(brief)).toEqual([["102", "deferred", KEY, "ordered", 0, 0]]);
-    expect((await dlRows(t, n, gid, "102")).map((r) => [r.attempt, r.status, r.error])).toEqual([
-      [0, "deferred", "deferred: ordered predecessor 101 unresolved"],
-    ]);
+    expect((await cursor(t, n, gid)).claimed).toBe("101");
+    expect(await eqRows(t, n, gid)).toEqual([]);
+    expect(await dlRows(t, n, gid, "102")).toEqual([]);
+    expect(await claimLeases(t, n, gid)).toMatchObject([{ low: "100", high: "101" }]);
     await checkInvariants(t, n);
 
-    // A poll while A still holds 101 does not run 102 (its row is not reservable).
+    // Another poll while A still holds 101 does not run 102 either.
     const rC = await g.poll((m: Message) => void seen.push(`C:${m.id}`), { batchLimit: 1 });
     expect(rC.started).toBe(0);
 
@@ -438,7 +434,7 @@ describe("C18 exclusive", () => {
     return { s, g, n: await streamIdOf(t, name), gid: await groupIdOf(t, "excl", name) };
   }
 
-  it("while 101 runs, 102 in another poll's range is deferred 'key busy' without running; it runs after 101 ends", async () => {
+  it("while 101 runs, another poll does not claim 102 (its key is in the open range); 102 runs after 101 ends, nothing deferred", async () => {
     const t = testClient(url());
     const { g, n, gid } = await exclusiveStream(t, "excl.busy");
     const ledger = new Ledger();
@@ -457,11 +453,10 @@ describe("C18 exclusive", () => {
     };
     const pollA = pollPastFence(g, handler("A"), { opts: { batchLimit: 1 } });
     await started.promise;
-    const rB = await pollPastFence(g, handler("B"), { opts: { batchLimit: 1 } });
-    expect(rB).toMatchObject({ started: 0, deferred: 1 });
-    const eq = await eqRows(t, n, gid);
-    expect(eq.map(brief)).toEqual([["102", "deferred", "K", "exclusive", 0, 0]]);
-    expect((await dlRows(t, n, gid, "102")).map((r) => [r.attempt, r.status, r.error])).toEqual([[0, "deferred", "deferred: key busy"]]);
+    const rB = await heldBack(t, n, gid, g, handler("B"), "102");
+    expect(rB).toMatchObject({ rangesClaimed: 0, started: 0, deferred: 0 });
+    expect(await eqRows(t, n, gid)).toEqual([]);
+    expect(await dlRows(t, n, gid, "102")).toEqual([]);
     // Another poll while the key is held does not start 102 either.
     expect((await g.poll(handler("C"), { batchLimit: 1 })).started).toBe(0);
     await checkInvariants(t, n);
@@ -491,10 +486,11 @@ describe("C18 exclusive", () => {
       { opts: { batchLimit: 1 } },
     );
     await started.promise;
-    await pollPastFence(g, (m: Message) => void seen.push(`${m.id}@${m.attempt}`), { opts: { batchLimit: 1 } });
+    // Held back while 101 runs (its key is in A's open range).
+    await heldBack(t, n, gid, g, (m: Message) => void seen.push(`${m.id}@${m.attempt}`), "102");
     hold.open();
     await pollA;
-    expect((await eqRows(t, n, gid)).map((r) => [r.message_id, r.status])).toEqual([["101", "ready"], ["102", "deferred"]]);
+    expect((await eqRows(t, n, gid)).map((r) => [r.message_id, r.status])).toEqual([["101", "ready"]]);
     await g.drain((m: Message) => void seen.push(`${m.id}@${m.attempt}`));
     expect(seen).toEqual(["101@0", "102@0"]); // 101 is not due yet; 102 did not wait for it
     await makeDue(t, n);
@@ -558,8 +554,9 @@ describe("C18 exclusive", () => {
     expect((await eqRows(t, n, gid)).filter((r) => r.status === "ready")).toHaveLength(15);
     const ran: string[] = [];
     const r = await g.poll((m: Message) => void ran.push(m.id), { batchLimit: 10, concurrency: 2 });
-    // The lowest due row of each key: K's 12 rows must not fill the batch and shut L out.
-    expect(ran.sort((a, b) => Number(a) - Number(b))).toEqual(["1", "13"]);
+    // The lowest due row of each key first: K's 12 rows must not fill the batch and shut L out.
+    // The rest of the batch is the picked keys' chains in id order (K's 2–9).
+    expect(ran.sort((a, b) => Number(a) - Number(b))).toEqual(["1", "2", "3", "4", "5", "6", "7", "8", "9", "13"]);
     expect(r.deferred).toBe(0);
     await g.drain((m: Message) => void ran.push(m.id), { batchLimit: 10, concurrency: 2 });
     expect(ran).toHaveLength(15);
@@ -683,7 +680,7 @@ describe("concurrency > 1 inside one poll", () => {
     await checkInvariants(t, n);
   });
 
-  it("in the exception phase too: deferred rows of one key run one per poll, other keys alongside", async () => {
+  it("in the exception phase too: a key's due and deferred rows run as one chain per poll, in order, other keys alongside", async () => {
     const t = testClient(url());
     const s = t.client.stream<{ i: number }>("ordered.concurrent.eq");
     await s.register();
@@ -717,8 +714,9 @@ describe("concurrency > 1 inside one poll", () => {
       perPoll.push(ran.sort((a, b) => Number(a) - Number(b)));
       await checkInvariants(t, n);
     }
-    expect(perPoll).toEqual([["1", "2", "3"], ["4", "5", "6"], ["7", "8", "9"], [], []]);
+    expect(perPoll).toEqual([["1", "2", "3", "4", "5", "6", "7", "8", "9"], [], [], [], []]);
     expect(ledger.overlaps).toEqual([]);
+    expect(ledger.orderViolations).toEqual([]);
     expect(ledger.differentKeysOverlapped()).toBe(true);
     expect((await cursor(t, n, gid)).committed).toBe("9");
   });

@@ -117,6 +117,11 @@ export interface ClaimParams extends LeaseParams, TimeoutParams, RecordParams {
   batchBytes: number;
   /** Claim even when the record finds due exception rows (docs/protocol/poll-cycle.md#due-rows-and-the-chain). */
   pastDue: boolean;
+  /**
+   * The range leases this poll still holds while it claims (a claim ahead): the claim does not count
+   * them as another poll's range holding keys (docs/protocol/ordering.md#ranges-of-several-pollers).
+   */
+  own: string[];
 }
 
 /**
@@ -150,13 +155,13 @@ export interface ClaimRow {
  */
 export const claim = defineStatement<ClaimParams, ClaimRow>([
   "groupId", "batchLimit", "head", "observation", "token", "timeoutDefault", "timeoutMin", "timeoutMax", "concurrency",
-  "recordMargin", "leaseCapMs", "batchBytes", "recordToken", "recordExceptions", "recordDeliveries", "recordKeys", "pastDue",
+  "recordMargin", "leaseCapMs", "batchBytes", "recordToken", "recordExceptions", "recordDeliveries", "recordKeys", "pastDue", "own",
 ], (t, p) =>
   `SELECT r_low::text AS low, r_high::text AS high, id::text AS id, message_key,
                  compaction_rank::text AS compaction_rank, payload, options, created_ms AS created_at,
                  lease_ms::float8 AS lease_ms, recorded, committed::text AS committed, paused,
                  reclaimable, expirable, reservable
-            FROM ${t.fn("claim")}(${p.groupId}, ${p.batchLimit}, ${p.head}, ${p.observation}::xid8, ${p.token}, ${p.timeoutDefault}, ${p.timeoutMin}, ${p.timeoutMax}, ${p.concurrency}, ${p.recordMargin}, ${p.leaseCapMs}, ${p.batchBytes}, ${p.recordToken}, ${p.recordExceptions}::jsonb, ${p.recordDeliveries}::jsonb, ${p.recordKeys}::jsonb, ${p.pastDue})`);
+            FROM ${t.fn("claim")}(${p.groupId}, ${p.batchLimit}, ${p.head}, ${p.observation}::xid8, ${p.token}, ${p.timeoutDefault}, ${p.timeoutMin}, ${p.timeoutMax}, ${p.concurrency}, ${p.recordMargin}, ${p.leaseCapMs}, ${p.batchBytes}, ${p.recordToken}, ${p.recordExceptions}::jsonb, ${p.recordDeliveries}::jsonb, ${p.recordKeys}::jsonb, ${p.pastDue}, ${p.own}::uuid[])`);
 
 /**
  * The messages of the range a claim just leased, read by the statement after the claim in the same

@@ -187,11 +187,12 @@ async function sendAlongside<T>(ctx: PollContext<T>, chain: Chain<T>, run: Range
     // A keyed range takes its first keys with the unsent record (docs/protocol/poll-cycle.md#keyed-ranges-claimed-ahead);
     // the claim ahead carries no record, and goes out at the same time (after the take, so on a
     // single connection it runs while the handlers do, not before them).
+    const own = unsent === null ? [run.range.token] : [run.range.token, unsent.rec.token];
     out.taking = settled(takeFirstKeys(ctx, chain, run, unsent));
-    if (chain.mayClaimAhead(run)) out.ahead = settled(claimAhead(ctx));
+    if (chain.mayClaimAhead(run)) out.ahead = settled(claimAhead(ctx, own));
   } else if (chain.mayClaimAhead(run)) {
     // The claim ahead carries the unsent record; without it, the unsent record goes first, alone.
-    out.ahead = settled(unsent ? recordAndClaim(ctx, chain, unsent, false) : claimAhead(ctx));
+    out.ahead = settled(unsent ? recordAndClaim(ctx, chain, unsent, false) : claimAhead(ctx, [run.range.token]));
   } else if (unsent !== null) chain.note(await unsent.run.record(false));
   // One turn of the event loop puts the statements on the wire before handlers that return
   // synchronously hold the thread for the whole range.

@@ -22,13 +22,17 @@ const FENCE_WAITS_MS = [5, 10, 20, 40, 80, 160, 320, 400];
 
 const NO_RECORD: RecordParams = { recordToken: null, recordExceptions: null, recordDeliveries: null, recordKeys: null };
 
-/** claim_N's parameters: after the load its head and observation, else null (up to the last proven head). */
+/**
+ * claim_N's parameters: after the load its head and observation, else null (up to the last proven
+ * head). `own`: the range leases this poll still holds while it claims (a claim ahead).
+ */
 export function claimParams<T>(
   ctx: PollContext<T>, token: string, from: { head: string; obs: string } | null, rec: RecordParams | null, pastDue: boolean,
+  own: string[] = [],
 ): ClaimParams {
   return {
     groupId: ctx.groupId, batchLimit: ctx.options.batchLimit, head: from?.head ?? null, observation: from?.obs ?? null, token,
-    ...timeoutParams(ctx), ...leaseParams(ctx, rangeLeaseCap(ctx)), batchBytes: ctx.options.batchBytes, ...(rec ?? NO_RECORD), pastDue,
+    ...timeoutParams(ctx), ...leaseParams(ctx, rangeLeaseCap(ctx)), batchBytes: ctx.options.batchBytes, ...(rec ?? NO_RECORD), pastDue, own,
   };
 }
 
@@ -73,10 +77,10 @@ export async function freshClaim<T>(ctx: PollContext<T>, load: { head: string; o
 }
 
 /** The claim sent ahead without a record: it claims up to the stream's last proven head. */
-export async function claimAhead<T>(ctx: PollContext<T>): Promise<Claimed | null> {
+export async function claimAhead<T>(ctx: PollContext<T>, own: string[]): Promise<Claimed | null> {
   const token = randomUUID();
   const sentAt = now();
-  const { answer } = await sendClaim(ctx, claimParams(ctx, token, null, null, false));
+  const { answer } = await sendClaim(ctx, claimParams(ctx, token, null, null, false, own));
   return answer.range === null ? null : { token, sentAt, range: answer.range };
 }
 
