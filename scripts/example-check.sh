@@ -15,6 +15,7 @@
 #   doctor     sqlstreams doctor --groups src/streams/groups.ts: no errors, declaration matches
 #   sst        sst install in the app; sst.config.ts type-checks against SST's types
 #   stack      sst.config.ts through SST's real components with the packed component (offline)
+#   docs       every TypeScript block of README.md and docs/ type-checked against the installed packages
 # Every step after install runs even when an earlier one failed; the summary names each result
 # and the script exits 1 if any failed.
 #
@@ -232,6 +233,22 @@ step_stack() {
   PATH="$NODE_BIN:$PATH" timeout --kill-after=10s 300 node --no-warnings scripts/example-check/stack.ts "$APP"
 }
 
+step_docs() {
+  # Every TypeScript block of README.md and docs/ (docs/README.md#code-blocks-are-checked), against
+  # the packed packages installed in the app, with the libraries the blocks import at the
+  # repository's pinned versions.
+  local v deps=()
+  for d in zod kysely postgres valibot; do
+    v="$(node -p "require('./package.json').devDependencies['$d'] ?? ''")"
+    [ -n "$v" ] && deps+=("$d@$v")
+  done
+  in_app npm install --no-save --no-audit --no-fund "${deps[@]}"
+  node scripts/extract-doc-blocks.mjs "$APP/doc-blocks" --sst-platform "$APP/.sst/platform/config.d.ts"
+  in_app tsc -p doc-blocks/tsconfig.json --pretty false
+  tsc_strict "$DRIZZLE" "inside drizzle-orm's declarations (drizzle-orm#5187)" -p doc-blocks/tsconfig.peers.json
+  tsc_strict "$SST_TOLERATED" "$SST_NOTE" -p doc-blocks/tsconfig.sst.json
+}
+
 run build step_build
 if [ "$FAILED" = 0 ]; then run install step_install; fi
 if [ "$FAILED" != 0 ]; then summary; exit 1; fi
@@ -242,5 +259,6 @@ run dev step_dev
 run doctor step_doctor
 run sst step_sst
 run stack step_stack
+run docs step_docs
 summary
 exit "$FAILED"
