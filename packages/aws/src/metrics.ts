@@ -50,6 +50,7 @@ export const POLL_COUNTS = {
   rangesClaimed: "RangesClaimed",
   rangesReclaimed: "RangesReclaimed",
   rangesQuarantined: "RangesQuarantined",
+  capped: "Capped",
 } as const satisfies Partial<Record<keyof CycleReport, string>>;
 
 /** The deployment's stage dimension, from SQLSTREAMS_STAGE (sst.config.ts sets it). */

@@ -58,6 +58,12 @@ export async function migrate(ctx: Ctx): Promise<void> {
   else ctx.print(`migrated schema ${client.schema}: control plane at version ${version} (${durationMs} ms)`);
 }
 
+/** Drains running now, out of maxConcurrency and with the polls capped so far when it is set. */
+function drains(p: Progress): string {
+  const c = p.concurrency;
+  return c.max === null ? String(c.running) : `${c.running}/${c.max} (${c.capped})`;
+}
+
 async function statusOnce(ctx: Ctx, stream: string | undefined, group: string | undefined, alert: Alert | null, frame: boolean): Promise<string[]> {
   const pairs = await listGroups(ctx, stream, group);
   const progress: Progress[] = [];
@@ -91,16 +97,17 @@ async function statusOnce(ctx: Ctx, stream: string | undefined, group: string | 
     const c = ctx.colour;
     out.push(
     table(
-      ["STREAM", "GROUP", "HEAD", "COMMITTED", "LAG", "LEASES", "READY", "DEFERRED", "INFLIGHT", "DEAD", "SUPERSEDED", "OLDEST", "PAUSED"],
+      ["STREAM", "GROUP", "HEAD", "COMMITTED", "LAG", "LEASES", "READY", "DEFERRED", "INFLIGHT", "DEAD", "SUPERSEDED", "OLDEST", "PAUSED", "DRAINS"],
       progress.map((p) => [
         p.stream, p.group, p.head, p.committed, p.lag, `${p.openLeases}/${p.expiredLeases}`,
         String(p.exceptions.ready), String(p.exceptions.deferred), String(p.exceptions.inflight),
         p.exceptions.dead > 0 ? paint(c, "red", String(p.exceptions.dead)) : String(p.exceptions.dead),
         String(p.exceptions.superseded), age(p.oldestUnresolvedAgeMs), p.paused ? paint(c, "yellow", "yes") : yesNo(p.paused),
+        drains(p),
       ]),
     ),
     );
-    out.push("LEASES = open/expired claim leases; OLDEST = age of the oldest unresolved message");
+    out.push("LEASES = open/expired claim leases; OLDEST = age of the oldest unresolved message; DRAINS = running/maxConcurrency (capped polls)");
     for (const n of notes) out.push(`note: ${n}`);
   }
   for (const a of alerts) out.push(paint(ctx.colour, "red", `alert: ${a}`));

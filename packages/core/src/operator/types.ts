@@ -21,6 +21,11 @@ export interface Progress {
    * whose position holds expired messages back (this one or another), `heldForMs` for how long.
    */
   retention: { floor: string; heldBy: string | null; held: boolean; heldForMs: number | null };
+  /**
+   * maxConcurrency (docs/guide/configuration.md#maxconcurrency): the limit (null: unlimited),
+   * the drains holding a live slot now, and the polls that found the group at its cap, ever.
+   */
+  concurrency: { max: number | null; running: number; capped: number };
 }
 
 /** One sample of progress_history_N (docs/data-model.md#progress-history). */

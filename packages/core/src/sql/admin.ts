@@ -28,7 +28,10 @@ export function progress(q: string, t: Tables): string {
        (EXTRACT(EPOCH FROM (now() - LEAST(
           (SELECT m.created_at FROM ${t.ml} m WHERE m.id > c.committed ORDER BY m.id LIMIT 1),
           (SELECT min(m.created_at) FROM ${t.eq} e JOIN ${t.ml} m ON m.id = e.message_id
-            WHERE e.consumer_group_id = g.id AND e.status IN ('ready', 'deferred', 'inflight'))))) * 1000)::float8 AS oldest_ms
+            WHERE e.consumer_group_id = g.id AND e.status IN ('ready', 'deferred', 'inflight'))))) * 1000)::float8 AS oldest_ms,
+       (g.config->>'maxConcurrency')::int AS max_concurrency,
+       (SELECT count(*)::int FROM ${q}.group_slot s WHERE s.group_id = g.id AND s.expires_at > now()) AS drains_running,
+       COALESCE((SELECT f.capped FROM ${q}.group_flow f WHERE f.group_id = g.id), 0)::float8 AS capped
   FROM ${q}.consumer_group_config g
   JOIN ${t.cur} c ON c.consumer_group_id = g.id
   CROSS JOIN LATERAL (SELECT COALESCE(max(m.id), 0) AS head FROM ${t.ml} m) h
