@@ -125,7 +125,7 @@ export function pollDocument(input: {
   group: string;
   stage?: string;
   report?: CycleReport;
-  progress?: Pick<Progress, "lag" | "oldestUnresolvedAgeMs" | "exceptions"> | null;
+  progress?: Pick<Progress, "lag" | "oldestUnresolvedAgeMs" | "exceptions"> & Partial<Pick<Progress, "blockedKeys">> | null;
   durations?: DurationHistogram;
   durationMs: number;
   error?: boolean;
@@ -142,6 +142,7 @@ export function pollDocument(input: {
     metrics.push(["Lag", "Count", Number(input.progress.lag)]);
     metrics.push(["OldestUnresolvedAgeMs", "Milliseconds", input.progress.oldestUnresolvedAgeMs ?? 0]);
     metrics.push(["DeadTotal", "Count", input.progress.exceptions.dead]);
+    if (input.progress.blockedKeys !== undefined) metrics.push(["BlockedKeys", "Count", input.progress.blockedKeys]);
   }
   const hist = input.durations?.toValues();
   if (hist) metrics.push(["HandlerDuration", "Milliseconds", hist]);
