@@ -6,6 +6,8 @@ export interface LambdaContext {
   getRemainingTimeInMillis(): number;
   awsRequestId?: string;
   functionName?: string;
+  /** This function's ARN: continuations invoke it (docs/guide/deployment.md#backlog-driven-scaling). */
+  invokedFunctionArn?: string;
 }
 
 /** A context shaped like aws-lambda's Context, for invoking handlers outside Lambda. */

@@ -130,6 +130,8 @@ export function pollDocument(input: {
   durationMs: number;
   error?: boolean;
   timestamp?: number;
+  /** Continuations this invocation started (groups with `scale`). */
+  continued?: number;
 }): EmfDocument {
   const metrics: [string, EmfUnit, number | EmfValues][] = [];
   if (input.report) {
@@ -143,6 +145,9 @@ export function pollDocument(input: {
     metrics.push(["OldestUnresolvedAgeMs", "Milliseconds", input.progress.oldestUnresolvedAgeMs ?? 0]);
     metrics.push(["DeadTotal", "Count", input.progress.exceptions.dead]);
     if (input.progress.blockedKeys !== undefined) metrics.push(["BlockedKeys", "Count", input.progress.blockedKeys]);
+  }
+  if (input.continued !== undefined) {
+    metrics.push(["Continued", "Count", input.continued]);
   }
   const hist = input.durations?.toValues();
   if (hist) metrics.push(["HandlerDuration", "Milliseconds", hist]);
