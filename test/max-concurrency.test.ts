@@ -1,4 +1,4 @@
-// maxConcurrency (docs/configuration.md#maxconcurrency), proven with real processes: three pollers
+// maxConcurrency (docs/guide/configuration.md#maxconcurrency), proven with real processes: three pollers
 // of a group capped at one drain never run handlers at the same time and deliver everything; a
 // drain SIGKILLed while holding the slot frees it when its lease ends; a capped poll claims nothing.
 import { beforeAll, describe, expect, it } from "vitest";
