@@ -131,4 +131,30 @@ describe("backlog-driven scaling", () => {
     expect(working.some((r) => r.report.idle)).toBe(true);
     expect((await s.consumer("g").progress()).concurrency).toMatchObject({ max: 3, running: 0 });
   }, 150_000);
+
+  it("outside Lambda, a context's onContinue (as sqlstreams dev sets it) receives the continuations instead of an Invoke", async () => {
+    const s = t.client.stream<{ i: number }>("scale.dev");
+    await s.register();
+    const d = declaration({ stream: "scale.dev" });
+    await s.consumer("g").register(d.config);
+    await s.produceBatch(Array.from({ length: 600 }, (_, i) => ({ payload: { i } })));
+    const handler = createPollHandler<{ i: number }>({
+      stream: "scale.dev", group: "g", groups: [d], database: db, log: () => {}, metrics: false,
+      handle: () => sleep(10),
+      lambda: { clientConfig: { endpoint, region: "us-east-1", credentials: { accessKeyId: "AKIDLOCALTEST", secretAccessKey: "local-test-secret" } } },
+    });
+    const before = invokes.length;
+    const asked: number[] = [];
+    let r = await handler({ stream: "scale.dev", group: "g" }, localContext(4_000, { functionName: "dev", onContinue: (n) => asked.push(n) }));
+    // Ended at its budget with a backlog, nothing else running: two continuations (the most per invocation).
+    expect(r.idle).toBe(false);
+    expect(asked).toEqual([2]);
+    expect(invokes.length).toBe(before);
+    // Caught up: no continuation.
+    while (!r.idle) r = await handler({ stream: "scale.dev", group: "g" }, localContext(4_000, { functionName: "dev", onContinue: (n) => asked.push(n) }));
+    expect(asked.at(-1)).toBe(2);
+    const n = asked.length;
+    await handler({ stream: "scale.dev", group: "g" }, localContext(4_000, { functionName: "dev", onContinue: (k) => asked.push(k) }));
+    expect(asked).toHaveLength(n);
+  }, 120_000);
 });

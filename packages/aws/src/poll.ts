@@ -224,6 +224,10 @@ async function continueGroup(
   continuer: Continuer, scale: GroupScale, context: LambdaContext, report: CycleReport, progress: Progress | null, stream: string, group: string,
 ): Promise<number> {
   const n = continuationsOf(scale, report, progress);
+  if (n > 0 && typeof context.onContinue === "function") {
+    context.onContinue(n);
+    return n;
+  }
   const self = context.invokedFunctionArn ?? context.functionName;
   if (n === 0 || !self) return 0;
   return continuer.start(self, stream, group, n).catch(() => 0);
