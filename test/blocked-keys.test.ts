@@ -97,6 +97,7 @@ describe("blockedKeys", () => {
       const page = await createDashboardHandler({ database: db })(dashboardGet("/group", "stream=bk&group=g"));
       expect(page.statusCode).toBe(200);
       expect(page.body).toContain("Blocked keys");
+      expect(page.body).toContain("3 blocked key(s)");
       expect(page.body).toContain(`/message?stream=bk&amp;id=${ids.a1}`);
     } finally {
       await db.close();
