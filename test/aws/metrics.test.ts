@@ -126,7 +126,7 @@ describe("poll invocation metrics", () => {
     expect(doc).toMatchObject({
       Stream: "metrics.poll", Group: "g", Stage: "test",
       Succeeded: 6, Failed: 2, Dead: 1, Delayed: 1, Started: 10, NotStarted: 0, LeaseLost: 0,
-      DeadTotal: 1, PollErrors: 0,
+      DeadTotal: 1, PollErrors: 0, BlockedKeys: 0, Capped: 0,
     });
     // The gauge is the group's lag at the end of the invocation (nothing ran since).
     expect(doc.Lag).toBe(Number((await s.consumer("g").progress()).lag));

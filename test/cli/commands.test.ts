@@ -94,7 +94,7 @@ describe("sqlstreams (CLI)", () => {
     const human = await cli(["status"]);
     expect(human.code).toBe(0);
     const lines = human.stdout.split("\n");
-    expect(lines[0]).toMatch(/^STREAM\s+GROUP\s+HEAD\s+COMMITTED\s+LAG\s+LEASES\s+READY\s+DEFERRED\s+INFLIGHT\s+DEAD\s+SUPERSEDED\s+OLDEST\s+PAUSED$/);
+    expect(lines[0]).toMatch(/^STREAM\s+GROUP\s+HEAD\s+COMMITTED\s+LAG\s+LEASES\s+READY\s+DEFERRED\s+INFLIGHT\s+DEAD\s+SUPERSEDED\s+OLDEST\s+PAUSED\s+DRAINS\s+BLOCKED$/);
     expect(lines.find((l) => l.startsWith("orders.placed"))).toMatch(/fraud-scoring\s+10\s+10\s+0\s+0\/0\s+0\s+0\s+0\s+2\s+0\s+-\s+no/);
     expect(lines.find((l) => l.startsWith("ledger.adjustments"))).toMatch(/apply-balance\s+0\s+0\s+0/);
     expect(human.stdout).toMatch(/note: orders\.placed\/fraud-scoring: 2 dead message\(s\) — lag 0 with dead rows is not success/);

@@ -3,7 +3,9 @@
 import { SqlStreamsError, mergeReports, type BatchHandler, type CycleReport, type Handler, type Progress, type SqlStreams, type StreamDef } from "@sqlstreams/core";
 import type { LambdaContext } from "./context.js";
 import { DatabaseProvider, defaultDatabase } from "./database.js";
-import { DEFAULTS, type GroupDeclaration, type PollMode, checkNames, findGroup, groupKey, validateGroups } from "./declaration.js";
+import { DEFAULTS, type GroupDeclaration, type GroupScale, type PollMode, checkNames, findGroup, groupKey, validateGroups } from "./declaration.js";
+import type { LambdaClient, LambdaClientConfig } from "@aws-sdk/client-lambda";
+import { Continuer, continuationsOf } from "./scale.js";
 import { type LineWriter, errorFields, stdoutWriter, writeLine } from "./log.js";
 import { setTimeout as sleep } from "node:timers/promises";
 import { DurationHistogram, metricsWriter, pollDocument, stageFromEnv } from "./metrics.js";
@@ -51,6 +53,13 @@ export interface PollHandlerOptions<T = unknown> {
   metrics?: LineWriter | false;
   /** The Stage dimension of the metrics; default SQLSTREAMS_STAGE, none when unset. */
   stage?: string;
+  /**
+   * Backlog-driven scaling (docs/guide/deployment.md#backlog-driven-scaling); default the
+   * declaration's `scale`. Needs the group's maxConcurrency.
+   */
+  scale?: GroupScale;
+  /** The Lambda client continuations are started with (a client, or options of the default one). */
+  lambda?: { client?: LambdaClient; clientConfig?: LambdaClientConfig };
 }
 
 function isThenable(v: unknown): v is PromiseLike<unknown> {
@@ -120,6 +129,7 @@ interface Binding<T> {
   idleWait: number;
   batchLimit: number | undefined;
   concurrency: number | undefined;
+  scale: GroupScale | undefined;
   /** Where the binding came from, for SQL0031's message. */
   declared: string;
 }
@@ -153,6 +163,7 @@ function bind<T>(opts: PollHandlerOptions<T>): Binding<T> {
     idleWait: opts.idleWait ?? declaration?.idleWait ?? DEFAULTS.idleWait,
     batchLimit: opts.batchLimit ?? declaration?.batchLimit,
     concurrency: opts.concurrency ?? declaration?.concurrency,
+    scale: opts.scale ?? declaration?.scale,
     declared: declaration ? "declared in functions/groups.ts" : "bound by createPollHandler",
   };
 }
@@ -229,6 +240,24 @@ async function pollInvocation<T>(
 }
 
 /**
+ * Starts the continuations an invocation that ended at its budget with a backlog calls for
+ * (docs/guide/deployment.md#backlog-driven-scaling), as Event invocations of this very function.
+ * Returns how many Lambda accepted; a failure starts none and leaves the backlog to the schedule.
+ */
+async function continueGroup(
+  continuer: Continuer, scale: GroupScale, context: LambdaContext, report: CycleReport, progress: Progress | null, stream: string, group: string,
+): Promise<number> {
+  const n = continuationsOf(scale, report, progress);
+  if (n > 0 && typeof context.onContinue === "function") {
+    context.onContinue(n);
+    return n;
+  }
+  const self = context.invokedFunctionArn ?? context.functionName;
+  if (n === 0 || !self) return 0;
+  return continuer.start(self, stream, group, n).catch(() => 0);
+}
+
+/**
  * Builds the Lambda handler of one group: `(event, context) => Promise<CycleReport>`.
  * The event must be `{ stream, group }` of this function, else SQL0031 before any database access.
  */
@@ -238,6 +267,7 @@ export function createPollHandler<T = unknown>(opts: PollHandlerOptions<T>): Pol
   const log = opts.log ?? stdoutWriter;
   const emf = metricsWriter(opts.metrics, stdoutWriter);
   const stage = opts.stage ?? stageFromEnv();
+  const continuer = b.scale ? new Continuer(opts.lambda) : undefined;
 
   return async function pollHandler(event: PollEvent, context: LambdaContext): Promise<CycleReport> {
     const started = Date.now();
@@ -252,9 +282,10 @@ export function createPollHandler<T = unknown>(opts: PollHandlerOptions<T>): Pol
       }
       const database = opts.database ?? defaultDatabase();
       const { report, progress } = await database.use((client) => pollInvocation(client, b, run, context, started));
-      if (emf) writeLine(emf, pollDocument({ stream, group, stage, report, progress, durations, durationMs: report.durationMs }));
+      const continued = continuer && b.scale ? await continueGroup(continuer, b.scale, context, report, progress, stream, group) : undefined;
+      if (emf) writeLine(emf, pollDocument({ stream, group, stage, report, progress, durations, durationMs: report.durationMs, continued }));
       const remainingMs = context.getRemainingTimeInMillis();
-      writeLine(log, { level: "info", event: "sqlstreams.poll", requestId, mode, ...report, lag: progress?.lag ?? null, remainingMs });
+      writeLine(log, { level: "info", event: "sqlstreams.poll", requestId, mode, ...report, lag: progress?.lag ?? null, remainingMs, ...(continued === undefined ? {} : { continued }) });
       return report;
     } catch (e) {
       const durationMs = Date.now() - started;

@@ -25,6 +25,8 @@ export interface ConsumerConfig {
   start?: "beginning" | "head";
   exceptionInitialBackoff?: number;
   maxRangeReclaims?: number;
+  /** Drains of the group running at once across every process and invocation (docs/guide/configuration.md#maxconcurrency). */
+  maxConcurrency?: number;
 }
 export interface StreamOptions {
   partitionSize?: number;
@@ -82,6 +84,7 @@ const RETRY_RULES: Record<keyof RetryPolicy, NumRule> = {
 const GROUP_RULES = {
   exceptionInitialBackoff: R(0, 604_800_000),
   maxRangeReclaims: R(1, 100),
+  maxConcurrency: R(1, 1_000),
 };
 const STREAM_RULES: Record<Exclude<keyof StreamOptions, "deliveryLog">, NumRule> = {
   partitionSize: R(2, 1e12),
@@ -189,7 +192,7 @@ export function validateConsumerConfig(v: unknown): ConsumerConfig {
   if (v === undefined) return {};
   if (!isPlainObject(v)) fail("SQL0013", "config", v, "must be an object");
   checkKeys("SQL0013", "", v, [
-    "message", "messageMin", "messageMax", "concurrencyOverride", "start", "exceptionInitialBackoff", "maxRangeReclaims",
+    "message", "messageMin", "messageMax", "concurrencyOverride", "start", "exceptionInitialBackoff", "maxRangeReclaims", "maxConcurrency",
   ]);
   const out: ConsumerConfig = {};
   if (v.message !== undefined) out.message = validateMessageOptions(v.message, "message");
@@ -205,7 +208,7 @@ export function validateConsumerConfig(v: unknown): ConsumerConfig {
     if (v.start !== "beginning" && v.start !== "head") fail("SQL0013", "start", v.start, "must be 'beginning' or 'head'");
     out.start = v.start;
   }
-  for (const k of ["exceptionInitialBackoff", "maxRangeReclaims"] as const) {
+  for (const k of ["exceptionInitialBackoff", "maxRangeReclaims", "maxConcurrency"] as const) {
     if (v[k] !== undefined) out[k] = checkNumber("SQL0013", k, v[k], GROUP_RULES[k]);
   }
   // Bounds: messageMin <= group default <= messageMax, per field, where set.

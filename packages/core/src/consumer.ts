@@ -13,7 +13,7 @@ import { SqlStreamsError } from "./errors.js";
 import { type GroupRef, registerGroup } from "./operator/group.js";
 import * as Reads from "./operator/reads.js";
 import type {
-  BatchOptions, DeadSelector, FailureFilter, FailureRow, Progress, ProgressSample, RedriveSelector, SeekTarget,
+  BatchOptions, BlockedKey, DeadSelector, FailureFilter, FailureRow, Progress, ProgressSample, RedriveSelector, SeekTarget,
 } from "./operator/types.js";
 import * as Writes from "./operator/writes.js";
 import { tracedHandler, tracedPoll } from "./otel.js";
@@ -23,7 +23,7 @@ import { releaseWake } from "./wake.js";
 import { monotonicOptions } from "./clock.js";
 
 export type {
-  BatchOptions, DeadSelector, ExceptionStatus, FailureFilter, FailureRow, Progress, ProgressSample, RedriveSelector, SeekTarget,
+  BatchOptions, BlockedKey, DeadSelector, ExceptionStatus, FailureFilter, FailureRow, Progress, ProgressSample, RedriveSelector, SeekTarget,
 } from "./operator/types.js";
 
 export class Consumer<T = unknown> {
@@ -152,6 +152,15 @@ export class Consumer<T = unknown> {
   /** How many rows failures() with the same filter would page through. */
   countFailures(opts: Omit<FailureFilter, "limit" | "offset"> = {}): Promise<number> {
     return atEdge(this.call("countFailures"), () => Reads.countFailures(this.ref, opts));
+  }
+
+  /**
+   * The keys whose next message waits behind an unresolved earlier one (a retry in backoff, a
+   * Delay, a run in flight), oldest block first, at most `limit` (default 100)
+   * (docs/guide/operations.md#blocked-keys).
+   */
+  blockedKeys(opts: { limit?: number } = {}): Promise<BlockedKey[]> {
+    return atEdge(this.call("blockedKeys"), () => Reads.blockedKeys(this.ref, opts));
   }
 
   /** While paused, every poll returns at once with paused: true and writes nothing. */

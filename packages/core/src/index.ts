@@ -3,7 +3,7 @@ export { SqlStreams, type SqlStreamsOptions } from "./client.js";
 export { Stream, type ProduceOptions, type ProduceResult, type BatchItem } from "./stream.js";
 export { type TxExecutor, type Transactional, type PostgresJsTx, type PrismaTx, fromPostgresJs, fromPrisma } from "./executor.js";
 export {
-  Consumer, type Progress, type ProgressSample, type FailureRow, type RedriveSelector, type DeadSelector, type FailureFilter, type BatchOptions, type SeekTarget, type ExceptionStatus,
+  Consumer, type Progress, type ProgressSample, type FailureRow, type RedriveSelector, type DeadSelector, type FailureFilter, type BatchOptions, type SeekTarget, type ExceptionStatus, type BlockedKey,
 } from "./consumer.js";
 export { type Message, type Handler, type CycleReport, mergeReports } from "./cycle/types.js";
 export type { BatchHandler, BatchResult } from "./cycle/batch.js";

@@ -5,6 +5,7 @@
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { SqlStreamsError, isSqlStreamsError, type FailureFilter, type Progress, type SqlStreams } from "@sqlstreams/core";
 import { SCRIPT_HASH, age, esc, page, postForm, table } from "./html.js";
+import { BLOCKED_ON_PAGE, blockedSection } from "./blocked.js";
 
 export interface DashboardOptions {
   client: SqlStreams;
@@ -337,6 +338,7 @@ async function groupPage(v: View): Promise<string> {
   const f = filterOf(v.url);
   const rows = await c.failures({ ...f.filter, status: f.status, limit: PAGE, offset: f.offset });
   const total = await c.countFailures({ ...f.filter, status: f.status });
+  const blocked = p.blockedKeys > 0 ? await c.blockedKeys({ limit: BLOCKED_ON_PAGE }) : [];
   const sg = { stream, group };
   const now = Date.now();
   const actions = (id: string) =>
@@ -378,8 +380,9 @@ ${p.paused ? postForm(`${v.base}/action/resume`, v.csrf, sg, "Resume") : postFor
     { title: `${stream} / ${group}`, base: v.base, readOnly: v.readOnly, flash: banner(v.url), refresh: true },
     `<h1>${esc(stream)} / ${esc(group)}</h1>
 <p>head ${esc(p.head)}, committed ${esc(p.committed)}, lag ${esc(p.lag)}; ready ${p.exceptions.ready}, deferred ${p.exceptions.deferred}, inflight ${p.exceptions.inflight},
-<span class="${p.exceptions.dead > 0 ? "bad" : ""}">dead ${p.exceptions.dead}</span>, superseded ${p.exceptions.superseded}; oldest unresolved ${esc(age(p.oldestUnresolvedAgeMs))}; ${p.paused ? '<span class="warn">paused</span>' : "running"}.</p>
+<span class="${p.exceptions.dead > 0 ? "bad" : ""}">dead ${p.exceptions.dead}</span>, superseded ${p.exceptions.superseded}; oldest unresolved ${esc(age(p.oldestUnresolvedAgeMs))}; ${p.paused ? '<span class="warn">paused</span>' : "running"}; drains ${p.concurrency.running}${p.concurrency.max === null ? "" : ` of maxConcurrency ${p.concurrency.max} (${p.concurrency.capped} capped polls)`}; ${p.blockedKeys} blocked key(s).</p>
 ${await historyCharts(v, stream, group)}
+${blockedSection(blocked, p.blockedKeys, (id) => link(v, "/message", { stream, id }))}
 ${controls}${filterForm}${bulk}
 ${table(`${f.status} rows ${total === 0 ? "" : `${f.offset + 1}–${f.offset + rows.length} of ${total}`}`, [{ text: "Message", num: true }, "Key", "Status", { text: "Attempts", num: true }, { text: "Delays", num: true }, "Updated", "Payload", "Last error", v.readOnly ? "" : "Actions"], body)}
 <p>${prev} ${next}</p>`,

@@ -318,6 +318,14 @@ export class SqlStreams extends $util.ComponentResource {
       },
       { parent: this },
     );
+    // Backlog-driven scaling (docs/guide/deployment.md#backlog-driven-scaling): the poller invokes itself.
+    if (g.scale && fn.nodes.role) {
+      new aws.iam.RolePolicy(
+        `${name}${id}Continue`,
+        { role: fn.nodes.role.name, policy: $jsonStringify({ Version: "2012-10-17", Statement: [{ Effect: "Allow", Action: ["lambda:InvokeFunction"], Resource: [fn.arn] }] }) },
+        { parent: this },
+      );
+    }
     const schedules = st.devScheduler ? [] : this.schedules(st, `${name}${id}`, fn, g, r.parallelism);
     const poller = { id, group: g, function: fn, schedules };
     this.pollers[`${g.stream}/${g.group}`] = poller;

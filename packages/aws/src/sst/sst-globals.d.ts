@@ -64,6 +64,7 @@ declare namespace aws {
   namespace iam {
     type Role = any;
     const Role: any;
+    const RolePolicy: any;
   }
   namespace lambda {
     type Invocation = any;

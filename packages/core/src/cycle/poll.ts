@@ -11,10 +11,13 @@ import { reclaimPhase } from "./range/reclaim.js";
 import type { DrainSizing } from "./sizer.js";
 import { type CycleReport, type Handler, emptyCycleReport } from "./types.js";
 import { after, now } from "../clock.js";
+import { GroupSlot, maxConcurrencyOf } from "./slot.js";
 
 /** Poll facts a drain needs beyond the report, and its range sizing (docs/protocol/poll-cycle.md#range-size-in-a-drain). */
 export interface PollState extends DrainSizing {
   fenceBlocked: boolean;
+  /** The drain's concurrency slot, once its first poll took one (groups with maxConcurrency). */
+  slot?: GroupSlot;
 }
 
 /**
@@ -35,6 +38,7 @@ async function cycle<T>(
   const report = emptyCycleReport(stream, group);
   report.polls = 1;
   const db = client.db;
+  let own: GroupSlot | undefined; // a slot this poll alone holds (poll() outside a drain)
   try {
     const info = await client.streamInfo(stream);
     const t = statements.tables(db.q, info.id);
@@ -53,6 +57,20 @@ async function cycle<T>(
     if (options.deadline !== undefined && options.deadline - now() < options.recordMargin) {
       report.idle = true;
       return finish(report, started);
+    }
+    const max = maxConcurrencyOf(load.config);
+    if (max !== undefined && state?.slot === undefined) {
+      // docs/guide/configuration.md#maxconcurrency: at the cap, return at once without claiming.
+      const cap = () => (options.deadline === undefined ? null : Math.max(1, Math.floor(options.deadline - now()) + options.recordMargin));
+      const slot = await GroupSlot.take(db, t, load.group_id, max, cap, () => {
+        db.events.emit({ level: "warn", code: "SQL0034", message: "concurrency slot lost: its lease expired while the drain ran; the drain stops after this poll", stream, group });
+      });
+      if (slot === null) {
+        report.capped = 1;
+        return finish(report, started);
+      }
+      if (state) state.slot = slot;
+      else own = slot;
     }
     const ctx: PollContext<T> = {
       client, db, tables: t, stream, group, groupId: load.group_id, resolution: groupResolution(load.config ?? {}), mode: load.mode,
@@ -81,6 +99,8 @@ async function cycle<T>(
   } catch (e) {
     if (isSqlStreamsError(e)) throw e;
     throw new SqlStreamsError("SQL0033", `poll of ${stream}/${group} failed: ${(e as Error).message}`, { stream, group }, e);
+  } finally {
+    if (own) await own.release();
   }
 }
 

@@ -21,6 +21,33 @@ export interface Progress {
    * whose position holds expired messages back (this one or another), `heldForMs` for how long.
    */
   retention: { floor: string; heldBy: string | null; held: boolean; heldForMs: number | null };
+  /**
+   * maxConcurrency (docs/guide/configuration.md#maxconcurrency): the limit (null: unlimited),
+   * the drains holding a live slot now, and the polls that found the group at its cap, ever.
+   */
+  concurrency: { max: number | null; running: number; capped: number };
+  /** How many keys blockedKeys() would list without a limit (docs/guide/operations.md#blocked-keys). */
+  blockedKeys: number;
+}
+
+/**
+ * A key whose next message waits behind an unresolved earlier one (docs/guide/operations.md#blocked-keys).
+ * `waiting`: unresolved exception rows of the key after the blocking one, plus messages of the key
+ * the group has not claimed yet.
+ */
+export interface BlockedKey {
+  key: string;
+  /** The key's lowest unresolved ordered message: the one the others wait for. */
+  blockingId: string;
+  /** ready (a retry, due or in backoff), deferred (a Delay) or inflight (running now). */
+  status: "ready" | "deferred" | "inflight";
+  /** When the blocking row entered its present state (the database clock). */
+  since: Date;
+  /** When it may run again (null while it runs). */
+  runsAfter: Date | null;
+  /** Attempts charged to the blocking message so far. */
+  attempts: number;
+  waiting: number;
 }
 
 /** One sample of progress_history_N (docs/protocol/data-model.md#progress-history). */
