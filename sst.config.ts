@@ -4,7 +4,7 @@
 // invocation on every deploy, one poll function + EventBridge Scheduler schedule per group, and
 // the maintenance schedule. `npm run build` first (the functions import the built workspace
 // packages), then `npx sst deploy --stage <name>`. An existing app uses the same component: see
-// docs/deployment.md#an-existing-sst-app.
+// docs/guide/deployment.md#an-existing-sst-app.
 //
 // Deploy-time settings (environment of the machine running `sst deploy`):
 //   SQLSTREAMS_NAT=ec2|managed     add a NAT so handlers can reach the internet (default: none;

@@ -22,6 +22,7 @@ export const ARMS = {
   produce: { run: async (ctx) => (await ours()).produce(ctx) },
   consume: { run: async (ctx) => (await ours()).consume(ctx) },
   "consume-defaults": { run: async (ctx) => (await ours()).consume({ ...ctx, defaults: true }) },
+  "consume-batch": { run: async (ctx) => (await ours()).consume({ ...ctx, batch: true }) },
   "consume-2groups": { run: async (ctx) => (await ours()).consumeTwoGroups(ctx) },
   "produce-consume": { run: async (ctx) => (await ours()).produceConsume(ctx) },
   ordered: { run: async (ctx) => (await ours()).ordered(ctx) },

@@ -19,13 +19,13 @@ import pg from "pg";
 import { median } from "./lib/common.mjs";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
-const ALL_ARMS = ["floor-insert", "floor-read", "floor-read-2x", "floor-copy", "produce", "consume", "consume-defaults", "consume-2groups", "produce-consume", "ordered", "failing", "latency",
+const ALL_ARMS = ["floor-insert", "floor-read", "floor-read-2x", "floor-copy", "produce", "consume", "consume-defaults", "consume-batch", "consume-2groups", "produce-consume", "ordered", "failing", "latency",
   "consume-10k", "consume-100k", "consume-1m", "produce-1m", "idle", "streams", "produce-tx", "pgq", "pgboss", "graphile", "pgboss12", "graphile18"];
 // Arms that use the newest peers (installed into bench/peers/ on demand; they need Node ≥ 22).
 const NEW_PEER_ARMS = new Set(["pgboss12", "graphile18", "latency"]);
 const PEER_ARMS = ["pgboss", "graphile", "pgboss12", "graphile18"];
 // Arms that produce or consume payloads: each runs once per payload shape (--payloads).
-const SHAPED_ARMS = new Set(["floor-insert", "floor-read", "floor-read-2x", "floor-copy", "produce", "consume", "consume-defaults", "consume-2groups", "produce-consume", "ordered", "failing",
+const SHAPED_ARMS = new Set(["floor-insert", "floor-read", "floor-read-2x", "floor-copy", "produce", "consume", "consume-defaults", "consume-batch", "consume-2groups", "produce-consume", "ordered", "failing",
   "pgq", "pgboss", "graphile", "pgboss12", "graphile18"]);
 // Arms that need DATABASE_URL's server (an extension the embedded server does not ship).
 const URL_ONLY_ARMS = { pgq: "PgQ needs the pgq extension (Debian's postgresql-15-pgq3), which the embedded server does not ship" };
@@ -38,6 +38,7 @@ const FULL_N = {
   produce: 100_000,
   consume: 100_000,
   "consume-defaults": 100_000, // drain(handler) with no options: the fast-defaults target
+  "consume-batch": 100_000, // drainBatch with a no-op batch handler, against consume's per-message one
   "consume-2groups": 100_000,
   "produce-consume": 100_000,
   // The same backlog as consume, which they are compared with: a drain's fixed costs (its first
@@ -70,6 +71,7 @@ const PRIMARY = {
   produce: "produce",
   consume: "consume",
   "consume-defaults": "consume",
+  "consume-batch": "consume",
   "consume-2groups": "slowerGroup",
   "produce-consume": "consume",
   ordered: "consume",
@@ -428,6 +430,7 @@ export function ratios(byArm, shape = null) {
     { name: "sustained produce (msg/s)", value: m("produce-consume", "produce"), target: 25_000, kind: "rate" },
     { name: "sustained consume (msg/s)", value: m("produce-consume", "consume"), target: 25_000, kind: "rate" },
     { name: "defaults (drain(handler)) / consume", value: div(m("consume-defaults", "consume"), m("consume", "consume")), target: 0.5, kind: "ratio" },
+    { name: "batch handler (drainBatch, maxBatch 100) / consume", value: div(m("consume-batch", "consume"), m("consume", "consume")), target: null, kind: "ratio" },
     { name: "consume, 100k backlog / 10k backlog", value: div(m("consume-100k", "consume"), m("consume-10k", "consume")), target: null, kind: "ratio" },
     { name: "consume, 1M backlog / 10k backlog", value: div(m("consume-1m", "consume"), m("consume-10k", "consume")), target: null, kind: "ratio" },
     { name: "cost curve: slowest / fastest backlog", value: curveSpread(m("consume-10k", "consume"), m("consume-100k", "consume"), m("consume-1m", "consume")), target: 0.85, kind: "ratio" },

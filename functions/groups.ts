@@ -16,7 +16,7 @@ export const groups = [
     memory: 256,
     batchLimit: 100,
     concurrency: 8,
-    // CloudWatch alarms (docs/operations.md#alarms): page when a message waits over 10 minutes.
+    // CloudWatch alarms (docs/guide/operations.md#alarms): page when a message waits over 10 minutes.
     // Add `email: ["oncall@example.com"]` or `topicArn` to be notified.
     alarms: { oldestUnresolvedMs: 10 * 60_000 },
   },

@@ -1,4 +1,4 @@
-// The deployment's streams with their payload types, declared once (docs/producing.md#typed-streams):
+// The deployment's streams with their payload types, declared once (docs/guide/producing.md#typed-streams):
 // producers write `client.stream(ordersPlaced).produce(order)` and the handlers bind to the same
 // definitions, so `msg.payload` is typed in both places without a cast.
 import { defineStream } from "@sqlstreams/core";

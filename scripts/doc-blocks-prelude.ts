@@ -37,3 +37,6 @@ export declare const prisma: {
 export declare function score(payload: unknown, opts?: { signal?: AbortSignal }): Promise<void>;
 export declare function rateLimited(): Promise<boolean>;
 export declare function sendReceipt(payload: unknown, opts: { signal: AbortSignal; idempotencyKey: string }): Promise<void>;
+export declare const warehouse: {
+  insert(rows: unknown[], opts: { signal: AbortSignal }): Promise<Array<{ ok: boolean; invalid?: boolean; throttled?: boolean; reason?: string }>>;
+};

@@ -5,7 +5,7 @@
 //   NNNN_*.sql      numbered, forward-only table/index migrations, applied once each in order
 //                   (0001_baseline.sql creates everything a fresh schema or family needs);
 //   functions/X.sql the current definition of function X (X_N for a stream family), re-created
-//                   whenever the SHA-256 of the file changes (docs/data-model.md#upgrades).
+//                   whenever the SHA-256 of the file changes (docs/protocol/data-model.md#upgrades).
 // The functions are emitted in an order where each comes after the library functions it calls,
 // because a LANGUAGE sql body is checked against the catalog when it is created.
 //

@@ -1,7 +1,7 @@
 // Writes docs/schema/system.sql (the control plane) and docs/schema/stream.sql (a fresh stream
 // family, stream id 1): `pg_dump --schema-only` of what migrations/ creates, normalised (no
 // version banner, SET lines, owners or privileges), so a reader sees exactly what runs
-// (docs/data-model.md#migrations). `--check` fails when the committed files differ.
+// (docs/protocol/data-model.md#migrations). `--check` fails when the committed files differ.
 //
 // The dump is taken with PostgreSQL 15's pg_dump from a PostgreSQL 15 server, so every machine
 // writes the same text: the server of DATABASE_URL when it is one, else a throwaway cluster

@@ -1,5 +1,5 @@
 // produce-tx: the cost of produceInTx through each transaction adapter against plain
-// produceInTx on a node-postgres client (docs/producing.md#producing-inside-your-transaction).
+// produceInTx on a node-postgres client (docs/guide/producing.md#producing-inside-your-transaction).
 // One connection, one message per transaction, sequential: BEGIN, produceInTx, COMMIT through
 // the library's own transaction API, so the figure is each library's per-transaction overhead
 // plus ours (a savepoint, the insert, its release). The SQL function sqlstreams.produce() in a

@@ -174,7 +174,7 @@ export async function produce(ctx) {
 // consume: drain one group over a prefilled stream
 
 /** Drains `group` until every seq in 0..n-1 was handled; returns timings and the summed report. */
-export async function drainAll({ url, stream = STREAM, group, n, batchLimit, concurrency, poolMax, defaults = false, errors, timeoutMs, handler, tally, idleSleepMs = 5, stats, isDone, startSignal }) {
+export async function drainAll({ url, stream = STREAM, group, n, batchLimit, concurrency, poolMax, defaults = false, maxBatch, errors, timeoutMs, handler, tally, idleSleepMs = 5, stats, isDone, startSignal }) {
   const { client, pool, close } = await openClient(url, poolMax, stats, errors);
   const consumer = client.stream(stream).consumer(group);
   const totals = { polls: 0, rangesClaimed: 0, started: 0, succeeded: 0, failed: 0, deferred: 0, dead: 0, leaseLost: 0, idlePolls: 0 };
@@ -188,7 +188,12 @@ export async function drainAll({ url, stream = STREAM, group, n, batchLimit, con
     while (!done()) {
       if (Date.now() > end) throw new Error(`timed out: ${tally.distinct}/${n} handled`);
       // defaults: drain(handler) and nothing else, as a new user writes it.
-      const r = defaults ? await consumer.drain(handler) : await consumer.drain(handler, { batchLimit, concurrency, deadline: Date.now() + 15 * 60_000 });
+      // maxBatch: drainBatch(handler of an array) with that maxBatch and its default concurrency.
+      const r = defaults
+        ? await consumer.drain(handler)
+        : maxBatch
+          ? await consumer.drainBatch(handler, { batchLimit, maxBatch, deadline: Date.now() + 15 * 60_000 })
+          : await consumer.drain(handler, { batchLimit, concurrency, deadline: Date.now() + 15 * 60_000 });
       for (const k of Object.keys(totals)) if (typeof r[k] === "number") totals[k] += r[k];
       if (r.started === 0 && r.rangesClaimed === 0) {
         totals.idlePolls++;
@@ -205,16 +210,22 @@ export async function consume(ctx) {
   const n = ctx.n;
   const settings = ctx.defaults
     ? { defaults: true, poolMax: CONSUME.poolMax }
-    : { ...CONSUME, ...(ctx.batchLimit ? { batchLimit: ctx.batchLimit } : {}), ...(ctx.concurrency ? { concurrency: ctx.concurrency } : {}) };
+    : ctx.batch
+      ? { batchLimit: CONSUME.batchLimit, maxBatch: 100, poolMax: CONSUME.poolMax }
+      : { ...CONSUME, ...(ctx.batchLimit ? { batchLimit: ctx.batchLimit } : {}), ...(ctx.concurrency ? { concurrency: ctx.concurrency } : {}) };
   await setup(ctx, { groups: [{ name: "g1" }], produce: n });
   const meter = await new WriteMeter(ctx).start();
   const stats = new QueryStats();
   const tally = new Tally(n);
   const { cpu, totals } = await drainAll({
     url: ctx.url, group: "g1", n, ...settings, errors: ctx.errors, timeoutMs: ctx.timeoutMs, stats, tally,
-    handler: (msg) => {
-      tally.see(msg.payload.seq);
-    },
+    handler: ctx.batch
+      ? (msgs) => {
+          for (const msg of msgs) tally.see(msg.payload.seq);
+        }
+      : (msg) => {
+          tally.see(msg.payload.seq);
+        },
   });
   const writes = await meter.stop(n);
   const ranges = totals.rangesClaimed;

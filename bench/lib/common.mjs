@@ -156,7 +156,7 @@ export function instrumentedPool(connectionString, max, stats) {
       const first = args[0];
       const t0 = performance.now();
       // A submittable with a callback: the library's claim, which carries the read of its range in
-      // the same round trip (docs/poll-cycle.md#the-claims-answer). Counted as one round trip, under
+      // the same round trip (docs/protocol/poll-cycle.md#the-claims-answer). Counted as one round trip, under
       // the claim's text, with the rows of both statements.
       if (first && typeof first === "object" && typeof first.submit === "function") {
         const done = first.callback;

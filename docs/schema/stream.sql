@@ -23,9 +23,9 @@ BEGIN
 END
 $$;
 
--- FUNCTION: claim_1(bigint, bigint, bigint, xid8, uuid, bigint, bigint, bigint, integer, bigint, bigint, bigint, uuid, jsonb, jsonb, jsonb, boolean)
+-- FUNCTION: claim_1(bigint, bigint, bigint, xid8, uuid, bigint, bigint, bigint, integer, bigint, bigint, bigint, uuid, jsonb, jsonb, jsonb, boolean, uuid[])
 
-CREATE FUNCTION sqlstreams.claim_1(p_group bigint, p_batch bigint, p_head bigint, p_obs xid8, p_token uuid, p_timeout_default bigint, p_timeout_min bigint, p_timeout_max bigint, p_concurrency integer, p_margin bigint, p_cap_ms bigint, p_bytes bigint, p_rec_token uuid DEFAULT NULL::uuid, p_rec_eq jsonb DEFAULT NULL::jsonb, p_rec_dl jsonb DEFAULT NULL::jsonb, p_rec_keys jsonb DEFAULT NULL::jsonb, p_rec_past_due boolean DEFAULT false) RETURNS TABLE(r_low bigint, r_high bigint, id bigint, message_key text, compaction_rank bigint, payload text, options jsonb, created_ms double precision, lease_ms bigint, recorded boolean, committed bigint, paused boolean, reclaimable boolean, expirable boolean, reservable boolean)
+CREATE FUNCTION sqlstreams.claim_1(p_group bigint, p_batch bigint, p_head bigint, p_obs xid8, p_token uuid, p_timeout_default bigint, p_timeout_min bigint, p_timeout_max bigint, p_concurrency integer, p_margin bigint, p_cap_ms bigint, p_bytes bigint, p_rec_token uuid DEFAULT NULL::uuid, p_rec_eq jsonb DEFAULT NULL::jsonb, p_rec_dl jsonb DEFAULT NULL::jsonb, p_rec_keys jsonb DEFAULT NULL::jsonb, p_rec_past_due boolean DEFAULT false, p_own uuid[] DEFAULT NULL::uuid[]) RETURNS TABLE(r_low bigint, r_high bigint, id bigint, message_key text, compaction_rank bigint, payload text, options jsonb, created_ms double precision, lease_ms bigint, recorded boolean, committed bigint, paused boolean, reclaimable boolean, expirable boolean, reservable boolean)
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -49,6 +49,9 @@ DECLARE
   v_id BIGINT;
   v_len BIGINT;
   v_packed BOOLEAN;
+  v_override TEXT;
+  v_default TEXT;
+  v_stop BIGINT;
 BEGIN
   IF p_rec_token IS NOT NULL THEN
     -- The head first: this statement's snapshot is older than the transaction id the record
@@ -80,7 +83,7 @@ BEGIN
   v_gate := c.settled_head;
   v_obs_ok := v_obs IS NULL OR v_obs = '0'::xid8 OR v_xmin >= v_obs;
   v_pending_ok := c.pending_xid IS NULL OR c.pending_head <= c.settled_head OR v_xmin >= c.pending_xid;
-  -- The precise test when the cheap one fails (docs/poll-cycle.md#the-fence).
+  -- The precise test when the cheap one fails (docs/protocol/poll-cycle.md#the-fence).
   IF NOT (v_obs_ok AND v_pending_ok) THEN
     IF EXISTS (SELECT 1 FROM "sqlstreams".fence_holders_1()) THEN
       v_blocked := true;
@@ -97,6 +100,32 @@ BEGIN
   END IF;
   v_low := c.claimed;
   v_high := GREATEST(v_low, LEAST(c.claimed + p_batch, v_gate));
+  -- Keys held by another poll's open range (docs/protocol/ordering.md#ranges-of-several-pollers): the range
+  -- ends before its first exclusive or ordered keyed message whose key has a message in another
+  -- range lease of the group (in flight, released or expired; p_own names the caller's own
+  -- leases, a range it runs while it claims the next one). Such a message could only be deferred
+  -- (its key busy, or its predecessor unresolved), and every later one of its key after it, so
+  -- it is left for a claim after that range records. A range cut to nothing claims nothing.
+  IF v_high > v_low AND EXISTS (
+       SELECT 1 FROM "sqlstreams".claim_lease_1 l
+        WHERE l.consumer_group_id = p_group AND l.token <> ALL (COALESCE(p_own, '{}'::uuid[]))) THEN
+    SELECT g.config->>'concurrencyOverride', g.config->'message'->>'concurrency' INTO v_override, v_default
+      FROM "sqlstreams".consumer_group_config g WHERE g.id = p_group;
+    IF v_override IS DISTINCT FROM 'parallel' THEN
+      SELECT min(m.id) INTO v_stop
+        FROM "sqlstreams".message_log_1 m
+       WHERE m.id > v_low AND m.id <= v_high AND m.message_key IS NOT NULL
+         AND COALESCE(v_override, m.options->>'concurrency', v_default, 'parallel') <> 'parallel'
+         AND EXISTS (SELECT 1 FROM "sqlstreams".claim_lease_1 l
+                       JOIN "sqlstreams".message_log_1 o
+                         ON o.message_key = m.message_key AND o.id > l.low AND o.id <= l.high
+                      WHERE l.consumer_group_id = p_group
+                        AND l.token <> ALL (COALESCE(p_own, '{}'::uuid[])));
+      IF v_stop IS NOT NULL THEN
+        v_high := v_stop - 1;
+      END IF;
+    END IF;
+  END IF;
   v_n := 0;
   IF v_high > v_low THEN
     -- The range's deliverable rows in id order, each payload measured and not kept. This query's
@@ -105,7 +134,7 @@ BEGIN
     -- every id this one saw (a row it no longer finds a compaction head for was superseded, and is
     -- passed). A payload stored uncompressed counts its stored size, read from the row without
     -- converting it to text; a compressed one (a large payload) counts its JSON text
-    -- (docs/poll-cycle.md#the-byte-bound). First the whole range in one pass: when nothing in it is
+    -- (docs/protocol/poll-cycle.md#the-byte-bound). First the whole range in one pass: when nothing in it is
     -- compressed and its stored sizes fit the bound, all of it goes.
     SELECT count(*), COALESCE(sum(pg_column_size(l.payload)), 0), COALESCE(bool_or(pg_column_compression(l.payload) IS NOT NULL), false)
       INTO v_n, v_bytes, v_packed
@@ -458,7 +487,7 @@ BEGIN
                               WHERE w.consumer_group_id = p_group AND w.message_key = e.message_key
                                 AND w.message_id < e.message_id AND w.concurrency <> 'parallel'
                                 AND ((w.status = 'ready' AND w.can_run_after <= now()) OR w.status = 'deferred'))
-             -- The predecessor rule, per key (docs/ordering.md#the-predecessor-rule).
+             -- The predecessor rule, per key (docs/protocol/ordering.md#the-predecessor-rule).
              AND (e.concurrency <> 'ordered'
                   OR "sqlstreams".ordered_pred_1(p_group, e.message_key, e.message_id, 0, 0) IS NULL)))
      ORDER BY e.message_id
@@ -471,28 +500,56 @@ BEGIN
                ORDER BY cand.message_id) AS rn
         FROM cand) x
      WHERE x.rn = 1 OR x.concurrency = 'parallel' OR x.message_key IS NULL
+  ), follow AS (
+    -- A key's chain: the waiting rows of each picked exclusive/ordered key after its first, in id
+    -- order, up to the batch's limit. The caller runs them one after another, each started in
+    -- the statement that records the one before (the predecessor rule and the key lease are
+    -- checked then, as for any start), so a deferred backlog drains a chain per key per batch
+    -- instead of one row per key (docs/protocol/poll-cycle.md#the-exception-phase).
+    SELECT w.message_id, w.message_key
+      FROM "sqlstreams".exception_queue_1 w
+     WHERE w.consumer_group_id = p_group
+       AND w.message_key IN (SELECT c.message_key FROM cand c JOIN pick p ON p.message_id = c.message_id
+                              WHERE c.concurrency <> 'parallel' AND c.message_key IS NOT NULL)
+       AND w.concurrency <> 'parallel'
+       AND w.message_id NOT IN (SELECT p.message_id FROM pick p)
+       AND ((w.status = 'ready' AND w.can_run_after <= now()) OR w.status = 'deferred')
+       AND (w.lease_expires_at IS NULL OR w.lease_expires_at < now())
+       AND EXISTS (SELECT 1 FROM "sqlstreams".message_log_1 m WHERE m.id = w.message_id)
+     ORDER BY w.message_id
+     LIMIT GREATEST(p_limit - (SELECT count(*) FROM pick), 0)
+     FOR UPDATE OF w SKIP LOCKED
+  ), chain AS (
+    SELECT COALESCE(max(x.n), 0) + 1 AS n FROM (SELECT count(*) AS n FROM follow f GROUP BY f.message_key) x
   ), len AS (
+    -- A chain runs serially: the lease covers the longest one as well as the batch.
     SELECT "sqlstreams".lease_ms_1(max(LEAST(GREATEST(COALESCE((m.options->>'timeout')::bigint, p_tdef), p_tmin), p_tmax)),
-                                     count(*), p_conc, p_margin, p_cap) AS ms
-      FROM pick p JOIN "sqlstreams".message_log_1 m ON m.id = p.message_id
+                                     GREATEST(count(*), (SELECT ch.n FROM chain ch) * p_conc), p_conc, p_margin, p_cap) AS ms
+      FROM (SELECT p.message_id FROM pick p UNION ALL SELECT f.message_id FROM follow f) a
+      JOIN "sqlstreams".message_log_1 m ON m.id = a.message_id
   ), upd AS (
     UPDATE "sqlstreams".exception_queue_1 e
        SET lease_token = p_token, lease_expires_at = now() + (SELECT l.ms FROM len l) * interval '1 millisecond'
-      FROM pick p
-     WHERE e.consumer_group_id = p_group AND e.message_id = p.message_id
+      FROM (SELECT p.message_id FROM pick p UNION ALL SELECT f.message_id FROM follow f) a
+     WHERE e.consumer_group_id = p_group AND e.message_id = a.message_id
     RETURNING e.message_id
   )
   SELECT array_agg(u.message_id ORDER BY u.message_id) INTO v_ids FROM upd u;
   END IF;
   IF v_ids IS NULL THEN RETURN; END IF;
-  WITH ord AS (
+  WITH res AS (
     SELECT e.message_id AS id, e.message_key AS k, e.concurrency AS c,
            LEAST(GREATEST(COALESCE((m.options->>'timeout')::bigint, p_tdef), p_tmin), p_tmax) AS tmo,
-           row_number() OVER (ORDER BY e.message_id) AS rn
+           -- A chain's later rows (kn > 1) start after the row before them is recorded.
+           row_number() OVER (PARTITION BY CASE WHEN e.concurrency <> 'parallel' THEN e.message_key END
+                              ORDER BY e.message_id) AS kn
       FROM unnest(v_ids) AS i(id)
       JOIN "sqlstreams".exception_queue_1 e ON e.consumer_group_id = p_group AND e.message_id = i.id
       JOIN "sqlstreams".message_log_1 m ON m.id = i.id
-     WHERE e.concurrency = 'parallel' OR e.message_key IS NULL OR NOT (e.message_key = ANY (p_skip_keys))
+  ), ord AS (
+    SELECT r.id, r.k, r.c, r.tmo, row_number() OVER (ORDER BY r.id) AS rn
+      FROM res r
+     WHERE r.c = 'parallel' OR r.k IS NULL OR (NOT (r.k = ANY (p_skip_keys)) AND r.kn = 1)
   ), cut AS (
     SELECT COALESCE(min(o.rn), 9223372036854775807) AS rn FROM ord o WHERE o.tmo + p_margin > p_budget
   )

@@ -174,7 +174,7 @@ DECLARE
   v_found BOOLEAN;
   k TEXT;
 BEGIN
-  -- Arguments, in the library's order (docs/producing.md#validation).
+  -- Arguments, in the library's order (docs/guide/producing.md#validation).
   IF v_opts IS NOT NULL AND jsonb_typeof(v_opts) = 'null' THEN v_opts := NULL; END IF;
   IF v_opts IS NOT NULL THEN
     IF jsonb_typeof(v_opts) <> 'object' THEN
@@ -253,7 +253,7 @@ BEGIN
       'store large data elsewhere and send a reference, or raise maxPayloadBytes');
   END IF;
 
-  -- The transaction id before the message id (docs/producing.md#the-xid-before-id-rule).
+  -- The transaction id before the message id (docs/guide/producing.md#the-xid-before-id-rule).
   PERFORM pg_current_xact_id();
   -- A partition for the next id (checked, not caught: an exception block would open a
   -- subtransaction per message). Should the sequence cross into a missing one between this check
@@ -484,6 +484,40 @@ BEGIN
 END
 $$;
 
+-- FUNCTION: take_slot(bigint, integer, uuid, bigint)
+
+CREATE FUNCTION sqlstreams.take_slot(p_group_id bigint, p_max integer, p_token uuid, p_lease_ms bigint) RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  v_slot INTEGER;
+BEGIN
+  -- A repeat of a take whose reply was lost finds the slot its token already holds.
+  SELECT g.slot INTO v_slot FROM "sqlstreams".group_slot g
+   WHERE g.group_id = p_group_id AND g.token = p_token AND g.expires_at > clock_timestamp();
+  IF v_slot IS NOT NULL THEN
+    RETURN v_slot;
+  END IF;
+  INSERT INTO "sqlstreams".group_slot (group_id, slot)
+  SELECT p_group_id, s FROM generate_series(1, p_max) s
+  ON CONFLICT (group_id, slot) DO NOTHING;
+  SELECT g.slot INTO v_slot FROM "sqlstreams".group_slot g
+   WHERE g.group_id = p_group_id AND g.slot <= p_max AND g.expires_at <= clock_timestamp()
+   ORDER BY g.slot LIMIT 1
+   FOR UPDATE SKIP LOCKED;
+  IF v_slot IS NULL THEN
+    INSERT INTO "sqlstreams".group_flow AS f (group_id, capped, capped_at) VALUES (p_group_id, 1, clock_timestamp())
+    ON CONFLICT (group_id) DO UPDATE SET capped = f.capped + 1, capped_at = clock_timestamp();
+    RETURN NULL;
+  END IF;
+  UPDATE "sqlstreams".group_slot
+     SET token = p_token, taken_at = clock_timestamp(), expires_at = clock_timestamp() + p_lease_ms * interval '1 millisecond'
+   WHERE group_id = p_group_id AND slot = v_slot;
+  RETURN v_slot;
+END
+$$;
+
 -- TABLE: consumer_group_config
 
 CREATE TABLE sqlstreams.consumer_group_config (
@@ -518,6 +552,25 @@ CREATE TABLE sqlstreams.function_version (
     hash text NOT NULL,
     library_version text NOT NULL,
     applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+-- TABLE: group_flow
+
+CREATE TABLE sqlstreams.group_flow (
+    group_id bigint NOT NULL,
+    capped bigint DEFAULT 0 NOT NULL,
+    capped_at timestamp with time zone
+);
+
+-- TABLE: group_slot
+
+CREATE TABLE sqlstreams.group_slot (
+    group_id bigint NOT NULL,
+    slot integer NOT NULL,
+    token uuid,
+    taken_at timestamp with time zone,
+    expires_at timestamp with time zone DEFAULT '-infinity'::timestamp with time zone NOT NULL,
+    CONSTRAINT group_slot_slot_check CHECK ((slot >= 1))
 );
 
 -- TABLE: migration_log
@@ -618,6 +671,16 @@ ALTER TABLE ONLY sqlstreams.consumer_group_config
 ALTER TABLE ONLY sqlstreams.consumer_group_config
     ADD CONSTRAINT consumer_group_config_stream_id_name_key UNIQUE (stream_id, name);
 
+-- CONSTRAINT: group_flow group_flow_pkey
+
+ALTER TABLE ONLY sqlstreams.group_flow
+    ADD CONSTRAINT group_flow_pkey PRIMARY KEY (group_id);
+
+-- CONSTRAINT: group_slot group_slot_pkey
+
+ALTER TABLE ONLY sqlstreams.group_slot
+    ADD CONSTRAINT group_slot_pkey PRIMARY KEY (group_id, slot);
+
 -- CONSTRAINT: migration_log migration_log_pkey
 
 ALTER TABLE ONLY sqlstreams.migration_log
@@ -656,6 +719,16 @@ ALTER TABLE ONLY sqlstreams.consumer_group_config
 
 ALTER TABLE ONLY sqlstreams.function_version
     ADD CONSTRAINT function_version_stream_id_fkey FOREIGN KEY (stream_id) REFERENCES sqlstreams.stream_config(id) ON DELETE CASCADE;
+
+-- FK CONSTRAINT: group_flow group_flow_group_id_fkey
+
+ALTER TABLE ONLY sqlstreams.group_flow
+    ADD CONSTRAINT group_flow_group_id_fkey FOREIGN KEY (group_id) REFERENCES sqlstreams.consumer_group_config(id) ON DELETE CASCADE;
+
+-- FK CONSTRAINT: group_slot group_slot_group_id_fkey
+
+ALTER TABLE ONLY sqlstreams.group_slot
+    ADD CONSTRAINT group_slot_group_id_fkey FOREIGN KEY (group_id) REFERENCES sqlstreams.consumer_group_config(id) ON DELETE CASCADE;
 
 -- FK CONSTRAINT: migration_log migration_log_stream_id_fkey
 

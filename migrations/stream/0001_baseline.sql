@@ -120,7 +120,7 @@ CREATE INDEX IF NOT EXISTS idempotency_key_{{N}}_created
   ON {{schema}}.idempotency_key_{{N}} (created_at);
 
 -- Progress samples of every group of the stream, written by maintain() and kept 7 days (at most 5 000 per
--- group), so the CLI and dashboards can show lag and throughput over time (docs/data-model.md#progress-history).
+-- group), so the CLI and dashboards can show lag and throughput over time (docs/protocol/data-model.md#progress-history).
 CREATE TABLE IF NOT EXISTS {{schema}}.progress_history_{{N}} (
   consumer_group_id    BIGINT NOT NULL,
   sampled_at           TIMESTAMPTZ NOT NULL DEFAULT now(),

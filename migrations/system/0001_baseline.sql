@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.migration_log (
   CHECK ((scope = 'stream') = (stream_id IS NOT NULL))
 );
 
--- The functions in place (docs/data-model.md#upgrades): one row per function file applied, to
+-- The functions in place (docs/protocol/data-model.md#upgrades): one row per function file applied, to
 -- the control plane (stream_id NULL) or to one stream family, with the SHA-256 of the file's text.
 -- A migration re-creates exactly the functions whose file hash differs from the row's.
 CREATE TABLE IF NOT EXISTS __SCHEMA__.function_version (
@@ -55,7 +55,7 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.function_version (
 CREATE UNIQUE INDEX IF NOT EXISTS function_version_name
   ON __SCHEMA__.function_version (COALESCE(stream_id, 0), name);
 
--- Wake on produce (docs/producing.md#wake-on-produce): one row per consumer group that has been
+-- Wake on produce (docs/guide/producing.md#wake-on-produce): one row per consumer group that has been
 -- woken. A producer claims a wake for a group only when no wake is in flight (woken_at older than
 -- the window, or released by the poller); otherwise it marks the group pending, and the poller,
 -- releasing its wake when idle, drains again. Row locks serialize producers and the poller, so a

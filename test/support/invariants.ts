@@ -1,4 +1,4 @@
-// The invariants of docs/conformance.md#invariants that are cheap to check from the tables after any step:
+// The invariants of docs/protocol/conformance.md#invariants that are cheap to check from the tables after any step:
 //
 //   import { checkInvariants } from "./support/invariants.js";
 //   await checkInvariants(t, streamId);                       // after every step of a scenario

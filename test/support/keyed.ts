@@ -1,5 +1,5 @@
-// Helpers for the ordering, exclusivity and compaction scenarios (docs/ordering.md, docs/ordering.md#compaction, docs/conformance.md C18–C21):
-// waiting for a condition, lease readers, a ledger of handler runs. The docs/conformance.md#invariants invariants these
+// Helpers for the ordering, exclusivity and compaction scenarios (docs/protocol/ordering.md, docs/protocol/ordering.md#compaction, docs/protocol/conformance.md C18–C21):
+// waiting for a condition, lease readers, a ledger of handler runs. The docs/protocol/conformance.md#invariants invariants these
 // scenarios check after every step are checkInvariants() of ./invariants.js.
 import { setTimeout as sleep } from "node:timers/promises";
 import { S, type TestClient } from "./streams.js";

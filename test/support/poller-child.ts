@@ -1,12 +1,16 @@
 // The one poller child of the crash and fault tests, a real process as each Lambda invocation
 // would be. Bundled by spawnPoller() (./processes.ts) and run with node; it reads its
 // PollerConfig from CHILD_CFG and writes JSON lines to stdout:
-//   { event: "start" | "end", id, key, attempt, pid, at, ok?, payload? }   around every handler run
-//                                                        (at: wall clock; payload: the cfg.echo paths)
+//   { event: "start" | "end", id, key, attempt, pid, at, t, ok?, payload? }   around every handler run
+//                                                        (at: wall clock ms; t: the same in fractional ms
+//                                                        from performance.now(), to order events of
+//                                                        several children; payload: the cfg.echo paths)
 //   { event: "drain", at, doneAt, started, deferred } / { event: "done", handled }   (loop mode)
 //   { event: "log", code, level, message }              every library log event
 //   { event: "report", report, seen }                    after each poll or drain
 //   { event: "ready" } / { event: "failed", code, message } / { event: "uncaught", message }  (commands mode)
+// A "die" line in loop mode SIGKILLs the process at its next handler start (mid-range), unless a
+// "live" line came after it.
 // Handler actions per message id: crash (SIGKILL itself), hang (block the event loop), spin
 // (block until `file` exists), sleep (await sleepMs), wait (until "go" on stdin), waitfail (wait,
 // then throw), fail (throw).
@@ -56,10 +60,13 @@ function echoed(payload: unknown): Record<string, unknown> | undefined {
   return Object.fromEntries(cfg.echo.map((path) => [path, pick(path)]));
 }
 
+const hires = () => performance.timeOrigin + performance.now();
+
 async function handler(m: Message): Promise<void> {
   seen.push(m.id);
-  const start = { event: "start", id: m.id, key: m.key, attempt: m.attempt, pid: process.pid, at: Date.now() };
+  const start = { event: "start", id: m.id, key: m.key, attempt: m.attempt, pid: process.pid, at: Date.now(), t: hires() };
   out(cfg.echo ? { ...start, payload: echoed(m.payload) } : start);
+  if (commands.lastIndexOf("die") > commands.lastIndexOf("live")) process.kill(process.pid, "SIGKILL");
   const a = cfg.actions?.[m.id] ?? cfg.defaultAction ?? "ok";
   if (a === "crash") process.kill(process.pid, "SIGKILL");
   if (a === "hang") for (;;) nap(50);
@@ -68,10 +75,10 @@ async function handler(m: Message): Promise<void> {
   if (a === "wait" || a === "waitfail") await waitGo();
   if (a === "waitfail") throw new Error(`late failure ${m.id}`);
   if (a === "fail") {
-    out({ event: "end", id: m.id, attempt: m.attempt, ok: false, at: Date.now() });
+    out({ event: "end", id: m.id, key: m.key, attempt: m.attempt, ok: false, at: Date.now(), t: hires() });
     throw new Error(`boom ${m.id}`);
   }
-  out({ event: "end", id: m.id, key: m.key, attempt: m.attempt, ok: true, at: Date.now() });
+  out({ event: "end", id: m.id, key: m.key, attempt: m.attempt, ok: true, at: Date.now(), t: hires() });
 }
 
 /**

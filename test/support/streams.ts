@@ -97,7 +97,7 @@ export async function streamIdOf(t: TestClient, name: string): Promise<string> {
   return r[0].id;
 }
 
-/** The tables a stream owns; each is named by the stream's id (docs/data-model.md#the-stream-family). */
+/** The tables a stream owns; each is named by the stream's id (docs/protocol/data-model.md#the-stream-family). */
 export type StreamTable = "message_log" | "exception_queue" | "delivery_log" | "claim_lease" | "message_key_lease" | "consumer_group_cursor";
 
 /** A stream's table, schema-qualified, by the stream's id: table("3", "exception_queue") is sqlstreams.exception_queue_3. */
@@ -225,7 +225,7 @@ export interface PastFence {
  * until `until` holds after a call, pausing 10 ms between calls, and returns the report of the
  * call after which it held; throws after 30 s. tookRange by default: "the first delivery".
  *
- * Why tests need it: the snapshot fence (docs/poll-cycle.md#the-fence) proves a fresh head only once
+ * Why tests need it: the snapshot fence (docs/protocol/poll-cycle.md#the-fence) proves a fresh head only once
  * every older write transaction of the server has ended, and the server is shared with other test
  * files, so the poll right after a produce may legitimately claim nothing (drain() then returns
  * early too). Such a call delivers nothing; it stores at most the pending pair that the next call

@@ -1,4 +1,4 @@
-// Type-level fixture for typed streams (docs/producing.md#typed-streams), checked by
+// Type-level fixture for typed streams (docs/guide/producing.md#typed-streams), checked by
 // `tsc -p tsconfig.check.json` in `npm run check` and never run. Each `@ts-expect-error` marks a
 // deliberate type error: if the types stopped catching it, tsc would fail on the unused directive.
 import { z } from "zod";
@@ -46,5 +46,26 @@ export const handler = createPollHandler({
     const id: string = msg.payload.orderId;
     // @ts-expect-error OrderPlaced has no field `customer`
     return void [id, msg.payload.customer, zodPayload];
+  },
+});
+
+/** Batch handlers: msgs[i].payload is typed; entries are undefined, an Outcome or an Error. */
+export async function batchConsumers(client: SqlStreams): Promise<void> {
+  await client.stream(zodOrders).consumer("g").drainBatch((msgs) => msgs.map((m) => (m.payload.total < 0 ? new Error("negative") : undefined)));
+  await client.stream(placed).consumer("g").pollBatch(async (msgs) => {
+    const ids: string[] = msgs.map((m) => m.payload.orderId);
+    return void ids;
+  }, { maxBatch: 50 });
+  // @ts-expect-error an entry is undefined, an Outcome or an Error, not a string
+  await client.stream(placed).consumer("g").drainBatch((msgs) => msgs.map(() => "ok"));
+}
+
+export const batchHandler = createPollHandler({
+  stream: placed,
+  group: "fraud-scoring",
+  maxBatch: 25,
+  handleBatch: (msgs) => {
+    // @ts-expect-error OrderPlaced has no field `customer`
+    return void msgs.map((m) => m.payload.customer);
   },
 });

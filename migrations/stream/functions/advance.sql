@@ -1,4 +1,4 @@
--- Committed cursor advance (docs/poll-cycle.md#cursor-advance): one read of the group's target
+-- Committed cursor advance (docs/protocol/poll-cycle.md#cursor-advance): one read of the group's target
 -- (cursor_target_N) and of committed in the same statement, then a guarded write of the target.
 -- Returns the committed cursor afterwards.
 CREATE OR REPLACE FUNCTION {{schema}}.advance_{{N}}(p_group BIGINT) RETURNS BIGINT

@@ -1,5 +1,5 @@
--- A fresh range claim with the snapshot fence (docs/poll-cycle.md#the-fence), optionally after
--- recording the previous range in the same transaction (docs/poll-cycle.md#the-steady-state).
+-- A fresh range claim with the snapshot fence (docs/protocol/poll-cycle.md#the-fence), optionally after
+-- recording the previous range in the same transaction (docs/protocol/poll-cycle.md#the-steady-state).
 --
 -- With p_rec_token set, record_range_N(p_group, p_rec_token, NULL, NULL, p_rec_eq, p_rec_dl,
 -- p_rec_keys) first records the previous range whole; the observation is this transaction's id,
@@ -10,10 +10,10 @@
 -- reclaim, exception runs to expire, exception rows due (reservable). Any of those stops here and
 -- the caller turns to them, except due rows when p_rec_past_due: then the next range is claimed
 -- all the same and the exception phase runs when the chain ends
--- (docs/poll-cycle.md#due-rows-and-the-chain).
+-- (docs/protocol/poll-cycle.md#due-rows-and-the-chain).
 --
--- The claim answers without the range's messages (docs/poll-cycle.md#the-claims-answer): it
--- measures the payloads against p_bytes (docs/poll-cycle.md#the-byte-bound), moves the cursor,
+-- The claim answers without the range's messages (docs/protocol/poll-cycle.md#the-claims-answer): it
+-- measures the payloads against p_bytes (docs/protocol/poll-cycle.md#the-byte-bound), moves the cursor,
 -- writes the lease, and returns a header row (r_low, r_high, and lease_ms, the length of the lease
 -- written, NULL when no message needed one) or, when producers hold the fence, up to five fence
 -- holder rows (payload: {pid, age_ms, app, statement}; options: {"fence": true}). The client reads
@@ -25,7 +25,7 @@ CREATE OR REPLACE FUNCTION {{schema}}.claim_{{N}}(
   p_timeout_default BIGINT, p_timeout_min BIGINT, p_timeout_max BIGINT,
   p_concurrency INTEGER, p_margin BIGINT, p_cap_ms BIGINT, p_bytes BIGINT,
   p_rec_token UUID DEFAULT NULL, p_rec_eq JSONB DEFAULT NULL, p_rec_dl JSONB DEFAULT NULL,
-  p_rec_keys JSONB DEFAULT NULL, p_rec_past_due BOOLEAN DEFAULT false)
+  p_rec_keys JSONB DEFAULT NULL, p_rec_past_due BOOLEAN DEFAULT false, p_own UUID[] DEFAULT NULL)
 RETURNS TABLE (r_low BIGINT, r_high BIGINT, id BIGINT, message_key TEXT,
                compaction_rank BIGINT, payload TEXT, options JSONB, created_ms FLOAT8,
                lease_ms BIGINT, recorded BOOLEAN, committed BIGINT, paused BOOLEAN,
@@ -53,6 +53,9 @@ DECLARE
   v_id BIGINT;
   v_len BIGINT;
   v_packed BOOLEAN;
+  v_override TEXT;
+  v_default TEXT;
+  v_stop BIGINT;
 BEGIN
   IF p_rec_token IS NOT NULL THEN
     -- The head first: this statement's snapshot is older than the transaction id the record
@@ -84,7 +87,7 @@ BEGIN
   v_gate := c.settled_head;
   v_obs_ok := v_obs IS NULL OR v_obs = '0'::xid8 OR v_xmin >= v_obs;
   v_pending_ok := c.pending_xid IS NULL OR c.pending_head <= c.settled_head OR v_xmin >= c.pending_xid;
-  -- The precise test when the cheap one fails (docs/poll-cycle.md#the-fence).
+  -- The precise test when the cheap one fails (docs/protocol/poll-cycle.md#the-fence).
   IF NOT (v_obs_ok AND v_pending_ok) THEN
     IF EXISTS (SELECT 1 FROM {{schema}}.fence_holders_{{N}}()) THEN
       v_blocked := true;
@@ -101,6 +104,32 @@ BEGIN
   END IF;
   v_low := c.claimed;
   v_high := GREATEST(v_low, LEAST(c.claimed + p_batch, v_gate));
+  -- Keys held by another poll's open range (docs/protocol/ordering.md#ranges-of-several-pollers): the range
+  -- ends before its first exclusive or ordered keyed message whose key has a message in another
+  -- range lease of the group (in flight, released or expired; p_own names the caller's own
+  -- leases, a range it runs while it claims the next one). Such a message could only be deferred
+  -- (its key busy, or its predecessor unresolved), and every later one of its key after it, so
+  -- it is left for a claim after that range records. A range cut to nothing claims nothing.
+  IF v_high > v_low AND EXISTS (
+       SELECT 1 FROM {{schema}}.claim_lease_{{N}} l
+        WHERE l.consumer_group_id = p_group AND l.token <> ALL (COALESCE(p_own, '{}'::uuid[]))) THEN
+    SELECT g.config->>'concurrencyOverride', g.config->'message'->>'concurrency' INTO v_override, v_default
+      FROM {{schema}}.consumer_group_config g WHERE g.id = p_group;
+    IF v_override IS DISTINCT FROM 'parallel' THEN
+      SELECT min(m.id) INTO v_stop
+        FROM {{schema}}.message_log_{{N}} m
+       WHERE m.id > v_low AND m.id <= v_high AND m.message_key IS NOT NULL
+         AND COALESCE(v_override, m.options->>'concurrency', v_default, 'parallel') <> 'parallel'
+         AND EXISTS (SELECT 1 FROM {{schema}}.claim_lease_{{N}} l
+                       JOIN {{schema}}.message_log_{{N}} o
+                         ON o.message_key = m.message_key AND o.id > l.low AND o.id <= l.high
+                      WHERE l.consumer_group_id = p_group
+                        AND l.token <> ALL (COALESCE(p_own, '{}'::uuid[])));
+      IF v_stop IS NOT NULL THEN
+        v_high := v_stop - 1;
+      END IF;
+    END IF;
+  END IF;
   v_n := 0;
   IF v_high > v_low THEN
     -- The range's deliverable rows in id order, each payload measured and not kept. This query's
@@ -109,7 +138,7 @@ BEGIN
     -- every id this one saw (a row it no longer finds a compaction head for was superseded, and is
     -- passed). A payload stored uncompressed counts its stored size, read from the row without
     -- converting it to text; a compressed one (a large payload) counts its JSON text
-    -- (docs/poll-cycle.md#the-byte-bound). First the whole range in one pass: when nothing in it is
+    -- (docs/protocol/poll-cycle.md#the-byte-bound). First the whole range in one pass: when nothing in it is
     -- compressed and its stored sizes fit the bound, all of it goes.
     SELECT count(*), COALESCE(sum(pg_column_size(l.payload)), 0), COALESCE(bool_or(pg_column_compression(l.payload) IS NOT NULL), false)
       INTO v_n, v_bytes, v_packed

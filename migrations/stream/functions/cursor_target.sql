@@ -1,4 +1,4 @@
--- The committed cursor's target for a group (docs/poll-cycle.md#cursor-advance):
+-- The committed cursor's target for a group (docs/protocol/poll-cycle.md#cursor-advance):
 -- LEAST(claimed, lowest low of its range leases, lowest unresolved exception row − 1), NULLs
 -- ignored, rows at or below committed (which only redrive() creates) not counted. STABLE, so it
 -- reads with the snapshot of the statement that calls it (the load, advance_N's read). plpgsql,

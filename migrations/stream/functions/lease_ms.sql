@@ -1,4 +1,4 @@
--- The lease of a batch (docs/poll-cycle.md#the-range-lease): Tmax × ceil(n / c) + margin, capped at
+-- The lease of a batch (docs/protocol/poll-cycle.md#the-range-lease): Tmax × ceil(n / c) + margin, capped at
 -- p_cap (NULL: no cap), at least 1 ms. The one definition: claim_N and the exception reservation
 -- use it, and the range takeover of a reclaim.
 CREATE OR REPLACE FUNCTION {{schema}}.lease_ms_{{N}}(

@@ -1,5 +1,5 @@
 -- The lowest unresolved predecessor of each {k, id} of p_keys for the group, or NULL
--- (docs/ordering.md#the-predecessor-rule): one row per element; elements with "ordered": false are
+-- (docs/protocol/ordering.md#the-predecessor-rule): one row per element; elements with "ordered": false are
 -- skipped, absent means checked. Unresolved: an exception row of the key below id in ready,
 -- inflight or deferred; a message of the key below id inside another range lease of the group (in
 -- flight, released or expired: its outcome is not written yet); or one not claimed yet (after a

@@ -1,4 +1,4 @@
--- Record outcomes (docs/exception-lifecycle.md#retries), each guarded by its row's lease token
+-- Record outcomes (docs/protocol/exception-lifecycle.md#retries), each guarded by its row's lease token
 -- p_token (the run's, or the reservation's for a row resolved at start). p_rows is a JSON array of
 -- {id, key, key_token, status ('deleted', 'ready', 'dead', 'deferred', 'superseded'), attempts,
 -- delays, run_after_ms (NULL keeps can_run_after), last_error (NULL keeps it), dl_status,

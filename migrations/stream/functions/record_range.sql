@@ -1,4 +1,4 @@
--- Record a range's outcomes and advance the cursor (docs/poll-cycle.md#recording-a-range, docs/poll-cycle.md#cursor-advance) in one transaction.
+-- Record a range's outcomes and advance the cursor (docs/protocol/poll-cycle.md#recording-a-range, docs/protocol/poll-cycle.md#cursor-advance) in one transaction.
 -- p_keep_from NULL: the range is done, its lease is deleted. Otherwise the prefix up to
 -- p_keep_from is recorded and the rest released at once under p_new_token.
 -- p_keys lists the key leases ({k, t}) the range's chains took, released here in one go.

@@ -1,8 +1,8 @@
 -- The record of a keyed chain's previous range and the key leases of the range after it, in one
--- statement and one transaction (docs/poll-cycle.md#keyed-ranges-claimed-ahead). A range claimed
+-- statement and one transaction (docs/protocol/poll-cycle.md#keyed-ranges-claimed-ahead). A range claimed
 -- ahead can only take its keys once the range before it has recorded: that record releases the
 -- earlier range's key leases, deletes its range lease and writes its exception rows, and the
--- predecessor rule (docs/ordering.md#the-predecessor-rule) must see all of that. In this order:
+-- predecessor rule (docs/protocol/ordering.md#the-predecessor-rule) must see all of that. In this order:
 --   1. the key leases of the recorded range under p_rec_key_token: with p_rec_keys the JSON string
 --      "all", every lease under the token (found by the token alone, no key compared); with an
 --      array, the keys named (a run with an abandoned run leaves that run's lease, still renewed,

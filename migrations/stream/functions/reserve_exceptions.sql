@@ -1,11 +1,13 @@
--- Reserve due rows and start the first of them, in one round trip (docs/poll-cycle.md#the-exception-phase
+-- Reserve due rows and start the first of them, in one round trip (docs/protocol/poll-cycle.md#the-exception-phase
 -- steps 2 and 3). The reservation is the one the phase always made: up to p_limit rows in id
 -- order, FOR UPDATE SKIP LOCKED, `ready` and due or `deferred`, not reserved by a live poll, whose
 -- message exists, whose key is not leased (only the lowest waiting row per key, decided before
--- the limit), that pass the predecessor rule (ordered_pred_N); reserved for lease_ms_N
--- (Tmax × ceil(n / p_conc) + p_margin, capped at p_cap) under p_token, nothing else changed.
+-- the limit), that pass the predecessor rule (ordered_pred_N); then, within the limit, the later
+-- waiting rows of each exclusive/ordered key picked (its chain); reserved for lease_ms_N
+-- (Tmax × max(ceil(n / p_conc), longest chain) + p_margin, capped at p_cap) under p_token,
+-- nothing else changed.
 -- Then the first p_start reserved rows in id order (rows of a key in p_skip_keys left out: an
--- abandoned run of the key still runs in the caller's process) are started by start_exceptions_N,
+-- abandoned run of the key still runs in the caller's process; a chain's later rows left out) are started by start_exceptions_N,
 -- each with a run lease of its timeout + p_margin (capped at p_cap) and, when keyed, a key lease
 -- token of its own; when p_budget is not NULL (ms left before the caller's deadline), starting stops
 -- at the first row whose timeout + p_margin does not fit, as the caller's own deadline check does.
@@ -52,7 +54,7 @@ BEGIN
                               WHERE w.consumer_group_id = p_group AND w.message_key = e.message_key
                                 AND w.message_id < e.message_id AND w.concurrency <> 'parallel'
                                 AND ((w.status = 'ready' AND w.can_run_after <= now()) OR w.status = 'deferred'))
-             -- The predecessor rule, per key (docs/ordering.md#the-predecessor-rule).
+             -- The predecessor rule, per key (docs/protocol/ordering.md#the-predecessor-rule).
              AND (e.concurrency <> 'ordered'
                   OR {{schema}}.ordered_pred_{{N}}(p_group, e.message_key, e.message_id, 0, 0) IS NULL)))
      ORDER BY e.message_id
@@ -65,28 +67,56 @@ BEGIN
                ORDER BY cand.message_id) AS rn
         FROM cand) x
      WHERE x.rn = 1 OR x.concurrency = 'parallel' OR x.message_key IS NULL
+  ), follow AS (
+    -- A key's chain: the waiting rows of each picked exclusive/ordered key after its first, in id
+    -- order, up to the batch's limit. The caller runs them one after another, each started in
+    -- the statement that records the one before (the predecessor rule and the key lease are
+    -- checked then, as for any start), so a deferred backlog drains a chain per key per batch
+    -- instead of one row per key (docs/protocol/poll-cycle.md#the-exception-phase).
+    SELECT w.message_id, w.message_key
+      FROM {{schema}}.exception_queue_{{N}} w
+     WHERE w.consumer_group_id = p_group
+       AND w.message_key IN (SELECT c.message_key FROM cand c JOIN pick p ON p.message_id = c.message_id
+                              WHERE c.concurrency <> 'parallel' AND c.message_key IS NOT NULL)
+       AND w.concurrency <> 'parallel'
+       AND w.message_id NOT IN (SELECT p.message_id FROM pick p)
+       AND ((w.status = 'ready' AND w.can_run_after <= now()) OR w.status = 'deferred')
+       AND (w.lease_expires_at IS NULL OR w.lease_expires_at < now())
+       AND EXISTS (SELECT 1 FROM {{schema}}.message_log_{{N}} m WHERE m.id = w.message_id)
+     ORDER BY w.message_id
+     LIMIT GREATEST(p_limit - (SELECT count(*) FROM pick), 0)
+     FOR UPDATE OF w SKIP LOCKED
+  ), chain AS (
+    SELECT COALESCE(max(x.n), 0) + 1 AS n FROM (SELECT count(*) AS n FROM follow f GROUP BY f.message_key) x
   ), len AS (
+    -- A chain runs serially: the lease covers the longest one as well as the batch.
     SELECT {{schema}}.lease_ms_{{N}}(max(LEAST(GREATEST(COALESCE((m.options->>'timeout')::bigint, p_tdef), p_tmin), p_tmax)),
-                                     count(*), p_conc, p_margin, p_cap) AS ms
-      FROM pick p JOIN {{schema}}.message_log_{{N}} m ON m.id = p.message_id
+                                     GREATEST(count(*), (SELECT ch.n FROM chain ch) * p_conc), p_conc, p_margin, p_cap) AS ms
+      FROM (SELECT p.message_id FROM pick p UNION ALL SELECT f.message_id FROM follow f) a
+      JOIN {{schema}}.message_log_{{N}} m ON m.id = a.message_id
   ), upd AS (
     UPDATE {{schema}}.exception_queue_{{N}} e
        SET lease_token = p_token, lease_expires_at = now() + (SELECT l.ms FROM len l) * interval '1 millisecond'
-      FROM pick p
-     WHERE e.consumer_group_id = p_group AND e.message_id = p.message_id
+      FROM (SELECT p.message_id FROM pick p UNION ALL SELECT f.message_id FROM follow f) a
+     WHERE e.consumer_group_id = p_group AND e.message_id = a.message_id
     RETURNING e.message_id
   )
   SELECT array_agg(u.message_id ORDER BY u.message_id) INTO v_ids FROM upd u;
   END IF;
   IF v_ids IS NULL THEN RETURN; END IF;
-  WITH ord AS (
+  WITH res AS (
     SELECT e.message_id AS id, e.message_key AS k, e.concurrency AS c,
            LEAST(GREATEST(COALESCE((m.options->>'timeout')::bigint, p_tdef), p_tmin), p_tmax) AS tmo,
-           row_number() OVER (ORDER BY e.message_id) AS rn
+           -- A chain's later rows (kn > 1) start after the row before them is recorded.
+           row_number() OVER (PARTITION BY CASE WHEN e.concurrency <> 'parallel' THEN e.message_key END
+                              ORDER BY e.message_id) AS kn
       FROM unnest(v_ids) AS i(id)
       JOIN {{schema}}.exception_queue_{{N}} e ON e.consumer_group_id = p_group AND e.message_id = i.id
       JOIN {{schema}}.message_log_{{N}} m ON m.id = i.id
-     WHERE e.concurrency = 'parallel' OR e.message_key IS NULL OR NOT (e.message_key = ANY (p_skip_keys))
+  ), ord AS (
+    SELECT r.id, r.k, r.c, r.tmo, row_number() OVER (ORDER BY r.id) AS rn
+      FROM res r
+     WHERE r.c = 'parallel' OR r.k IS NULL OR (NOT (r.k = ANY (p_skip_keys)) AND r.kn = 1)
   ), cut AS (
     SELECT COALESCE(min(o.rn), 9223372036854775807) AS rn FROM ord o WHERE o.tmo + p_margin > p_budget
   )

@@ -1,5 +1,5 @@
 -- Start reserved rows, guarded per row by the reservation token p_token
--- (docs/poll-cycle.md#batched-starts-and-records). p_rows is a JSON array of {id, key_token,
+-- (docs/protocol/poll-cycle.md#batched-starts-and-records). p_rows is a JSON array of {id, key_token,
 -- run_ms}: the row, the key lease token its run would hold (NULL for rows without a key lease), and
 -- its run lease length. One result row per input row:
 --   kind 'lost'       the row is not reserved under p_token (any more): nothing written;
@@ -9,7 +9,7 @@
 --   kind 'superseded' a compacted message that is no longer its key's head; ref = the head id
 --                     (NULL: none);
 --   kind 'deferred'   reason 'busy' (another run holds the key) or 'pred' (ref = the unresolved
---                     ordered predecessor, docs/ordering.md#the-predecessor-rule).
+--                     ordered predecessor, docs/protocol/ordering.md#the-predecessor-rule).
 -- A start that resolves a row without running it writes nothing: the caller records it like any
 -- other outcome, still under the reservation token. One transaction, in two steps:
 --   1. the plain rows (no key lease to take, no compaction head to check) are looked up by primary

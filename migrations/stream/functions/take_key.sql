@@ -1,5 +1,5 @@
--- The lease of one key: the compaction head check (docs/poll-cycle.md#dispatch step 4), then
--- take_keys_N for its one key (docs/ordering.md#key-leases).
+-- The lease of one key: the compaction head check (docs/protocol/poll-cycle.md#dispatch step 4), then
+-- take_keys_N for its one key (docs/protocol/ordering.md#key-leases).
 CREATE FUNCTION {{schema}}.take_key_{{N}}(
   p_group BIGINT, p_key TEXT, p_token UUID, p_ms BIGINT, p_message_id BIGINT,
   p_ordered BOOLEAN, p_own_low BIGINT, p_own_high BIGINT, p_compacted BOOLEAN)

@@ -1,6 +1,6 @@
--- The key leases of a range's keyed chains, in one statement (docs/ordering.md#key-leases): p_keys
+-- The key leases of a range's keyed chains, in one statement (docs/protocol/ordering.md#key-leases): p_keys
 -- is a JSON array of {k, id, ordered, ms, held}, `id` the chain member the predecessor rule
--- (ordered_preds_N, docs/ordering.md#the-predecessor-rule) is checked for, `ms` the lease length of
+-- (ordered_preds_N, docs/protocol/ordering.md#the-predecessor-rule) is checked for, `ms` the lease length of
 -- its run. A key with `held` is leased under p_token already (a drain's chain of ranges shares one
 -- key token and passes its leases on): it still answers to the predecessor rule, in the same
 -- statement as every other key, but writes nothing (no INSERT, whose conflict with the caller's own
@@ -8,7 +8,7 @@
 -- polls lock lease rows in one order; when an insert conflicts, the whole set is taken again by
 -- upsert (a lease expired, or held under p_token, is taken over). Every lease it takes or holds ends
 -- no later than the caller's range lease (LEAST ignores a NULL cap), so a lease never outlives the
--- range holding it (docs/crash-recovery.md: a reclaim finds its keys free).
+-- range holding it (docs/protocol/crash-recovery.md: a reclaim finds its keys free).
 -- Returns one row per key not taken: kind 'pred' (pred_id the unresolved predecessor) or 'busy'.
 CREATE OR REPLACE FUNCTION {{schema}}.take_keys_{{N}}(
   p_group BIGINT, p_token UUID, p_own_low BIGINT, p_own_high BIGINT, p_keys JSONB)

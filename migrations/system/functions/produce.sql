@@ -1,4 +1,4 @@
--- Produce from SQL (docs/producing.md#producing-from-sql):
+-- Produce from SQL (docs/guide/producing.md#producing-from-sql):
 --
 --   SELECT __SCHEMA__.produce('orders.placed', '{"orderId": "o-1"}', key => 'customer-7');
 --
@@ -45,7 +45,7 @@ DECLARE
   v_found BOOLEAN;
   k TEXT;
 BEGIN
-  -- Arguments, in the library's order (docs/producing.md#validation).
+  -- Arguments, in the library's order (docs/guide/producing.md#validation).
   IF v_opts IS NOT NULL AND jsonb_typeof(v_opts) = 'null' THEN v_opts := NULL; END IF;
   IF v_opts IS NOT NULL THEN
     IF jsonb_typeof(v_opts) <> 'object' THEN
@@ -124,7 +124,7 @@ BEGIN
       'store large data elsewhere and send a reference, or raise maxPayloadBytes');
   END IF;
 
-  -- The transaction id before the message id (docs/producing.md#the-xid-before-id-rule).
+  -- The transaction id before the message id (docs/guide/producing.md#the-xid-before-id-rule).
   PERFORM pg_current_xact_id();
   -- A partition for the next id (checked, not caught: an exception block would open a
   -- subtransaction per message). Should the sequence cross into a missing one between this check

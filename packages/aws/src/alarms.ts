@@ -1,4 +1,4 @@
-// Per-group CloudWatch alarms (docs/operations.md#alarms), as plain definitions: the SqlStreams
+// Per-group CloudWatch alarms (docs/guide/operations.md#alarms), as plain definitions: the SqlStreams
 // SST component (packages/aws/src/sst) turns each into an aws.cloudwatch.MetricAlarm, and tests read
 // them without SST. Pure: no AWS SDK, no SST globals.
 import type { GroupDeclaration } from "./declaration.js";

@@ -6,6 +6,13 @@ export interface LambdaContext {
   getRemainingTimeInMillis(): number;
   awsRequestId?: string;
   functionName?: string;
+  /** This function's ARN: continuations invoke it (docs/guide/deployment.md#backlog-driven-scaling). */
+  invokedFunctionArn?: string;
+  /**
+   * Outside Lambda (localContext's `onContinue`, as `sqlstreams dev` sets it): starts `n`
+   * continuations locally instead of invoking the function.
+   */
+  onContinue?: (n: number) => void;
 }
 
 /** A context shaped like aws-lambda's Context, for invoking handlers outside Lambda. */
@@ -27,7 +34,9 @@ export interface LocalContext extends LambdaContext {
  * A fake Lambda context whose budget is `timeoutMs` from now (default 60 s), for `sqlstreams dev`,
  * tests and scripts: `await handler({ stream, group }, localContext(60_000))`.
  */
-export function localContext(timeoutMs = 60_000, opts: { functionName?: string; memoryMB?: number } = {}): LocalContext {
+export function localContext(
+  timeoutMs = 60_000, opts: { functionName?: string; memoryMB?: number; onContinue?: (n: number) => void } = {},
+): LocalContext {
   if (typeof timeoutMs !== "number" || !Number.isFinite(timeoutMs) || timeoutMs < 0) {
     throw new TypeError(`localContext(timeoutMs): expected a non-negative number of milliseconds, got ${String(timeoutMs)}`);
   }
@@ -49,5 +58,6 @@ export function localContext(timeoutMs = 60_000, opts: { functionName?: string; 
     done: unsupported,
     fail: unsupported,
     succeed: unsupported,
+    ...(opts.onContinue ? { onContinue: opts.onContinue } : {}),
   };
 }

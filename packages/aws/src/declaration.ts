@@ -38,16 +38,26 @@ export interface GroupDeclaration {
   timeout?: number;
   /** Lambda memory in MB. Default 256. */
   memory?: number;
-  /** Poll option: ids per fresh range and rows per exception claim (docs/poll-cycle.md#options). Default 10. */
+  /** Poll option: ids per fresh range and rows per exception claim (docs/protocol/poll-cycle.md#options). Default 10. */
   batchLimit?: number;
-  /** Poll option: handlers running at once (docs/poll-cycle.md#options). Default 1. */
+  /** Poll option: handlers running at once (docs/protocol/poll-cycle.md#options). Default 1. */
   concurrency?: number;
-  /** Poll option: time allowed to record an outcome (docs/poll-cycle.md#options). Default 2 000. */
+  /** Poll option: time allowed to record an outcome (docs/protocol/poll-cycle.md#options). Default 2 000. */
   recordMargin?: number;
   /** Continuous mode: pause after an idle drain before polling again, in ms. Default 1 000. */
   idleWait?: number;
-  /** CloudWatch alarms of the group (docs/operations.md#alarms); default on with a 15-minute threshold. */
+  /** CloudWatch alarms of the group (docs/guide/operations.md#alarms); default on with a 15-minute threshold. */
   alarms?: GroupAlarms | false;
+  /** Backlog-driven scaling (docs/guide/deployment.md#backlog-driven-scaling); needs config.maxConcurrency. */
+  scale?: GroupScale;
+}
+
+/** A group's scaling in functions/groups.ts. */
+export interface GroupScale {
+  /** The most drains of the group continuations bring it to (≤ the group's maxConcurrency). */
+  max: number;
+  /** Continue only while the lag at the end of an invocation is above this many ids. */
+  continueAboveLag: number;
 }
 
 /** Options of streams named by the declaration, keyed by stream name (registered on deploy). */
@@ -60,7 +70,7 @@ export const DEFAULTS = {
   memory: 256,
   recordMargin: 2_000,
   idleWait: 1_000,
-  /** Message timeout a group uses when its config sets none (docs/configuration.md#the-stored-document). */
+  /** Message timeout a group uses when its config sets none (docs/guide/configuration.md#the-stored-document). */
   messageTimeout: 30_000,
 };
 
@@ -69,7 +79,7 @@ const FUNCTION_PATH = /^[A-Za-z0-9_][A-Za-z0-9_./-]*\.[A-Za-z_$][A-Za-z0-9_$]*$/
 const SCHEDULE = /^(rate|cron)\(.+\)$/;
 const KEYS = [
   "stream", "group", "function", "schedule", "config", "mode", "parallelism", "timeout", "memory",
-  "batchLimit", "concurrency", "recordMargin", "idleWait", "alarms",
+  "batchLimit", "concurrency", "recordMargin", "idleWait", "alarms", "scale",
 ];
 const RANGES: Record<string, readonly [number, number]> = {
   parallelism: [1, 50],
@@ -153,9 +163,10 @@ export function validateGroups<T extends readonly GroupDeclaration[]>(groups: T)
       }
     }
     checkAlarms(d.alarms, `${at}.alarms`);
+    checkScale(d.scale, d.config?.maxConcurrency, `${at}.scale`);
     const r = resolvedDeclaration(d);
     // The poll handler stops starting work at `timeout - (recordMargin + 1000)` minus 2 x
-    // recordMargin (docs/poll-cycle.md#the-report-and-drain, docs/crash-recovery.md#the-end-of-an-invocation); a message must fit inside that window or it never starts.
+    // recordMargin (docs/protocol/poll-cycle.md#the-report-and-drain, docs/protocol/crash-recovery.md#the-end-of-an-invocation); a message must fit inside that window or it never starts.
     const window = r.timeout - (r.recordMargin + 1_000);
     const messageTimeout = Math.max(
       d.config?.message?.timeout ?? DEFAULTS.messageTimeout,
@@ -204,4 +215,24 @@ export function findGroup(
   group: unknown,
 ): GroupDeclaration | undefined {
   return groups.find((g) => g.stream === stream && g.group === group);
+}
+
+/**
+ * Checks a declaration's `scale` against its config (SQL0015): `max` needs the group's
+ * maxConcurrency, the bound the running drains are counted against, and may not exceed it.
+ */
+function checkScale(s: unknown, maxConcurrency: unknown, at: string): void {
+  if (s === undefined) return;
+  if (typeof s !== "object" || s === null || Array.isArray(s)) bad("SQL0015", at, s, "must be { max, continueAboveLag }");
+  const o = s as Record<string, unknown>;
+  for (const k of Object.keys(o)) if (k !== "max" && k !== "continueAboveLag") bad("SQL0015", `${at}.${k}`, o[k], "unknown key; allowed keys: max, continueAboveLag");
+  if (typeof o.max !== "number" || !Number.isInteger(o.max) || o.max < 1 || o.max > 1_000) bad("SQL0015", `${at}.max`, o.max, "must be an integer between 1 and 1000");
+  const lag = o.continueAboveLag;
+  if (typeof lag !== "number" || !Number.isInteger(lag) || lag < 0 || lag > 1e12) {
+    bad("SQL0015", `${at}.continueAboveLag`, lag, "must be an integer number of ids between 0 and 1e12");
+  }
+  if (maxConcurrency === undefined) {
+    bad("SQL0015", `${at}.max`, o.max, "needs config.maxConcurrency: continuations are counted against the group's drain slots; set maxConcurrency >= scale.max");
+  }
+  if (typeof maxConcurrency === "number" && o.max > maxConcurrency) bad("SQL0015", `${at}.max`, o.max, `must be <= config.maxConcurrency (${maxConcurrency})`);
 }

@@ -1,4 +1,4 @@
-// The maintenance Lambda (docs/retention.md): partitions, retention and sweeps for every stream, on its
+// The maintenance Lambda (docs/protocol/retention.md): partitions, retention and sweeps for every stream, on its
 // own schedule (every 5 minutes by default).
 import type { MaintainReport } from "@sqlstreams/core";
 import type { LambdaContext } from "./context.js";
@@ -13,7 +13,7 @@ export interface MaintainHandlerOptions {
   margin?: number;
   database?: DatabaseProvider;
   log?: LineWriter;
-  /** Where the per-stream EMF documents go (docs/operations.md#metrics); as for createPollHandler. */
+  /** Where the per-stream EMF documents go (docs/guide/operations.md#metrics); as for createPollHandler. */
   metrics?: LineWriter | false;
   /** The Stage dimension; default SQLSTREAMS_STAGE. */
   stage?: string;

@@ -1,4 +1,4 @@
-// CloudWatch metrics in Embedded Metric Format (docs/operations.md#metrics): one JSON document per
+// CloudWatch metrics in Embedded Metric Format (docs/guide/operations.md#metrics): one JSON document per
 // poll invocation and one per maintained stream, written to stdout where the Lambda log agent
 // turns it into metrics. Written directly (no powertools): a document is a plain object, the
 // library only needs a few fixed metrics per invocation, and the adapter stays free of a
@@ -50,6 +50,7 @@ export const POLL_COUNTS = {
   rangesClaimed: "RangesClaimed",
   rangesReclaimed: "RangesReclaimed",
   rangesQuarantined: "RangesQuarantined",
+  capped: "Capped",
 } as const satisfies Partial<Record<keyof CycleReport, string>>;
 
 /** The deployment's stage dimension, from SQLSTREAMS_STAGE (sst.config.ts sets it). */
@@ -124,11 +125,13 @@ export function pollDocument(input: {
   group: string;
   stage?: string;
   report?: CycleReport;
-  progress?: Pick<Progress, "lag" | "oldestUnresolvedAgeMs" | "exceptions"> | null;
+  progress?: Pick<Progress, "lag" | "oldestUnresolvedAgeMs" | "exceptions"> & Partial<Pick<Progress, "blockedKeys">> | null;
   durations?: DurationHistogram;
   durationMs: number;
   error?: boolean;
   timestamp?: number;
+  /** Continuations this invocation started (groups with `scale`). */
+  continued?: number;
 }): EmfDocument {
   const metrics: [string, EmfUnit, number | EmfValues][] = [];
   if (input.report) {
@@ -141,6 +144,10 @@ export function pollDocument(input: {
     metrics.push(["Lag", "Count", Number(input.progress.lag)]);
     metrics.push(["OldestUnresolvedAgeMs", "Milliseconds", input.progress.oldestUnresolvedAgeMs ?? 0]);
     metrics.push(["DeadTotal", "Count", input.progress.exceptions.dead]);
+    if (input.progress.blockedKeys !== undefined) metrics.push(["BlockedKeys", "Count", input.progress.blockedKeys]);
+  }
+  if (input.continued !== undefined) {
+    metrics.push(["Continued", "Count", input.continued]);
   }
   const hist = input.durations?.toValues();
   if (hist) metrics.push(["HandlerDuration", "Milliseconds", hist]);

@@ -1,9 +1,11 @@
-// The poll Lambda (docs/operations.md#the-poll-function): one invocation drains one group until it is idle (`drain` mode)
-// or until its budget ends (`continuous` mode), with the deadline of docs/crash-recovery.md#the-end-of-an-invocation.
-import { SqlStreamsError, mergeReports, type CycleReport, type Handler, type Progress, type SqlStreams, type StreamDef } from "@sqlstreams/core";
+// The poll Lambda (docs/guide/operations.md#the-poll-function): one invocation drains one group until it is idle (`drain` mode)
+// or until its budget ends (`continuous` mode), with the deadline of docs/protocol/crash-recovery.md#the-end-of-an-invocation.
+import { SqlStreamsError, mergeReports, type BatchHandler, type CycleReport, type Handler, type Progress, type SqlStreams, type StreamDef } from "@sqlstreams/core";
 import type { LambdaContext } from "./context.js";
 import { DatabaseProvider, defaultDatabase } from "./database.js";
-import { DEFAULTS, type GroupDeclaration, type PollMode, checkNames, findGroup, groupKey, validateGroups } from "./declaration.js";
+import { DEFAULTS, type GroupDeclaration, type GroupScale, type PollMode, checkNames, findGroup, groupKey, validateGroups } from "./declaration.js";
+import type { LambdaClient, LambdaClientConfig } from "@aws-sdk/client-lambda";
+import { Continuer, continuationsOf } from "./scale.js";
 import { type LineWriter, errorFields, stdoutWriter, writeLine } from "./log.js";
 import { setTimeout as sleep } from "node:timers/promises";
 import { DurationHistogram, metricsWriter, pollDocument, stageFromEnv } from "./metrics.js";
@@ -20,8 +22,15 @@ export interface PollHandlerOptions<T = unknown> {
   /** The stream's name, or its typed definition (defineStream): then msg.payload is T, checked by its schema. */
   stream: string | StreamDef<T>;
   group: string;
-  /** The message handler. */
-  handle: Handler<T>;
+  /** The message handler (or handleBatch: exactly one of them). */
+  handle?: Handler<T>;
+  /**
+   * A batch handler instead of `handle` (docs/guide/consuming.md#batch-handlers): the invocation
+   * drains with drainBatch, up to `maxBatch` messages a call.
+   */
+  handleBatch?: BatchHandler<T>;
+  /** With handleBatch: messages per call, default 100. */
+  maxBatch?: number;
   /**
    * The deployment's declaration (functions/groups.ts). When given, the pair must be declared in
    * it and its mode and poll options apply (explicit options below win).
@@ -38,23 +47,30 @@ export interface PollHandlerOptions<T = unknown> {
   /** Where the per-invocation JSON line goes; default stdout. */
   log?: LineWriter;
   /**
-   * Where the per-invocation EMF document goes (docs/operations.md#metrics): default stdout when
+   * Where the per-invocation EMF document goes (docs/guide/operations.md#metrics): default stdout when
    * running in Lambda, nowhere elsewhere; `false` turns it off.
    */
   metrics?: LineWriter | false;
   /** The Stage dimension of the metrics; default SQLSTREAMS_STAGE, none when unset. */
   stage?: string;
+  /**
+   * Backlog-driven scaling (docs/guide/deployment.md#backlog-driven-scaling); default the
+   * declaration's `scale`. Needs the group's maxConcurrency.
+   */
+  scale?: GroupScale;
+  /** The Lambda client continuations are started with (a client, or options of the default one). */
+  lambda?: { client?: LambdaClient; clientConfig?: LambdaClientConfig };
 }
 
 function isThenable(v: unknown): v is PromiseLike<unknown> {
   return v !== null && (typeof v === "object" || typeof v === "function") && typeof (v as PromiseLike<unknown>).then === "function";
 }
 
-/** The handler, timed into `hist`; a synchronous handler stays synchronous. */
-function timed<T>(handle: Handler<T>, hist: DurationHistogram): Handler<T> {
-  return (msg) => {
+/** The handler (of a message or of a batch), timed into `hist`; a synchronous handler stays synchronous. */
+function timed<A, R>(handle: (arg: A) => R, hist: DurationHistogram): (arg: A) => R {
+  return (msg): R => {
     const t0 = performance.now();
-    let r: unknown;
+    let r: R;
     try {
       r = handle(msg);
     } catch (e) {
@@ -74,7 +90,7 @@ function timed<T>(handle: Handler<T>, hist: DurationHistogram): Handler<T> {
         hist.add(performance.now() - t0);
         throw e;
       },
-    );
+    ) as R;
   };
 }
 
@@ -104,12 +120,16 @@ interface Binding<T> {
   /** The typed stream's definition, when the handler was bound to one. */
   def: StreamDef<T> | undefined;
   group: string;
-  handle: Handler<T>;
+  /** Exactly one of handle and handleBatch. */
+  handle: Handler<T> | undefined;
+  handleBatch: BatchHandler<T> | undefined;
+  maxBatch: number | undefined;
   mode: PollMode;
   recordMargin: number;
   idleWait: number;
   batchLimit: number | undefined;
   concurrency: number | undefined;
+  scale: GroupScale | undefined;
   /** Where the binding came from, for SQL0031's message. */
   declared: string;
 }
@@ -121,9 +141,16 @@ function bind<T>(opts: PollHandlerOptions<T>): Binding<T> {
   const def = typeof opts.stream === "object" && opts.stream !== null ? opts.stream : undefined;
   const stream = def ? def.name : (opts.stream as string);
   opts = { ...opts, stream };
-  const { group, handle } = opts;
-  if (typeof handle !== "function") {
-    throw new SqlStreamsError("SQL0015", `createPollHandler: handle must be a function, got ${typeof handle}`, { path: "handle" });
+  const { group, handle, handleBatch } = opts;
+  if ((handle === undefined) === (handleBatch === undefined)) {
+    throw new SqlStreamsError("SQL0015", "createPollHandler: pass exactly one of handle (one message) and handleBatch (a batch)", { path: "handle" });
+  }
+  const path = handle === undefined ? "handleBatch" : "handle";
+  if (typeof (handle ?? handleBatch) !== "function") {
+    throw new SqlStreamsError("SQL0015", `createPollHandler: ${path} must be a function, got ${typeof (handle ?? handleBatch)}`, { path });
+  }
+  if (opts.maxBatch !== undefined && handleBatch === undefined) {
+    throw new SqlStreamsError("SQL0015", "createPollHandler: maxBatch goes with handleBatch", { path: "maxBatch" });
   }
   const declaration = declarationOf(opts);
   const mode: PollMode = opts.mode ?? declaration?.mode ?? DEFAULTS.mode;
@@ -131,11 +158,12 @@ function bind<T>(opts: PollHandlerOptions<T>): Binding<T> {
     throw new SqlStreamsError("SQL0015", `createPollHandler: mode must be 'drain' or 'continuous', got ${JSON.stringify(mode)}`);
   }
   return {
-    stream, def, group, handle, mode,
+    stream, def, group, handle, handleBatch, maxBatch: opts.maxBatch, mode,
     recordMargin: opts.recordMargin ?? declaration?.recordMargin ?? DEFAULTS.recordMargin,
     idleWait: opts.idleWait ?? declaration?.idleWait ?? DEFAULTS.idleWait,
     batchLimit: opts.batchLimit ?? declaration?.batchLimit,
     concurrency: opts.concurrency ?? declaration?.concurrency,
+    scale: opts.scale ?? declaration?.scale,
     declared: declaration ? "declared in functions/groups.ts" : "bound by createPollHandler",
   };
 }
@@ -172,11 +200,14 @@ async function releaseWakeSafely(consumer: { releaseWake(): Promise<boolean> }):
   }
 }
 
+/** The invocation's handler: timed when metrics are written. */
+type Run<T> = { handle: Handler<T> } | { handleBatch: BatchHandler<T>; maxBatch: number | undefined };
+
 async function pollInvocation<T>(
-  client: SqlStreams, b: Binding<T>, run: Handler<T>, context: LambdaContext, started: number,
+  client: SqlStreams, b: Binding<T>, run: Run<T>, context: LambdaContext, started: number,
 ): Promise<{ report: CycleReport; progress: Progress | null }> {
   const { recordMargin, idleWait } = b;
-  // docs/crash-recovery.md#the-end-of-an-invocation: leave recordMargin + 1 s so recording and releasing finish before the stop.
+  // docs/protocol/crash-recovery.md#the-end-of-an-invocation: leave recordMargin + 1 s so recording and releasing finish before the stop.
   const deadline = Date.now() + context.getRemainingTimeInMillis() - (recordMargin + 1_000);
   const pollOpts = {
     deadline,
@@ -185,23 +216,45 @@ async function pollInvocation<T>(
     ...(b.concurrency !== undefined ? { concurrency: b.concurrency } : {}),
   };
   const consumer = client.stream<T>(b.def ?? b.stream).consumer(b.group);
-  let total = await consumer.drain(run, pollOpts);
+  const drain = () =>
+    "handle" in run
+      ? consumer.drain(run.handle, pollOpts)
+      : consumer.drainBatch(run.handleBatch, { ...pollOpts, ...(run.maxBatch !== undefined ? { maxBatch: run.maxBatch } : {}) });
+  let total = await drain();
   let last = total;
   // A drain that could not start a message for the deadline ends it: later ones could not either.
   while (b.mode === "continuous" && !last.paused && last.notStarted === 0 && deadline - Date.now() - idleWait >= 2 * recordMargin) {
     await sleep(idleWait);
-    last = await consumer.drain(run, pollOpts);
+    last = await drain();
     total = mergeReports(total, last);
   }
-  // Wake on produce (docs/producing.md#wake-on-produce): idle now, so release the group's wake; a
+  // Wake on produce (docs/guide/producing.md#wake-on-produce): idle now, so release the group's wake; a
   // produce that found it in flight meanwhile marked it pending: drain once more.
   while (!last.paused && last.notStarted === 0 && deadline - Date.now() >= 2 * recordMargin && (await releaseWakeSafely(consumer))) {
-    last = await consumer.drain(run, pollOpts);
+    last = await drain();
     total = mergeReports(total, last);
   }
   let progress: Progress | null = null;
   if (context.getRemainingTimeInMillis() > recordMargin) progress = await consumer.progress().catch(() => null);
   return { report: { ...total, durationMs: Date.now() - started }, progress };
+}
+
+/**
+ * Starts the continuations an invocation that ended at its budget with a backlog calls for
+ * (docs/guide/deployment.md#backlog-driven-scaling), as Event invocations of this very function.
+ * Returns how many Lambda accepted; a failure starts none and leaves the backlog to the schedule.
+ */
+async function continueGroup(
+  continuer: Continuer, scale: GroupScale, context: LambdaContext, report: CycleReport, progress: Progress | null, stream: string, group: string,
+): Promise<number> {
+  const n = continuationsOf(scale, report, progress);
+  if (n > 0 && typeof context.onContinue === "function") {
+    context.onContinue(n);
+    return n;
+  }
+  const self = context.invokedFunctionArn ?? context.functionName;
+  if (n === 0 || !self) return 0;
+  return continuer.start(self, stream, group, n).catch(() => 0);
 }
 
 /**
@@ -214,12 +267,14 @@ export function createPollHandler<T = unknown>(opts: PollHandlerOptions<T>): Pol
   const log = opts.log ?? stdoutWriter;
   const emf = metricsWriter(opts.metrics, stdoutWriter);
   const stage = opts.stage ?? stageFromEnv();
+  const continuer = b.scale ? new Continuer(opts.lambda) : undefined;
 
   return async function pollHandler(event: PollEvent, context: LambdaContext): Promise<CycleReport> {
     const started = Date.now();
     const requestId = context?.awsRequestId;
     const durations = new DurationHistogram();
-    const run = emf ? timed(b.handle, durations) : b.handle;
+    const time = <A, R>(f: (a: A) => R) => (emf ? timed(f, durations) : f);
+    const run: Run<T> = b.handle !== undefined ? { handle: time(b.handle) } : { handleBatch: time(b.handleBatch as BatchHandler<T>), maxBatch: b.maxBatch };
     try {
       checkEvent(event, stream, group, b.declared);
       if (typeof context?.getRemainingTimeInMillis !== "function") {
@@ -227,9 +282,10 @@ export function createPollHandler<T = unknown>(opts: PollHandlerOptions<T>): Pol
       }
       const database = opts.database ?? defaultDatabase();
       const { report, progress } = await database.use((client) => pollInvocation(client, b, run, context, started));
-      if (emf) writeLine(emf, pollDocument({ stream, group, stage, report, progress, durations, durationMs: report.durationMs }));
+      const continued = continuer && b.scale ? await continueGroup(continuer, b.scale, context, report, progress, stream, group) : undefined;
+      if (emf) writeLine(emf, pollDocument({ stream, group, stage, report, progress, durations, durationMs: report.durationMs, continued }));
       const remainingMs = context.getRemainingTimeInMillis();
-      writeLine(log, { level: "info", event: "sqlstreams.poll", requestId, mode, ...report, lag: progress?.lag ?? null, remainingMs });
+      writeLine(log, { level: "info", event: "sqlstreams.poll", requestId, mode, ...report, lag: progress?.lag ?? null, remainingMs, ...(continued === undefined ? {} : { continued }) });
       return report;
     } catch (e) {
       const durationMs = Date.now() - started;

@@ -1,4 +1,4 @@
-// The Lambda waker (docs/producing.md#wake-on-produce): starts a group's poll function with an
+// The Lambda waker (docs/guide/producing.md#wake-on-produce): starts a group's poll function with an
 // asynchronous `Event` invocation, so a producer returns without waiting for the poll. The
 // event is the schedule's `{ stream, group }`; the poller treats a wake like a tick.
 import { InvokeCommand, LambdaClient, type LambdaClientConfig } from "@aws-sdk/client-lambda";

@@ -81,6 +81,16 @@ ${O.FILTER_HELP}
     options: { ...STREAM, ...GROUP, status: { type: "string" }, limit: { type: "string" }, offset: { type: "string" }, ...O.FILTER_OPTIONS },
     run: (ctx, v) => C.failures(ctx, v),
   },
+  blocked: {
+    summary: "list the ordered keys waiting behind an unresolved earlier message",
+    usage: "sqlstreams blocked --stream S --group G [--limit N]",
+    help: `Lists the keys whose next message waits behind an unresolved earlier one of the same key (a
+retry in backoff, a Delay, a run in flight), oldest block first: the blocking message, its status,
+since when, when it may run again, and how many messages wait behind it (docs/guide/operations.md#blocked-keys).
+  --limit N            1 … 1000 keys (default 100)`,
+    options: { ...STREAM, ...GROUP, limit: { type: "string" } },
+    run: (ctx, v) => C.blocked(ctx, v),
+  },
   redrive: {
     summary: "put dead rows back to work with a fresh retry budget",
     usage: "sqlstreams redrive --stream S --group G (--ids 1,2 | filters | --all) [--reason R] [--rate N]",

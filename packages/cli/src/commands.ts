@@ -58,6 +58,12 @@ export async function migrate(ctx: Ctx): Promise<void> {
   else ctx.print(`migrated schema ${client.schema}: control plane at version ${version} (${durationMs} ms)`);
 }
 
+/** Drains running now, out of maxConcurrency and with the polls capped so far when it is set. */
+function drains(p: Progress): string {
+  const c = p.concurrency;
+  return c.max === null ? String(c.running) : `${c.running}/${c.max} (${c.capped})`;
+}
+
 async function statusOnce(ctx: Ctx, stream: string | undefined, group: string | undefined, alert: Alert | null, frame: boolean): Promise<string[]> {
   const pairs = await listGroups(ctx, stream, group);
   const progress: Progress[] = [];
@@ -75,6 +81,7 @@ async function statusOnce(ctx: Ctx, stream: string | undefined, group: string | 
       const since = p.retention.heldForMs === null ? "" : ` for ${age(p.retention.heldForMs)}`;
       notes.push(`${p.stream}/${p.group} holds the stream's retention${since}: expired messages above its position (floor ${p.retention.floor}) cannot be removed until it catches up`);
     }
+    if (p.blockedKeys > 0) notes.push(`${p.stream}/${p.group}: ${p.blockedKeys} key(s) wait behind an unresolved earlier message; see \`sqlstreams blocked --stream ${p.stream} --group ${p.group}\``);
     if (p.expiredLeases > 0) notes.push(`${p.stream}/${p.group}: ${p.expiredLeases} expired lease(s) — a poll crashed or timed out; the next poll reclaims them`);
   }
   const alerts = alert === null ? [] : alertsOf(progress, alert);
@@ -91,16 +98,17 @@ async function statusOnce(ctx: Ctx, stream: string | undefined, group: string | 
     const c = ctx.colour;
     out.push(
     table(
-      ["STREAM", "GROUP", "HEAD", "COMMITTED", "LAG", "LEASES", "READY", "DEFERRED", "INFLIGHT", "DEAD", "SUPERSEDED", "OLDEST", "PAUSED"],
+      ["STREAM", "GROUP", "HEAD", "COMMITTED", "LAG", "LEASES", "READY", "DEFERRED", "INFLIGHT", "DEAD", "SUPERSEDED", "OLDEST", "PAUSED", "DRAINS", "BLOCKED"],
       progress.map((p) => [
         p.stream, p.group, p.head, p.committed, p.lag, `${p.openLeases}/${p.expiredLeases}`,
         String(p.exceptions.ready), String(p.exceptions.deferred), String(p.exceptions.inflight),
         p.exceptions.dead > 0 ? paint(c, "red", String(p.exceptions.dead)) : String(p.exceptions.dead),
         String(p.exceptions.superseded), age(p.oldestUnresolvedAgeMs), p.paused ? paint(c, "yellow", "yes") : yesNo(p.paused),
+        drains(p), p.blockedKeys > 0 ? paint(c, "yellow", String(p.blockedKeys)) : "0",
       ]),
     ),
     );
-    out.push("LEASES = open/expired claim leases; OLDEST = age of the oldest unresolved message");
+    out.push("LEASES = open/expired claim leases; OLDEST = age of the oldest unresolved message; DRAINS = running/maxConcurrency (capped polls); BLOCKED = keys waiting behind an unresolved message");
     for (const n of notes) out.push(`note: ${n}`);
   }
   for (const a of alerts) out.push(paint(ctx.colour, "red", `alert: ${a}`));
@@ -112,7 +120,7 @@ async function statusOnce(ctx: Ctx, stream: string | undefined, group: string | 
 
 /**
  * `status --history`: per group, sparklines of lag, throughput (ids committed per minute between
- * samples) and dead rows over the samples maintain() wrote (docs/data-model.md#progress-history).
+ * samples) and dead rows over the samples maintain() wrote (docs/protocol/data-model.md#progress-history).
  */
 async function history(ctx: Ctx, stream: string | undefined, group: string | undefined, v: Values): Promise<void> {
   const samples = int(v, "samples", "status", 2, 5_000) ?? 48;
@@ -180,7 +188,7 @@ function alertsOf(progress: Progress[], a: Alert): string[] {
 /**
  * `status`: one table, or with --watch a refreshing one. With --check (or --max-age) the exit
  * code is 2 when any group has dead rows or an unresolved message older than --max-age, so a
- * cron job or an alerting probe can run it (docs/operations.md#the-operator-cli).
+ * cron job or an alerting probe can run it (docs/guide/operations.md#the-operator-cli).
  */
 export async function status(ctx: Ctx, v: Values): Promise<number> {
   const stream = str(v, "stream");
@@ -362,4 +370,34 @@ export async function maintain(ctx: Ctx, v: Values): Promise<number> {
     for (const r of list) for (const e of r.errors) ctx.io.err(`error ${e.code}: ${r.stream}: step ${e.step}: ${e.message}\n`);
   }
   return failed ? 1 : 0;
+}
+
+/** sqlstreams blocked: the keys waiting behind an unresolved earlier message (docs/guide/operations.md#blocked-keys). */
+export async function blocked(ctx: Ctx, v: Values): Promise<void> {
+  const stream = required(v, "stream", "blocked");
+  const group = required(v, "group", "blocked");
+  const limit = int(v, "limit", "blocked", 1, 1_000) ?? 100;
+  const c = ctx.client().stream(stream).consumer(group);
+  const keys = await c.blockedKeys({ limit });
+  if (ctx.json) {
+    ctx.printJson({ stream, group, limit, keys });
+    return;
+  }
+  if (keys.length === 0) {
+    ctx.print(`${stream}/${group}: no key waits behind an unresolved message`);
+    return;
+  }
+  const now = Date.now();
+  ctx.print(
+    table(
+      ["KEY", "BLOCKED BY", "STATUS", "ATTEMPTS", "SINCE", "RUN AFTER", "WAITING"],
+      keys.map((k) => [
+        escapeControls(k.key), k.blockingId, paint(ctx.colour, "yellow", k.status), String(k.attempts),
+        `${age(now - k.since.getTime())} ago`,
+        k.runsAfter === null ? "running" : k.runsAfter.getTime() > now ? `in ${age(k.runsAfter.getTime() - now)}` : "now",
+        String(k.waiting),
+      ]),
+    ),
+  );
+  ctx.print(`${keys.length} blocked key(s), oldest block first; WAITING = later unresolved rows of the key + its messages not claimed yet`);
 }

@@ -2,7 +2,7 @@
 // default. Every start has a token: a random one printed in the URL (`/?token=…`, which sets a
 // cookie), or one configured in the environment or a file; the server answers only its own Host
 // names, which defeats DNS rebinding. Beyond loopback it needs a configured token of 32+
-// characters (SQL0060) and TLS in front (docs/operations.md#dashboard).
+// characters (SQL0060) and TLS in front (docs/guide/operations.md#dashboard).
 import { randomBytes } from "node:crypto";
 import { lookup } from "node:dns/promises";
 import { readFileSync } from "node:fs";

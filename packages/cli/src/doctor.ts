@@ -1,5 +1,5 @@
 // `sqlstreams doctor`: why is a group stuck, and what to do about it. Each check reads live
-// catalog and SQLStreams tables and returns findings with a fix (docs/operations.md#doctor).
+// catalog and SQLStreams tables and returns findings with a fix (docs/guide/operations.md#doctor).
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import pg from "pg";
@@ -67,7 +67,7 @@ async function checkMigrations(db: pg.Pool, schema: string, out: Finding[]): Pro
   return streams;
 }
 
-/** Open transactions holding RowExclusiveLock on the stream's log: claims cannot pass ids they may still commit (docs/poll-cycle.md#the-fence). */
+/** Open transactions holding RowExclusiveLock on the stream's log: claims cannot pass ids they may still commit (docs/protocol/poll-cycle.md#the-fence). */
 async function checkFence(db: pg.Pool, schema: string, s: StreamFamily, o: DoctorOptions, out: Finding[]): Promise<void> {
   const holders = await fenceHolders(db, schema, s.id);
   const old = holders.filter((h) => (h.xactAgeMs ?? 0) >= o.holdMs);
@@ -105,7 +105,7 @@ async function checkLeases(db: pg.Pool, schema: string, s: StreamFamily, o: Doct
   if (!bad) out.push({ check: "leases", severity: "ok", stream: s.name, message: `stream ${s.name}: no expired leases, no quarantines in the last ${age(o.recentMs)}` });
 }
 
-/** Partition K (the next id's) and K+1 must exist before producers need them (docs/retention.md). */
+/** Partition K (the next id's) and K+1 must exist before producers need them (docs/protocol/retention.md). */
 async function checkPartitions(db: pg.Pool, schema: string, s: StreamFamily, out: Finding[]): Promise<void> {
   const { nextId: next, current: k, missing } = await partitionState(db, schema, s.id, s.partitionSize);
   if (missing.length === 0) {

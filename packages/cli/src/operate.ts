@@ -1,5 +1,5 @@
 // The operator commands that find and fix one message: inspect, discard, produce, and the
-// filters shared by failures / redrive / discard (docs/operations.md#the-operator-cli).
+// filters shared by failures / redrive / discard (docs/guide/operations.md#the-operator-cli).
 import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
 import { SqlStreamsError, type DeadSelector, type FailureFilter, type InspectedMessage, type ProduceOptions } from "@sqlstreams/core";

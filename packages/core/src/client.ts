@@ -17,7 +17,7 @@ export interface SqlStreamsOptions {
   connectionString?: string;
   pool?: pg.Pool;
   schema?: string;
-  /** Receives structured events (docs/operations.md#log-events); default: one JSON line on stdout/stderr. */
+  /** Receives structured events (docs/guide/operations.md#log-events); default: one JSON line on stdout/stderr. */
   logger?: Logger;
   /** Called with every statement text before it is sent (inspection and tests). */
   onQuery?: QueryHook;
@@ -26,12 +26,12 @@ export interface SqlStreamsOptions {
   /**
    * Ceiling in ms of every statement outside a poll (inside a poll or drain the poll's deadline
    * bounds them too). A statement still unanswered then is abandoned, its connection destroyed,
-   * and the call fails with SQL0050. Default 60 000; 100 to 3 600 000 (docs/operations.md#timeouts).
+   * and the call fails with SQL0050. Default 60 000; 100 to 3 600 000 (docs/guide/operations.md#timeouts).
    */
   statementTimeout?: number;
   /**
    * Wake on produce: after a produce or produceBatch commits, the groups of the stream whose wake
-   * this client claims in Postgres are handed to the waker (docs/producing.md#wake-on-produce).
+   * this client claims in Postgres are handed to the waker (docs/guide/producing.md#wake-on-produce).
    * A failing wake is logged (SQL0064), never thrown: the produce has committed.
    */
   waker?: Waker | "notify";

@@ -1,6 +1,6 @@
 // Elapsed time for the poll cycle comes from a monotonic clock, so a wall-clock step (NTP, a VM
 // resume, a manual change) can neither stretch nor shrink a run's lease estimate or the time left
-// before a deadline (docs/poll-cycle.md). Stored times come from the database's now().
+// before a deadline (docs/protocol/poll-cycle.md). Stored times come from the database's now().
 import { performance } from "node:perf_hooks";
 
 /**

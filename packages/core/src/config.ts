@@ -1,4 +1,4 @@
-// Types, defaults, validation and per-message resolution of configuration (docs/producing.md#registration, docs/configuration.md, docs/poll-cycle.md#options).
+// Types, defaults, validation and per-message resolution of configuration (docs/guide/producing.md#registration, docs/guide/configuration.md, docs/protocol/poll-cycle.md#options).
 // Pure: no database, no clock.
 import { SqlStreamsError, type ErrorCode } from "./errors.js";
 
@@ -25,6 +25,8 @@ export interface ConsumerConfig {
   start?: "beginning" | "head";
   exceptionInitialBackoff?: number;
   maxRangeReclaims?: number;
+  /** Drains of the group running at once across every process and invocation (docs/guide/configuration.md#maxconcurrency). */
+  maxConcurrency?: number;
 }
 export interface StreamOptions {
   partitionSize?: number;
@@ -82,6 +84,7 @@ const RETRY_RULES: Record<keyof RetryPolicy, NumRule> = {
 const GROUP_RULES = {
   exceptionInitialBackoff: R(0, 604_800_000),
   maxRangeReclaims: R(1, 100),
+  maxConcurrency: R(1, 1_000),
 };
 const STREAM_RULES: Record<Exclude<keyof StreamOptions, "deliveryLog">, NumRule> = {
   partitionSize: R(2, 1e12),
@@ -184,12 +187,12 @@ function cmpValue(f: NumField, v: number): number {
   return f === "maxDelays" && v === 0 ? Infinity : v;
 }
 
-/** Validates a whole ConsumerConfig (docs/configuration.md#the-stored-document) and returns the sparse document to store. */
+/** Validates a whole ConsumerConfig (docs/guide/configuration.md#the-stored-document) and returns the sparse document to store. */
 export function validateConsumerConfig(v: unknown): ConsumerConfig {
   if (v === undefined) return {};
   if (!isPlainObject(v)) fail("SQL0013", "config", v, "must be an object");
   checkKeys("SQL0013", "", v, [
-    "message", "messageMin", "messageMax", "concurrencyOverride", "start", "exceptionInitialBackoff", "maxRangeReclaims",
+    "message", "messageMin", "messageMax", "concurrencyOverride", "start", "exceptionInitialBackoff", "maxRangeReclaims", "maxConcurrency",
   ]);
   const out: ConsumerConfig = {};
   if (v.message !== undefined) out.message = validateMessageOptions(v.message, "message");
@@ -205,7 +208,7 @@ export function validateConsumerConfig(v: unknown): ConsumerConfig {
     if (v.start !== "beginning" && v.start !== "head") fail("SQL0013", "start", v.start, "must be 'beginning' or 'head'");
     out.start = v.start;
   }
-  for (const k of ["exceptionInitialBackoff", "maxRangeReclaims"] as const) {
+  for (const k of ["exceptionInitialBackoff", "maxRangeReclaims", "maxConcurrency"] as const) {
     if (v[k] !== undefined) out[k] = checkNumber("SQL0013", k, v[k], GROUP_RULES[k]);
   }
   // Bounds: messageMin <= group default <= messageMax, per field, where set.
@@ -235,7 +238,7 @@ export interface ResolvedStreamOptions {
   maxPayloadBytes: number;
 }
 
-/** Validates stream.register() options (docs/producing.md#registration, SQL0012). */
+/** Validates stream.register() options (docs/guide/producing.md#registration, SQL0012). */
 export function validateStreamOptions(v: unknown): ResolvedStreamOptions {
   if (v === undefined) v = {};
   if (!isPlainObject(v)) fail("SQL0012", "options", v, "must be an object");
@@ -265,16 +268,16 @@ export interface ResolvedPollOptions {
   signal: AbortSignal | undefined;
   /**
    * Internal (set by drain, never by a caller): the most a fresh or reclaimed range's lease is
-   * claimed for, or one run when that is longer (docs/poll-cycle.md#range-size-in-a-drain).
+   * claimed for, or one run when that is longer (docs/protocol/poll-cycle.md#range-size-in-a-drain).
    */
   rangeLeaseBound?: number;
 }
 
-/** Payload bytes a range hands out by default: safe for a 256 MB Lambda (docs/poll-cycle.md#the-byte-bound). */
+/** Payload bytes a range hands out by default: safe for a 256 MB Lambda (docs/protocol/poll-cycle.md#the-byte-bound). */
 export const DEFAULT_BATCH_BYTES = 16 * 1_048_576;
 
 /**
- * The ranges of the numeric poll()/drain() options (docs/poll-cycle.md#options): validatePollOptions
+ * The ranges of the numeric poll()/drain() options (docs/protocol/poll-cycle.md#options): validatePollOptions
  * checks them, and so does the deployment's declaration (@sqlstreams/aws) for the options it passes on.
  */
 export const POLL_OPTION_RANGES = {
@@ -286,7 +289,7 @@ export const POLL_OPTION_RANGES = {
 
 const P = (k: keyof typeof POLL_OPTION_RANGES): NumRule => R(POLL_OPTION_RANGES[k][0], POLL_OPTION_RANGES[k][1]);
 
-/** Validates poll()/drain() options (docs/poll-cycle.md#options, SQL0015). */
+/** Validates poll()/drain() options (docs/protocol/poll-cycle.md#options, SQL0015). */
 export function validatePollOptions(v: unknown): ResolvedPollOptions {
   if (v === undefined) v = {};
   if (!isPlainObject(v)) fail("SQL0015", "options", v, "must be an object");
@@ -310,7 +313,34 @@ export function validatePollOptions(v: unknown): ResolvedPollOptions {
   return out;
 }
 
-/** The group's view used by a poll: defaults, ceilings and floors resolved once (docs/configuration.md#resolving-a-messages-options). */
+/** The group's view used by a poll: defaults, ceilings and floors resolved once (docs/guide/configuration.md#resolving-a-messages-options). */
+/** pollBatch()/drainBatch() options: the poll options and the most messages per call of the batch handler. */
+export interface BatchPollOptions extends PollOptions {
+  /** Messages per call of the batch handler, 1 to 1 000 (default 100). */
+  maxBatch?: number;
+}
+
+/** A batch poll's concurrency may reach maxBatch's ceiling: the dispatcher starts a batch's messages on it. */
+const BATCH_RANGE: NumRule = R(1, 1_000);
+
+/**
+ * Validates pollBatch()/drainBatch() options (docs/guide/consuming.md#batch-handlers, SQL0015):
+ * maxBatch defaults to 100, concurrency (up to 1 000 here) to maxBatch; a pollBatch's batchLimit
+ * defaults to maxBatch, and so does the size a drainBatch without batchLimit starts its ranges at.
+ */
+export function validateBatchPollOptions(v: unknown, defaultMaxBatch: number): { options: ResolvedPollOptions; maxBatch: number; batchLimitGiven: boolean } {
+  if (v === undefined) v = {};
+  if (!isPlainObject(v)) fail("SQL0015", "options", v, "must be an object");
+  const { maxBatch: mb, concurrency: c, ...rest } = v;
+  const maxBatch = mb === undefined ? defaultMaxBatch : checkNumber("SQL0015", "maxBatch", mb, BATCH_RANGE);
+  const concurrency = c === undefined ? maxBatch : checkNumber("SQL0015", "concurrency", c, BATCH_RANGE);
+  const options = validatePollOptions(rest);
+  options.concurrency = concurrency;
+  const batchLimitGiven = rest.batchLimit !== undefined;
+  if (!batchLimitGiven) options.batchLimit = maxBatch;
+  return { options, maxBatch, batchLimitGiven };
+}
+
 export interface GroupResolution {
   config: ConsumerConfig;
   defaults: ResolvedMessage; // Gd
@@ -340,7 +370,7 @@ export interface Resolution {
 
 /**
  * Resolves the options one message runs with: fill from the group defaults, clamp into
- * [messageMin, messageMax], then the concurrency override (docs/configuration.md#resolving-a-messages-options).
+ * [messageMin, messageMax], then the concurrency override (docs/guide/configuration.md#resolving-a-messages-options).
  */
 export function resolveMessage(
   g: GroupResolution,

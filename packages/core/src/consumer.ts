@@ -2,7 +2,8 @@
 // operator calls on the group (operator/). Every call is an edge: a connection failure leaves it
 // coded (atEdge).
 import type { Runtime } from "./runtime.js";
-import { type ConsumerConfig, type PollOptions, validatePollOptions } from "./config.js";
+import { type BatchPollOptions, type ConsumerConfig, type PollOptions, validateBatchPollOptions, validatePollOptions } from "./config.js";
+import { type BatchHandler, DEFAULT_MAX_BATCH, batched } from "./cycle/batch.js";
 import { drainGroup } from "./cycle/drain.js";
 import { pollOnce } from "./cycle/poll.js";
 import type { CycleReport, Handler, Message } from "./cycle/types.js";
@@ -12,7 +13,7 @@ import { SqlStreamsError } from "./errors.js";
 import { type GroupRef, registerGroup } from "./operator/group.js";
 import * as Reads from "./operator/reads.js";
 import type {
-  BatchOptions, DeadSelector, FailureFilter, FailureRow, Progress, ProgressSample, RedriveSelector, SeekTarget,
+  BatchOptions, BlockedKey, DeadSelector, FailureFilter, FailureRow, Progress, ProgressSample, RedriveSelector, SeekTarget,
 } from "./operator/types.js";
 import * as Writes from "./operator/writes.js";
 import { tracedHandler, tracedPoll } from "./otel.js";
@@ -22,7 +23,7 @@ import { releaseWake } from "./wake.js";
 import { monotonicOptions } from "./clock.js";
 
 export type {
-  BatchOptions, DeadSelector, ExceptionStatus, FailureFilter, FailureRow, Progress, ProgressSample, RedriveSelector, SeekTarget,
+  BatchOptions, BlockedKey, DeadSelector, ExceptionStatus, FailureFilter, FailureRow, Progress, ProgressSample, RedriveSelector, SeekTarget,
 } from "./operator/types.js";
 
 export class Consumer<T = unknown> {
@@ -44,7 +45,7 @@ export class Consumer<T = unknown> {
 
   /**
    * With a typed stream's schema, the handler sees only payloads that pass it, as the schema's
-   * output; a payload that fails is Permanent with SQL0068 (docs/producing.md#typed-streams).
+   * output; a payload that fails is Permanent with SQL0068 (docs/guide/producing.md#typed-streams).
    */
   private checked(handler: Handler<T>): Handler<T> {
     const schema = this.schema;
@@ -76,7 +77,7 @@ export class Consumer<T = unknown> {
 
   /**
    * The group's poller is idle: releases its wake so the next produce wakes it again, and returns
-   * true when a produce asked for another drain meanwhile (docs/producing.md#wake-on-produce).
+   * true when a produce asked for another drain meanwhile (docs/guide/producing.md#wake-on-produce).
    * Pollers that can be woken call it after an idle drain, and drain again when it returns true.
    */
   releaseWake(): Promise<boolean> {
@@ -86,7 +87,7 @@ export class Consumer<T = unknown> {
     });
   }
 
-  /** One bounded claim cycle (docs/poll-cycle.md). */
+  /** One bounded claim cycle (docs/protocol/poll-cycle.md). */
   poll(handler: Handler<T>, opts: PollOptions = {}): Promise<CycleReport> {
     return atEdge(this.call("poll"), async () => {
       const h = this.runnable(handler);
@@ -104,12 +105,40 @@ export class Consumer<T = unknown> {
     });
   }
 
+  /**
+   * poll() with a batch handler (docs/guide/consuming.md#batch-handlers): the messages the poll
+   * starts together, up to `maxBatch` (default 100) a call; each keeps its own outcome.
+   */
+  pollBatch(handler: BatchHandler<T>, opts: BatchPollOptions = {}): Promise<CycleReport> {
+    return atEdge(this.call("pollBatch"), async () => {
+      const { h, options } = this.batchRunnable(handler, opts);
+      const o = monotonicOptions(options);
+      return tracedPoll(this.stream, this.name, () => pollOnce(this.client, this.stream, this.name, h, o));
+    });
+  }
+
+  /** drain() with a batch handler (docs/guide/consuming.md#batch-handlers). */
+  drainBatch(handler: BatchHandler<T>, opts: BatchPollOptions = {}): Promise<CycleReport> {
+    return atEdge(this.call("drainBatch"), async () => {
+      const { h, options, batchLimitGiven } = this.batchRunnable(handler, opts);
+      const o = monotonicOptions(options);
+      return drainGroup(this.client, this.stream, this.name, h, o, batchLimitGiven, o.batchLimit);
+    });
+  }
+
+  /** The batch handler as the per-message handler the cycle runs, and the validated options. */
+  private batchRunnable(handler: BatchHandler<T>, opts: BatchPollOptions) {
+    if (typeof handler !== "function") throw new SqlStreamsError("SQL0015", "handler must be a function (messages) => …");
+    const v = validateBatchPollOptions(opts, DEFAULT_MAX_BATCH);
+    return { h: this.runnable(batched(handler, v.maxBatch)), options: v.options, batchLimitGiven: v.batchLimitGiven };
+  }
+
   progress(): Promise<Progress> {
     return atEdge(this.call("progress"), () => Reads.progress(this.ref));
   }
 
   /**
-   * The group's progress samples written by maintain() (docs/data-model.md#progress-history),
+   * The group's progress samples written by maintain() (docs/protocol/data-model.md#progress-history),
    * oldest first: the newest `limit` (default 288, one day of 5-minute runs) since `since`.
    */
   history(opts: { since?: Date | string | number; limit?: number } = {}): Promise<ProgressSample[]> {
@@ -128,6 +157,15 @@ export class Consumer<T = unknown> {
     return atEdge(this.call("countFailures"), () => Reads.countFailures(this.ref, opts, cap));
   }
 
+  /**
+   * The keys whose next message waits behind an unresolved earlier one (a retry in backoff, a
+   * Delay, a run in flight), oldest block first, at most `limit` (default 100)
+   * (docs/guide/operations.md#blocked-keys).
+   */
+  blockedKeys(opts: { limit?: number } = {}): Promise<BlockedKey[]> {
+    return atEdge(this.call("blockedKeys"), () => Reads.blockedKeys(this.ref, opts));
+  }
+
   /** While paused, every poll returns at once with paused: true and writes nothing. */
   pause(): Promise<void> {
     return atEdge(this.call("pause"), () => Writes.setPaused(this.ref, true));
@@ -138,7 +176,7 @@ export class Consumer<T = unknown> {
   }
 
   /**
-   * Moves the group's position (docs/operations.md#seek): the next delivered message is the first existing id
+   * Moves the group's position (docs/guide/operations.md#seek): the next delivered message is the first existing id
    * ≥ `to.id`, or the first created at or after `to.time`. Refused while leases are open unless forced.
    */
   seek(to: SeekTarget, opts: { force?: boolean } = {}): Promise<{ claimed: string; committed: string; previous: { claimed: string; committed: string }; deletedRows: number }> {
@@ -146,7 +184,7 @@ export class Consumer<T = unknown> {
   }
 
   /**
-   * Puts dead rows back to work with a fresh budget (docs/operations.md#redrive); with `rate`, in
+   * Puts dead rows back to work with a fresh budget (docs/guide/operations.md#redrive); with `rate`, in
    * small paced transactions that can be stopped and run again (redriven rows are no longer dead).
    */
   redrive(selector: RedriveSelector, opts: BatchOptions = {}): Promise<{ redriven: number; skipped: number; batches?: number }> {
@@ -154,7 +192,7 @@ export class Consumer<T = unknown> {
   }
 
   /**
-   * Throws dead rows away (docs/operations.md#discarding-dead-messages): each row is deleted and a
+   * Throws dead rows away (docs/guide/operations.md#discarding-dead-messages): each row is deleted and a
    * `discarded: <reason>` row is written to the delivery log, whatever its mode, as the audit trail.
    * The message stays in the log (retention removes it); the group will not run it again.
    */

@@ -1,5 +1,5 @@
 // The one place statements are sent: the query hook, time bounds, transient-error retries and
-// transactions. Every statement is bounded in time (docs/operations.md#timeouts): by the
+// transactions. Every statement is bounded in time (docs/guide/operations.md#timeouts): by the
 // remaining budget of the poll it belongs to, else by the client's statementTimeout. A
 // statement still unanswered at its bound is abandoned: its connection is destroyed (a frozen
 // backend or a silently dropped connection never answers) and the caller gets SQL0050.
@@ -52,12 +52,12 @@ export function isPoolerNotSent(e: unknown): boolean {
   return /query_wait_timeout|no more connections allowed|cannot connect to server|server login failed|pooler error: (no|too many)/i.test(String(err.message ?? ""));
 }
 
-/** PgBouncer reports a rejected password as 08P01 with this text (docs/operations.md#credentials). */
+/** PgBouncer reports a rejected password as 08P01 with this text (docs/guide/operations.md#credentials). */
 export function isPoolerAuthMessage(m: string): boolean {
   return /password authentication failed|SASL authentication failed|no such user|authentication failed/i.test(m);
 }
 
-/** True for errors worth repeating a statement that is safe to repeat (docs/crash-recovery.md). */
+/** True for errors worth repeating a statement that is safe to repeat (docs/protocol/crash-recovery.md). */
 export function isTransient(e: unknown): boolean {
   const err = e as { code?: string; message?: string } | null;
   if (!err) return false;
@@ -73,7 +73,7 @@ const REFUSING = new Set(["53300", "57P03"]);
 const UNREACHABLE_NETWORK = new Set([...NETWORK, "EHOSTUNREACH", "ENETUNREACH", "ECONNABORTED"]);
 
 /**
- * The one classifier of connection failures (docs/operations.md#connection-errors): a database
+ * The one classifier of connection failures (docs/guide/operations.md#connection-errors): a database
  * that cannot be reached, does not exist, refuses new connections or the credentials, a
  * connection string pg cannot parse, or a connection lost mid-statement. Returns the coded error
  * (the pg error as its cause), or undefined for anything else (SqlStreamsErrors included).
@@ -231,7 +231,7 @@ const prepareValue = (pg as unknown as { utils: { prepareValue(v: unknown): unkn
  * that ends them. Without a Sync between them they run in one implicit transaction: the second
  * runs only if the first succeeded, sees what the first wrote, and (READ COMMITTED) takes a newer
  * snapshot. pg answers such a query with one result per statement. Used by the claim and its read
- * (docs/poll-cycle.md#the-claims-answer).
+ * (docs/protocol/poll-cycle.md#the-claims-answer).
  */
 class PairQuery extends PgQuery {
   constructor(text: string, values: unknown[], private readonly then: Then, callback: (err: Error | null, res: unknown) => void) {
@@ -317,7 +317,7 @@ export interface RetryState {
 /**
  * Runs a statement that is safe to repeat, retrying transient failures (100, 200, 400 ms). A lost
  * reply can hide a commit: callers whose statement is not a pure repeat pass `state` and check
- * `retried` (docs/crash-recovery.md#unknown-commits).
+ * `retried` (docs/protocol/crash-recovery.md#unknown-commits).
  */
 export async function queryRetry<R extends pg.QueryResultRow = pg.QueryResultRow>(
   db: Db,
@@ -374,7 +374,7 @@ export async function transaction<T>(db: Db, fn: (c: pg.PoolClient) => Promise<T
 /**
  * Like transaction(), retrying the whole transaction on transient errors. `attempt` > 0 tells fn
  * that an earlier attempt may have committed with its reply lost, so fn can look for its own work
- * first (docs/crash-recovery.md#unknown-commits).
+ * first (docs/protocol/crash-recovery.md#unknown-commits).
  */
 export async function transactionRetry<T>(db: Db, fn: (c: pg.PoolClient, attempt: number) => Promise<T>): Promise<T> {
   for (let attempt = 0; ; attempt++) {

@@ -1,5 +1,5 @@
 // @sqlstreams/core/drizzle: a Drizzle transaction (node-postgres or postgres.js driver) as the
-// executor produceInTx runs on (docs/producing.md#producing-inside-your-transaction). This entry
+// executor produceInTx runs on (docs/guide/producing.md#producing-inside-your-transaction). This entry
 // point imports drizzle-orm, an optional peer: the main entry point never loads it.
 import { sql, type SQL, type SQLChunk } from "drizzle-orm";
 import type { Row, TxExecutor } from "./executor.js";

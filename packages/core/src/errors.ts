@@ -1,4 +1,4 @@
-/** Every error the library raises carries one of these codes (README.md#error-codes). */
+/** Every error the library raises carries one of these codes (docs/guide/errors.md#error-codes). */
 export const ERROR_CODES = {
   SQL0001: { kind: "error", meaning: "invalid client configuration, or a malformed connection string", fix: "pass exactly one of connectionString (a postgres:// URL) and pool; schema must match ^[a-z_][a-z0-9_]{0,62}$" },
   SQL0002: { kind: "error", meaning: "the client was closed", fix: "create a new client" },
@@ -58,6 +58,7 @@ export const ERROR_CODES = {
   SQL0062: { kind: "error", meaning: "the payload or options given to `sqlstreams produce` are not valid JSON", fix: "pass one JSON document as the argument, with --file PATH, or on stdin" },
   SQL0067: { kind: "error", meaning: "a produced payload does not match the stream's schema (defineStream)", fix: "produce a payload the schema accepts; the message names each issue's path" },
   SQL0068: { kind: "recorded", meaning: "a consumed payload does not match the stream's schema; recorded dead (Permanent) without running the handler", fix: "fix the producer or the schema, then redrive()" },
+  SQL0080: { kind: "recorded", meaning: "a batch handler returned a result that is not one entry per message (wrong length, not an array, or an entry that is not undefined, an Outcome or an Error); the messages it covers fail (retryable)", fix: "return nothing when all succeeded, or an array as long as the batch with undefined, Delay(ms), Permanent(reason) or an Error per message" },
   SQL0063: { kind: "error", meaning: "invalid wake-on-produce option (waker, wakeWindow), or wake() called on a client without a waker", fix: "pass a waker object with a wake({ stream, group }) function and a wakeWindow in ms between 100 and 600000" },
   SQL0064: { kind: "warning", meaning: "a wake after a produce failed (claiming it in Postgres, or the waker threw); the produce itself committed", fix: "nothing is lost: the group's schedule picks the message up; check the waker's permissions and network path (e.g. lambda:InvokeFunction)" },
   SQL0065: { kind: "error", meaning: "the Lambda waker has no function for a group, or SQLSTREAMS_WAKE_FUNCTIONS is not a JSON object of \"stream/group\": function name", fix: "link the producer to the SqlStreams component (link: [streams]) or pass functions to createLambdaWaker" },

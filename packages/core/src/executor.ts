@@ -1,6 +1,6 @@
 // The caller's transaction, as produceInTx and produceBatchInTx see it: anything that runs one
 // parameterised statement ($1, $2, ... placeholders) on the connection of an open transaction
-// (docs/producing.md#producing-inside-your-transaction). A node-postgres client is one as it is;
+// (docs/guide/producing.md#producing-inside-your-transaction). A node-postgres client is one as it is;
 // a postgres.js transaction (`sql.begin`) and a Prisma interactive transaction (`$transaction`)
 // are recognised by shape; Drizzle and Kysely transactions go through the adapters of
 // `@sqlstreams/core/drizzle` and `@sqlstreams/core/kysely`, which import those libraries, so the

@@ -1,4 +1,4 @@
-// Text as operators read it, shared by the CLI and the dashboard (docs/operations.md#dashboard):
+// Text as operators read it, shared by the CLI and the dashboard (docs/guide/operations.md#dashboard):
 // durations, and strings from the database made safe for a terminal.
 
 /** 850ms, 12s, 3m05s, 2h03m, 4d02h; "-" for none. */

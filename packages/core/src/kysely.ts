@@ -1,5 +1,5 @@
 // @sqlstreams/core/kysely: a Kysely transaction as the executor produceInTx runs on
-// (docs/producing.md#producing-inside-your-transaction). This entry point imports kysely, an
+// (docs/guide/producing.md#producing-inside-your-transaction). This entry point imports kysely, an
 // optional peer: the main entry point never loads it.
 import { CompiledQuery } from "kysely";
 import type { Row, TxExecutor } from "./executor.js";

@@ -1,4 +1,4 @@
-// Structured log events (docs/operations.md#log-events). Repeats of one code for one group are collapsed within a
+// Structured log events (docs/guide/operations.md#log-events). Repeats of one code for one group are collapsed within a
 // minute, with the number suppressed reported on the next record that gets through.
 export interface LogEvent {
   level: "info" | "warn" | "error";

@@ -1,4 +1,4 @@
-// OpenTelemetry traces and metrics, optional (docs/operations.md#traces): `@opentelemetry/api` is
+// OpenTelemetry traces and metrics, optional (docs/guide/operations.md#traces): `@opentelemetry/api` is
 // an optional peer dependency, loaded on first use. When it is not installed, or no SDK registered
 // a tracer provider (traces) or meter provider (metrics), every function here returns at once,
 // the handler is not wrapped and nothing is stored with the messages.

@@ -1,5 +1,5 @@
 // Handler outcomes: Delay, Permanent, classification, error texts and the backoff curve
-// (docs/exception-lifecycle.md#attempts-and-budget, docs/exception-lifecycle.md#running-a-handler). Pure.
+// (docs/protocol/exception-lifecycle.md#attempts-and-budget, docs/protocol/exception-lifecycle.md#running-a-handler). Pure.
 import { SqlStreamsError } from "./errors.js";
 
 const OUTCOME = Symbol.for("sqlstreams.outcome");
@@ -32,7 +32,7 @@ export class PermanentOutcome extends Error implements Outcome {
  * "Run me again later": not a failure; counts a delay. `ms` is a finite number of milliseconds
  * up to one year (NaN or Infinity: SQL0015). Zero or less waits DELAY_FLOOR_MS (1 000 ms), so a
  * delay computed from a time already past (`Delay(retryAt - Date.now())`) cannot run the message
- * again in a loop (docs/exception-lifecycle.md#attempts-and-budget).
+ * again in a loop (docs/protocol/exception-lifecycle.md#attempts-and-budget).
  */
 export function Delay(ms: number): Outcome & Error {
   if (typeof ms !== "number" || !Number.isFinite(ms) || ms > MAX_DELAY_MS) {
@@ -57,7 +57,8 @@ export type Classified =
   | { kind: "permanent"; error: string }
   | { kind: "delay"; ms: number; error: string };
 
-function isOutcome(v: unknown): v is DelayOutcome | PermanentOutcome {
+/** Whether `v` is a Delay or Permanent outcome. */
+export function isOutcome(v: unknown): v is DelayOutcome | PermanentOutcome {
   return typeof v === "object" && v !== null && OUTCOME in v;
 }
 
@@ -85,7 +86,7 @@ function oneError(e: Error): string {
   return `${e.name}: ${e.message}`;
 }
 
-/** The stored text of a thrown value (docs/exception-lifecycle.md#running-a-handler). */
+/** The stored text of a thrown value (docs/protocol/exception-lifecycle.md#running-a-handler). */
 export function errorText(e: unknown): string {
   if (!(e instanceof Error)) return cut(`non-error thrown: ${safeString(e)}`);
   const lines = [oneError(e)];
@@ -122,7 +123,7 @@ function safeString(v: unknown): string {
 
 /**
  * Milliseconds until the next start after a failed run at attempt `a` with `d` delays
- * (docs/exception-lifecycle.md#attempts-and-budget): the initial backoff for the first failure, else baseDelay * exponent^n capped.
+ * (docs/protocol/exception-lifecycle.md#attempts-and-budget): the initial backoff for the first failure, else baseDelay * exponent^n capped.
  */
 export function backoffMs(
   a: number,

@@ -4,7 +4,7 @@
 // client.ts and the client stays the only module that knows how the pieces are assembled.
 import type { Db } from "./db.js";
 
-/** What a client caches about a stream (docs/producing.md#registration: id and partition size for the client's life). */
+/** What a client caches about a stream (docs/guide/producing.md#registration: id and partition size for the client's life). */
 export interface StreamInfo {
   id: string;
   name: string;

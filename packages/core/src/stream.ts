@@ -23,7 +23,7 @@ export class Stream<T = unknown> {
   constructor(
     private readonly client: Runtime,
     readonly name: string,
-    /** A typed stream's schema (docs/producing.md#typed-streams): payloads are checked on produce and on consume. */
+    /** A typed stream's schema (docs/guide/producing.md#typed-streams): payloads are checked on produce and on consume. */
     readonly schema?: StandardSchema<T>,
   ) {
     this.target = { client, name, partitions: new PartitionUpkeep(client.db) };
@@ -56,7 +56,7 @@ export class Stream<T = unknown> {
 
   /**
    * Appends one message inside the caller's open transaction: a pg client after BEGIN, a
-   * postgres.js or Prisma transaction, or any TxExecutor (docs/producing.md#producing-inside-your-transaction).
+   * postgres.js or Prisma transaction, or any TxExecutor (docs/guide/producing.md#producing-inside-your-transaction).
    * It becomes visible when the caller commits; a failed insert rolls back to a savepoint only.
    */
   produceInTx(tx: Transactional, payload: T, opts: ProduceOptions = {}): Promise<ProduceResult> {
@@ -89,7 +89,7 @@ export class Stream<T = unknown> {
 
   /**
    * One message (by id) or a key's latest messages, each with where it stands in every consumer
-   * group and its delivery-log timeline (docs/operations.md#inspect). SQL0058 when there is none.
+   * group and its delivery-log timeline (docs/guide/operations.md#inspect). SQL0058 when there is none.
    */
   inspect(target: InspectTarget): Promise<InspectedMessage<T>[]> {
     return atEdge(`inspect() of stream ${this.name}`, () => inspectMessages<T>(this.client, this.name, target));

@@ -1,4 +1,4 @@
-// Typed streams (docs/producing.md#typed-streams): a stream's name and payload type declared once,
+// Typed streams (docs/guide/producing.md#typed-streams): a stream's name and payload type declared once,
 // optionally with a runtime schema from any validator implementing Standard Schema v1 (zod,
 // valibot, arktype, ...). Producers check payloads against it before anything is written
 // (SQL0067); consumers check each delivered payload before the handler runs and record a

@@ -1,4 +1,4 @@
-// Input checks that run before any statement is sent (docs/data-model.md#names, docs/producing.md#validation, docs/producing.md#idempotency-keys). Pure.
+// Input checks that run before any statement is sent (docs/protocol/data-model.md#names, docs/guide/producing.md#validation, docs/guide/producing.md#idempotency-keys). Pure.
 import { createHash } from "node:crypto";
 import { types } from "node:util";
 import { SqlStreamsError } from "./errors.js";
@@ -220,7 +220,7 @@ function checkJson(v: unknown, path: string, seen: Set<object>, depth = 0): void
   }
 }
 
-/** The UUID stored for an idempotency key (docs/producing.md#idempotency-keys): verbatim when it is one, else UUIDv5. */
+/** The UUID stored for an idempotency key (docs/guide/producing.md#idempotency-keys): verbatim when it is one, else UUIDv5. */
 export function idempotencyUuid(key: string): string {
   if (UUID.test(key)) return key.toLowerCase();
   const ns = Buffer.from(IDEMPOTENCY_NAMESPACE.replace(/-/g, ""), "hex");

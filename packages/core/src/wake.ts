@@ -1,4 +1,4 @@
-// Wake on produce (docs/producing.md#wake-on-produce): after a produce commits, the client claims
+// Wake on produce (docs/guide/producing.md#wake-on-produce): after a produce commits, the client claims
 // a wake for each group of the stream in Postgres (at most one per group per window across every
 // producer) and hands the claimed ones to the waker, which starts the group's poller (a Lambda
 // `Event` invocation, or `sqlstreams dev` locally). The schedule stays the safety net.

@@ -1,6 +1,6 @@
 // Child of harness.ts: runs one bundled SST program inside @pulumi/pulumi's runInPulumiStack with
 // mocks, and writes what it registered to a JSON file. A process per run: Pulumi's runtime state
-// is global. See harness.ts for the mechanics and docs/deployment.md#testing-the-stack.
+// is global. See harness.ts for the mechanics and docs/guide/deployment.md#testing-the-stack.
 import { writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";

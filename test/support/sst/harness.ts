@@ -1,6 +1,6 @@
 /* eslint-disable @typescript-eslint/no-explicit-any -- the mocked resources' inputs are untyped JSON */
 // Runs an sst.config.ts through SST's real components offline, the way `sst deploy` / `sst diff`
-// would, and returns every resource the program registers. See docs/deployment.md#testing-the-stack.
+// would, and returns every resource the program registers. See docs/guide/deployment.md#testing-the-stack.
 //
 // What the SST CLI (Go) does and what this harness does in its place:
 //  1. `sst install` extracts the platform (components, shims) into .sst/platform and installs its

@@ -1,11 +1,12 @@
 // The operator dashboard as one fetch handler (Request → Response): served by `sqlstreams
 // dashboard` on node:http, or behind a Lambda Function URL (createDashboardHandler). Server-
 // rendered HTML; state changes are POSTs guarded by a double-submit token and the browser's
-// Origin / Sec-Fetch-Site headers; read-only mode refuses them (docs/operations.md#dashboard).
+// Origin / Sec-Fetch-Site headers; read-only mode refuses them (docs/guide/operations.md#dashboard).
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { undisplayablePayload } from "@sqlstreams/core/internal";
 import { SqlStreamsError, isSqlStreamsError, type FailureFilter, type Progress, type SqlStreams } from "@sqlstreams/core";
 import { SCRIPT_HASH, age, esc, page, postForm, table } from "./html.js";
+import { BLOCKED_ON_PAGE, blockedSection } from "./blocked.js";
 
 export interface DashboardOptions {
   client: SqlStreams;
@@ -239,7 +240,7 @@ function chart(label: string, points: [number, number][], unit: string): string 
 <path d="${path}" fill="none" stroke="#0b57d0" stroke-width="2"/></svg><figcaption>${esc(label)}: ${esc(last)} ${esc(unit)} now, peak ${esc(top)} (${esc(age(dx))})</figcaption></figure>`;
 }
 
-/** Lag and throughput over time from the progress history (docs/data-model.md#progress-history). */
+/** Lag and throughput over time from the progress history (docs/protocol/data-model.md#progress-history). */
 async function historyCharts(v: View, stream: string, group: string): Promise<string> {
   const samples = await v.client.stream(stream).consumer(group).history({ limit: 288 });
   const lag: [number, number][] = samples.map((x) => [x.sampledAt.getTime(), Number(x.lag)]);
@@ -365,6 +366,7 @@ async function groupPage(v: View): Promise<string> {
   const total = await c.countFailures({ ...f.filter, status: f.status }, BULK_LIMIT);
   const capped = total > BULK_LIMIT;
   const totalText = capped ? `${BULK_LIMIT.toLocaleString("en-US")}+` : total.toLocaleString("en-US");
+  const blocked = p.blockedKeys > 0 ? await c.blockedKeys({ limit: BLOCKED_ON_PAGE }) : [];
   const sg = { stream, group };
   const now = Date.now();
   const actions = (id: string) =>
@@ -406,8 +408,9 @@ ${p.paused ? postForm(`${v.base}/action/resume`, v.csrf, sg, "Resume") : postFor
     { title: `${stream} / ${group}`, base: v.base, readOnly: v.readOnly, flash: banner(v.url), refresh: true },
     `<h1>${esc(stream)} / ${esc(group)}</h1>
 <p>head ${esc(p.head)}, committed ${esc(p.committed)}, lag ${esc(p.lag)}; ready ${p.exceptions.ready}, deferred ${p.exceptions.deferred}, inflight ${p.exceptions.inflight},
-<span class="${p.exceptions.dead > 0 ? "bad" : ""}">dead ${p.exceptions.dead}</span>, superseded ${p.exceptions.superseded}; oldest unresolved ${esc(age(p.oldestUnresolvedAgeMs))}; ${p.paused ? '<span class="warn">paused</span>' : "running"}.</p>
+<span class="${p.exceptions.dead > 0 ? "bad" : ""}">dead ${p.exceptions.dead}</span>, superseded ${p.exceptions.superseded}; oldest unresolved ${esc(age(p.oldestUnresolvedAgeMs))}; ${p.paused ? '<span class="warn">paused</span>' : "running"}; drains ${p.concurrency.running}${p.concurrency.max === null ? "" : ` of maxConcurrency ${p.concurrency.max} (${p.concurrency.capped} capped polls)`}; ${p.blockedKeys} blocked key(s).</p>
 ${await historyCharts(v, stream, group)}
+${blockedSection(blocked, p.blockedKeys, (id) => link(v, "/message", { stream, id }))}
 ${controls}${filterForm}${bulk}
 ${table(`${f.status} rows ${total === 0 ? "" : `(${rows.length} shown of ${totalText} matching, newest first)`}`, [{ text: "Message", num: true }, "Key", "Status", { text: "Attempts", num: true }, { text: "Delays", num: true }, "Updated", "Payload", "Last error", v.readOnly ? "" : "Actions"], body)}
 <p>${prev} ${next}</p>`,

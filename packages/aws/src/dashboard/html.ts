@@ -1,5 +1,5 @@
 // HTML building blocks of the dashboard: escaping, the page frame, tables and forms. Every value
-// that reaches a page goes through esc() (docs/operations.md#dashboard).
+// that reaches a page goes through esc() (docs/guide/operations.md#dashboard).
 import { createHash } from "node:crypto";
 
 export function esc(v: unknown): string {

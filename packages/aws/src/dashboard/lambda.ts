@@ -1,4 +1,4 @@
-// The dashboard behind a Lambda Function URL (docs/operations.md#dashboard). Deploy it with the
+// The dashboard behind a Lambda Function URL (docs/guide/operations.md#dashboard). Deploy it with the
 // URL's auth type AWS_IAM: IAM authenticates every request, so no token is needed. It is
 // read-only unless read-write is asked for in so many words: `readWrite: true` (or
 // `readOnly: false`), or SQLSTREAMS_DASHBOARD_READ_WRITE=1 (or READ_ONLY=0); a flag it cannot

@@ -62,7 +62,7 @@ export function secureDatabase(name: string, args: SecureDatabaseArgs): Database
         a.skipFinalSnapshot = !production;
         if (production) a.finalSnapshotIdentifier = finalSnapshot("instance");
         // RDS keeps the master password in its own secret and rotates it (every 7 days by
-        // default); nothing else holds a copy (docs/operations.md#credentials).
+        // default); nothing else holds a copy (docs/guide/operations.md#credentials).
         a.manageMasterUserPassword = true;
         delete a.password;
       },

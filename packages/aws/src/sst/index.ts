@@ -2,13 +2,13 @@
 // `run()` of an sst.config.ts: SST bundles this file with the config and provides the globals
 // `sst`, `aws`, `$app`, `$dev`, `$interpolate`, `$jsonStringify` and `$util` (to every file it
 // bundles); the types name them the same way, as the app's `.sst/platform/config.d.ts` declares
-// them. See docs/deployment.md#an-existing-sst-app for a complete example.
+// them. See docs/guide/deployment.md#an-existing-sst-app for a complete example.
 //
 //   const streams = new SqlStreams("Streams", { vpc, database, groups });
 //   new sst.aws.Function("Api", { handler: "src/api.handler", vpc, link: [streams] });
 //
 // Creates: (for an RDS database) nothing that holds a password: the functions read the database's
-// own master secret, which RDS manages and rotates (docs/operations.md#credentials); (for a URL)
+// own master secret, which RDS manages and rotates (docs/guide/operations.md#credentials); (for a URL)
 // the credentials secret (RDS JSON) the functions read. Then a migrate function invoked on
 // every deploy, one poll function + EventBridge Scheduler schedule(s) per group, the maintenance
 // function + schedule, and (wake on produce) the right for linked producers to invoke the pollers.
@@ -72,14 +72,14 @@ export interface SqlStreamsArgs {
   alarms?: (poller: PollerContext) => void;
   /**
    * The built-in CloudWatch alarms per group (dead letters, oldest unresolved age, poll errors
-   * and throttles; settings in each group's `alarms`): docs/operations.md#alarms. Default true.
+   * and throttles; settings in each group's `alarms`): docs/guide/operations.md#alarms. Default true.
    */
   defaultAlarms?: boolean;
   /** Extension point: called once after every poller exists (a dashboard, …). */
   dashboard?: (streams: SqlStreams) => void;
   /**
    * The operator dashboard as a Lambda function behind a Function URL with IAM auth
-   * (docs/operations.md#dashboard): only principals allowed `lambda:InvokeFunctionUrl` open it.
+   * (docs/guide/operations.md#dashboard): only principals allowed `lambda:InvokeFunctionUrl` open it.
    * It reads the credentials secret and nothing else. `true` = read-only; `{ readOnly: false }`
    * enables the actions (redrive, discard, pause, seek). Default: no dashboard.
    */
@@ -229,7 +229,7 @@ export class SqlStreams extends $util.ComponentResource {
   }
 
   /**
-   * Credentials (docs/operations.md#credentials). An RDS database: the master secret RDS manages
+   * Credentials (docs/guide/operations.md#credentials). An RDS database: the master secret RDS manages
    * and rotates ({username, password}); host, port and database name go to the environment.
    * A URL (or a local `dev` database): one Secrets Manager secret in the RDS format.
    * Functions get only the ARN.
@@ -318,6 +318,14 @@ export class SqlStreams extends $util.ComponentResource {
       },
       { parent: this },
     );
+    // Backlog-driven scaling (docs/guide/deployment.md#backlog-driven-scaling): the poller invokes itself.
+    if (g.scale && fn.nodes.role) {
+      new aws.iam.RolePolicy(
+        `${name}${id}Continue`,
+        { role: fn.nodes.role.name, policy: $jsonStringify({ Version: "2012-10-17", Statement: [{ Effect: "Allow", Action: ["lambda:InvokeFunction"], Resource: [fn.arn] }] }) },
+        { parent: this },
+      );
+    }
     const schedules = st.devScheduler ? [] : this.schedules(st, `${name}${id}`, fn, g, r.parallelism);
     const poller = { id, group: g, function: fn, schedules };
     this.pollers[`${g.stream}/${g.group}`] = poller;

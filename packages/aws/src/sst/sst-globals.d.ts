@@ -3,7 +3,7 @@
 // (`sst`, `aws`, `$util`, `$app`, `$dev`, `$interpolate`, `$jsonStringify`). It only names what
 // the component uses, so that the package builds without an SST install; it is not shipped. The
 // emitted .d.ts refers to these names, which resolve to the app's real SST types, and
-// test/sst-components.test.ts type-checks this source against SST's real platform
+// test/aws/sst-components.test.ts type-checks this source against SST's real platform
 // (tsconfig.sst.json at the repository root).
 
 declare namespace $util {
@@ -64,6 +64,7 @@ declare namespace aws {
   namespace iam {
     type Role = any;
     const Role: any;
+    const RolePolicy: any;
   }
   namespace lambda {
     type Invocation = any;

@@ -37,7 +37,7 @@ export interface Job {
 export interface SchedulerDeps {
   o: DevOptions;
   started: number;
-  localContext: (budgetMs: number, o: { functionName: string; memoryMB: number }) => LocalContext;
+  localContext: (budgetMs: number, o: { functionName: string; memoryMB: number; onContinue?: (n: number) => void }) => LocalContext;
   /** One maintenance run within the context's budget. */
   maintain: (context: LocalContext) => Promise<void>;
   /** A failed invocation's message, scrubbed, for the log and the view. */
@@ -159,6 +159,10 @@ export class Scheduler {
     const context = this.deps.localContext(j.budgetMs, {
       functionName: `sqlstreams-dev-${j.name.replace(/[^A-Za-z0-9-]+/g, "-")}`,
       memoryMB: j.group ? resolvedDeclaration(j.group.declaration).memory : GROUP_DEFAULTS.memory,
+      // A group with `scale` continues itself at its budget while a backlog lasts: run more invocations.
+      onContinue: (n) => {
+        for (let i = 0; i < n && !this.stopped; i++) this.invoke(j);
+      },
     });
     const p = this.run(j, context);
     this.inflight.add(p);

@@ -1,4 +1,4 @@
-// Wake on produce, locally (docs/producing.md#wake-on-produce): a producer with waker "notify"
+// Wake on produce, locally (docs/guide/producing.md#wake-on-produce): a producer with waker "notify"
 // (SQLSTREAMS_WAKE=notify) sends NOTIFY sqlstreams_wake with { schema, stream, group } after its
 // claimed wake; the listener hands each one of this schema to `onWake`.
 import pg from "pg";

@@ -1,4 +1,4 @@
-// Abandoned runs keep their key (docs/ordering.md#key-leases). A handler that ignores msg.signal
+// Abandoned runs keep their key (docs/protocol/ordering.md#key-leases). A handler that ignores msg.signal
 // is abandoned at its timeout and its outcome recorded as a timeout, but the function is still
 // running. Until it settles, this process starts no other run of its (group, key), and the key
 // lease it ran under is renewed in the database, so no other process can start the key either,

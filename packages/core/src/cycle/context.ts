@@ -50,7 +50,7 @@ export function aborted<T>(ctx: PollContext<T>): boolean {
   return ctx.options.signal?.aborted === true;
 }
 
-/** Whether a message takes a key lease: it has a key and is not parallel (docs/ordering.md#key-leases). */
+/** Whether a message takes a key lease: it has a key and is not parallel (docs/protocol/ordering.md#key-leases). */
 export function isKeyed(concurrency: string, key: string | null): key is string {
   return concurrency !== "parallel" && key !== null;
 }
@@ -73,7 +73,7 @@ export function runLeaseMs<T>(ctx: PollContext<T>, timeout: number, headroom = 0
 /**
  * The cap of a range lease: leaseCap, and in a drain also the lease bound (or one run of the
  * default timeout when that is longer). A message that would not fit in the remaining lease
- * extends it before it starts (docs/poll-cycle.md#range-size-in-a-drain).
+ * extends it before it starts (docs/protocol/poll-cycle.md#range-size-in-a-drain).
  */
 export function rangeLeaseCap<T>(ctx: PollContext<T>): number | null {
   const cap = leaseCap(ctx);
@@ -109,12 +109,12 @@ export function resolve<T>(ctx: PollContext<T>, m: Pick<MessageRow, "id" | "mess
     ctx.db.events.emit({
       level: "info", code: "SQL0039", message: `produced option ${f} of message ${m.id} was clamped to the group's bounds`,
       stream: ctx.stream, group: ctx.group, field: f, messageId: m.id,
-    }, f); // at most once per group and field per minute (docs/configuration.md#resolving-a-messages-options)
+    }, f); // at most once per group and field per minute (docs/guide/configuration.md#resolving-a-messages-options)
   }
   return r.resolved;
 }
 
-/** The abort and deadline checks before a start (docs/poll-cycle.md#dispatch steps 1–2). False means: do not start. */
+/** The abort and deadline checks before a start (docs/protocol/poll-cycle.md#dispatch steps 1–2). False means: do not start. */
 export function mayStart<T>(ctx: PollContext<T>, timeout: number): boolean {
   if (ctx.stop) return false;
   if (aborted(ctx)) {

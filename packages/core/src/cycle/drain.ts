@@ -1,4 +1,4 @@
-// A drain (docs/poll-cycle.md#the-report-and-drain): polls one after another until the group is idle or paused,
+// A drain (docs/protocol/poll-cycle.md#the-report-and-drain): polls one after another until the group is idle or paused,
 // the signal aborts, or the deadline is near; the range size adapts to the handlers between them.
 import type { Runtime } from "../runtime.js";
 import { tracedPoll } from "../otel.js";
@@ -15,19 +15,34 @@ const FENCE_PATIENCE_MS = 2_000;
 /**
  * Repeats pollOnce() until the group is idle or paused, the signal aborts, or the deadline is
  * near. `o` are the validated options with a monotonic deadline; `batchLimitGiven` whether the
- * caller set batchLimit (docs/poll-cycle.md#range-size-in-a-drain).
+ * caller set batchLimit (docs/protocol/poll-cycle.md#range-size-in-a-drain); `sizerStart` the range size
+ * a drain without it starts at (a batch drain starts at its maxBatch).
  */
 export async function drainGroup<T>(
   client: Runtime, stream: string, group: string, handler: Handler<T>, o: PollOptions, batchLimitGiven: boolean,
+  sizerStart: number = SIZER_START,
 ): Promise<CycleReport> {
   const started = now();
-  let total = emptyCycleReport(stream, group);
   // Without a batchLimit the range size starts at 10 and may grow to 1 000; an explicit
   // batchLimit is where it starts and the most it takes. Range leases are bounded so a crash is
   // recovered promptly.
-  const sizer = new RangeSizer(batchLimitGiven ? o.batchLimit : SIZER_CEILING, batchLimitGiven ? o.batchLimit : SIZER_START);
+  const sizer = new RangeSizer(batchLimitGiven ? o.batchLimit : SIZER_CEILING, batchLimitGiven ? o.batchLimit : sizerStart);
   o.rangeLeaseBound = sizer.leaseBoundMs;
   const state: PollState = { fenceBlocked: false, sizer };
+  try {
+    const total = await polls(client, stream, group, handler, o, state, sizer);
+    total.durationMs = Math.round(now() - started);
+    return total;
+  } finally {
+    // The drain's concurrency slot, when its group has maxConcurrency (docs/guide/configuration.md#maxconcurrency).
+    await state.slot?.release();
+  }
+}
+
+async function polls<T>(
+  client: Runtime, stream: string, group: string, handler: Handler<T>, o: PollOptions, state: PollState, sizer: RangeSizer,
+): Promise<CycleReport> {
+  let total = emptyCycleReport(stream, group);
   let blockedSince: number | null = null;
   for (;;) {
     if (o.signal?.aborted) break;
@@ -38,7 +53,8 @@ export async function drainGroup<T>(
     // The sample of the poll's last range (the poll's range phase fed the sizer the ones before it).
     sizer.observe(state.sample);
     total = mergeReports(total, r);
-    if (r.paused) break;
+    // Capped: another drain holds every slot; lost: this drain's slot expired and was taken.
+    if (r.paused || r.capped > 0 || state.slot?.lost === true) break;
     if (r.idle && state.fenceBlocked) {
       // Messages are visible but not yet provably complete: an older write transaction is still
       // open. Keep asking for a while (it usually ends within milliseconds) instead of leaving
@@ -57,6 +73,5 @@ export async function drainGroup<T>(
     const moved = r.rangesClaimed + r.rangesReclaimed + r.rangesResumed + r.rangesQuarantined + r.started + r.superseded + r.expired + r.killed;
     if (moved === 0) break;
   }
-  total.durationMs = Math.round(now() - started);
   return total;
 }

@@ -1,4 +1,4 @@
-// The exception phase's round trips, batched (docs/poll-cycle.md#batched-starts-and-records):
+// The exception phase's round trips, batched (docs/protocol/poll-cycle.md#batched-starts-and-records):
 // starts and outcomes queue here and go to exception_step_N together, at most one call in flight
 // per phase. What arrives while a call is out waits for its answer and goes in the next call, so
 // no outcome waits for a slow handler, only for at most one other round trip.
@@ -112,7 +112,7 @@ export class ExceptionSteps<T> {
 /**
  * A repeat after a lost reply finds the rows its first attempt recorded no longer under the token.
  * While a row's lease had not expired nobody else could have taken it, so "lost" is our own
- * record; after that nobody can tell (docs/crash-recovery.md#unknown-commits).
+ * record; after that nobody can tell (docs/protocol/crash-recovery.md#unknown-commits).
  */
 function ownRecords(outs: Queued<OutcomeWrite, ExceptionRecord>[], answers: Map<string, ExceptionRecord>): void {
   const answeredAt = now();

@@ -1,6 +1,6 @@
-// The exception phase of a poll (docs/poll-cycle.md#the-exception-phase): charge or kill expired runs, reserve due rows, start
+// The exception phase of a poll (docs/protocol/poll-cycle.md#the-exception-phase): charge or kill expired runs, reserve due rows, start
 // each under its own lease, run it, record its outcome, release what did not start. Starts and
-// outcomes travel in batches (docs/poll-cycle.md#batched-starts-and-records).
+// outcomes travel in batches (docs/protocol/poll-cycle.md#batched-starts-and-records).
 import { randomUUID } from "node:crypto";
 import { resolveMessage } from "../config.js";
 import { type RetryState, transactionRetry } from "../db.js";
@@ -22,7 +22,7 @@ export interface ExceptionFacts {
   advance: boolean;
 }
 
-/** docs/crash-recovery.md#the-kill-backstop: charge or kill inflight rows whose run lease expired. */
+/** docs/protocol/crash-recovery.md#the-kill-backstop: charge or kill inflight rows whose run lease expired. */
 export async function expirePhase<T>(ctx: PollContext<T>): Promise<ExceptionFacts> {
   const { db, tables: t, groupId } = ctx;
   const counts = await transactionRetry(db, async (c) => {
@@ -63,7 +63,7 @@ interface Prestart {
 }
 
 /**
- * docs/poll-cycle.md#the-exception-phase: reserve due rows and start the first `concurrency` of
+ * docs/protocol/poll-cycle.md#the-exception-phase: reserve due rows and start the first `concurrency` of
  * them in one round trip, run, start the rest and record, in batches; release what did not start.
  */
 export async function exceptionPhase<T>(ctx: PollContext<T>): Promise<ExceptionFacts> {
@@ -71,13 +71,13 @@ export async function exceptionPhase<T>(ctx: PollContext<T>): Promise<ExceptionF
   const token = randomUUID();
   const params: statements.ReserveParams = {
     groupId: ctx.groupId, batchLimit: o.batchLimit, ...timeoutParams(ctx), ...leaseParams(ctx, leaseCap(ctx)), token,
-    // The abort and deadline checks of docs/poll-cycle.md#dispatch, made in SQL for the rows started with the reservation.
+    // The abort and deadline checks of docs/protocol/poll-cycle.md#dispatch, made in SQL for the rows started with the reservation.
     startNow: ctx.stop || aborted(ctx) ? 0 : o.concurrency,
     budgetMs: o.deadline === undefined ? null : Math.floor(o.deadline - now()),
     abandonedKeys: abandonedKeys(ctx), repeat: false,
   };
   // A repeat (the reply may have been lost after the commit) looks for its own reservation first
-  // (docs/crash-recovery.md#unknown-commits): the same statement, sent with `repeat` true.
+  // (docs/protocol/crash-recovery.md#unknown-commits): the same statement, sent with `repeat` true.
   const repeat: RetryState = {
     retried: false,
     recover: () => {
@@ -103,9 +103,34 @@ export async function exceptionPhase<T>(ctx: PollContext<T>): Promise<ExceptionF
 
 type Row = statements.ReservedRow;
 
+/**
+ * A reservation's rows as units: the rows of one exclusive/ordered key form a chain, in id order,
+ * run one after another on one worker (docs/protocol/poll-cycle.md#the-exception-phase); every other row
+ * runs alone.
+ */
+function chains(rows: Row[]): Row[][] {
+  const units: Row[][] = [];
+  const byKey = new Map<string, Row[]>();
+  for (const r of rows) {
+    if (r.concurrency === "parallel" || r.message_key === null) {
+      units.push([r]);
+      continue;
+    }
+    const unit = byKey.get(r.message_key);
+    if (unit !== undefined) unit.push(r);
+    else {
+      const u = [r];
+      byKey.set(r.message_key, u);
+      units.push(u);
+    }
+  }
+  return units;
+}
+
 /** One reservation batch of the exception phase: its rows, the batched round trips, what became of them. */
 class ExceptionRun<T> {
   private next = 0;
+  private readonly units: Row[][];
   private unstarted = 0;
   private skipped = 0;
   private failure: { e: unknown } | null = null;
@@ -122,11 +147,12 @@ class ExceptionRun<T> {
     private readonly pre: Map<string, Prestart>,
   ) {
     this.steps = new ExceptionSteps(ctx, token);
+    this.units = chains(rows);
   }
 
   async run(): Promise<void> {
-    const { ctx, rows } = this;
-    await Promise.all(Array.from({ length: Math.min(ctx.options.concurrency, rows.length) }, () => this.worker()));
+    const { ctx, units } = this;
+    await Promise.all(Array.from({ length: Math.min(ctx.options.concurrency, units.length) }, () => this.worker()));
     await Promise.all(this.recording);
     if (this.failure) {
       // Best effort: rows left reserved become selectable when the reservation expires, uncharged.
@@ -138,41 +164,73 @@ class ExceptionRun<T> {
   }
 
   // A database error in one row stops new starts; running rows finish and record, the unstarted
-  // reservations are released, then the error is thrown (docs/crash-recovery.md#database-errors-inside-a-poll).
+  // reservations are released, then the error is thrown (docs/protocol/crash-recovery.md#database-errors-inside-a-poll).
   private fail(e: unknown): void {
     this.failure ??= { e };
     this.ctx.stop = true;
   }
 
   private async worker(): Promise<void> {
-    while (this.next < this.rows.length) {
+    while (this.next < this.units.length) {
+      const unit = this.units[this.next++];
       try {
-        await this.runRow(this.rows[this.next++]);
+        await this.runUnit(unit);
       } catch (e) {
         this.fail(e);
       }
     }
   }
 
-  private async runRow(row: Row): Promise<void> {
+  /**
+   * A row alone, or a key's chain: each later row is started in the round trip that records the
+   * one before (its start then sees that row resolved), and only after a row that resolved its
+   * message (success, dead or superseded); else the rest of the chain is released unstarted.
+   */
+  private async runUnit(unit: Row[]): Promise<void> {
+    for (let i = 0; i < unit.length; i++) {
+      if (!(await this.runRow(unit[i], i > 0))) {
+        this.skipped += unit.length - i - 1;
+        return;
+      }
+    }
+  }
+
+  /** Runs one row; true when it resolved its message, so the next row of its chain may start. */
+  private async runRow(row: Row, follower = false): Promise<boolean> {
     const { ctx } = this;
     const resolved = resolve(ctx, row);
     const key = isKeyed(row.concurrency, row.message_key) ? row.message_key : null;
     let pre = this.pre.get(row.id);
     if (pre === undefined) {
-      if (!mayStart(ctx, resolved.timeout)) return void this.unstarted++;
-      // An abandoned run of the key, still running here, keeps it (docs/ordering.md#key-leases).
-      if (key !== null && keyAbandoned(ctx, key)) return void this.skipped++;
+      if (!mayStart(ctx, resolved.timeout)) {
+        this.unstarted++;
+        return false;
+      }
+      // An abandoned run of the key, still running here, keeps it (docs/protocol/ordering.md#key-leases).
+      if (key !== null && keyAbandoned(ctx, key)) {
+        this.skipped++;
+        return false;
+      }
       const keyToken = key !== null ? randomUUID() : null;
       pre = { ...(await this.steps.start({ id: row.id, key_token: keyToken, run_ms: runLeaseMs(ctx, resolved.timeout) })), keyToken };
     }
     const { start: s, keyToken, leaseUntil } = pre;
-    if (s.kind === "lost") return lostLease(ctx, `exception row ${row.id}`);
+    if (s.kind === "lost") {
+      lostLease(ctx, `exception row ${row.id}`);
+      return false;
+    }
+    if (follower && s.kind === "deferred") {
+      // A chain's later row still blocked at its start (its key, or a predecessor outside the
+      // chain): released unstarted with the rest of the chain, nothing written.
+      this.skipped++;
+      return false;
+    }
     this.advance = true;
     if (s.kind !== "started") {
       // Resolved at start, nothing written yet: recorded under the reservation token like an outcome.
       // (The reservation's expiry is not tracked here: a lost reply on this record is "unknown".)
-      return this.record(row, plan(resolvedAtStart(s), row.attempts, row.delays, resolved, ctx.resolution.exceptionInitialBackoff, ctx.mode), null, -Infinity);
+      this.record(row, plan(resolvedAtStart(s), row.attempts, row.delays, resolved, ctx.resolution.exceptionInitialBackoff, ctx.mode), null, -Infinity);
+      return s.kind === "superseded";
     }
     ctx.report.started++;
     const w = watchRun(ctx, key, keyToken, row.id, resolved.timeout);
@@ -180,6 +238,7 @@ class ExceptionRun<T> {
     const p = plan(outcome, row.attempts, row.delays, resolved, ctx.resolution.exceptionInitialBackoff, ctx.mode);
     // An abandoned run's key lease is not released here but when the run settles.
     this.record(row, p, w.abandoned ? null : keyToken, leaseUntil);
+    return !w.abandoned && (p.row.status === "delete" || p.row.status === "dead");
   }
 
   /** Queues the outcome; the worker goes on to its next row meanwhile. */

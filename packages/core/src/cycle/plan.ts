@@ -1,4 +1,4 @@
-// What an outcome writes (docs/exception-lifecycle.md#first-delivery and docs/exception-lifecycle.md#retries), in one place. Pure: a first delivery is the
+// What an outcome writes (docs/protocol/exception-lifecycle.md#first-delivery and docs/protocol/exception-lifecycle.md#retries), in one place. Pure: a first delivery is the
 // exception table's row at attempts 0, delays 0 that does not exist yet.
 import type { DeliveryLogMode, ResolvedMessage } from "../config.js";
 import { type Classified, backoffMs } from "../outcome.js";
@@ -68,7 +68,7 @@ export function plan(
   }
 }
 
-/** The row of an inflight run whose lease expired (docs/crash-recovery.md#the-kill-backstop). */
+/** The row of an inflight run whose lease expired (docs/protocol/crash-recovery.md#the-kill-backstop). */
 export function planExpired(
   a: number,
   d: number,

@@ -1,4 +1,4 @@
-// One bounded claim cycle (docs/poll-cycle.md): load → range phase → exception phase → cursor advance.
+// One bounded claim cycle (docs/protocol/poll-cycle.md): load → range phase → exception phase → cursor advance.
 import type { Runtime } from "../runtime.js";
 import { groupResolution } from "../config.js";
 import { withBudget } from "../db.js";
@@ -11,16 +11,19 @@ import { reclaimPhase } from "./range/reclaim.js";
 import type { DrainSizing } from "./sizer.js";
 import { type CycleReport, type Handler, emptyCycleReport } from "./types.js";
 import { after, now } from "../clock.js";
+import { GroupSlot, maxConcurrencyOf } from "./slot.js";
 
-/** Poll facts a drain needs beyond the report, and its range sizing (docs/poll-cycle.md#range-size-in-a-drain). */
+/** Poll facts a drain needs beyond the report, and its range sizing (docs/protocol/poll-cycle.md#range-size-in-a-drain). */
 export interface PollState extends DrainSizing {
   fenceBlocked: boolean;
+  /** The drain's concurrency slot, once its first poll took one (groups with maxConcurrency). */
+  slot?: GroupSlot;
 }
 
 /**
  * One poll. Every statement it sends (and those of handlers it awaits) ends by the deadline plus
  * recordMargin, when the leases it takes end too; one still unanswered then fails the poll with
- * SQL0050 and its leases expire as designed (docs/operations.md#timeouts).
+ * SQL0050 and its leases expire as designed (docs/guide/operations.md#timeouts).
  */
 export function pollOnce<T>(
   client: Runtime, stream: string, group: string, handler: Handler<T>, options: PollOptions, state?: PollState,
@@ -35,6 +38,7 @@ async function cycle<T>(
   const report = emptyCycleReport(stream, group);
   report.polls = 1;
   const db = client.db;
+  let own: GroupSlot | undefined; // a slot this poll alone holds (poll() outside a drain)
   try {
     const info = await client.streamInfo(stream);
     const t = statements.tables(db.q, info.id);
@@ -54,6 +58,20 @@ async function cycle<T>(
       report.idle = true;
       return finish(report, started);
     }
+    const max = maxConcurrencyOf(load.config);
+    if (max !== undefined && state?.slot === undefined) {
+      // docs/guide/configuration.md#maxconcurrency: at the cap, return at once without claiming.
+      const cap = () => (options.deadline === undefined ? null : Math.max(1, Math.floor(options.deadline - now()) + options.recordMargin));
+      const slot = await GroupSlot.take(db, t, load.group_id, max, cap, () => {
+        db.events.emit({ level: "warn", code: "SQL0034", message: "concurrency slot lost: its lease expired while the drain ran; the drain stops after this poll", stream, group });
+      });
+      if (slot === null) {
+        report.capped = 1;
+        return finish(report, started);
+      }
+      if (state) state.slot = slot;
+      else own = slot;
+    }
     const ctx: PollContext<T> = {
       client, db, tables: t, stream, group, groupId: load.group_id, resolution: groupResolution(load.config ?? {}), mode: load.mode,
       handler, options, report, stop: false, plain: new Map(),
@@ -61,16 +79,16 @@ async function cycle<T>(
     const chain = new Chain(ctx, state, after(started, STEADY_CHAIN_MS));
     let range: RangeFacts = { took: false, fenceBlocked: false, advance: false, expirable: false, reservable: false };
 
-    // Range phase (docs/poll-cycle.md#the-range-lease): an expired range first, else a fresh one
-    // (in a drain, while they come back full, the ones after it: docs/poll-cycle.md#the-steady-state).
+    // Range phase (docs/protocol/poll-cycle.md#the-range-lease): an expired range first, else a fresh one
+    // (in a drain, while they come back full, the ones after it: docs/protocol/poll-cycle.md#the-steady-state).
     if (load.reclaimable) range = await reclaimPhase(ctx, chain);
     if (!range.took && load.obs !== "0") range = await claimPhase(ctx, chain, load);
 
-    // Exception phase (docs/poll-cycle.md#the-exception-phase), for what the load or a record saw.
+    // Exception phase (docs/protocol/poll-cycle.md#the-exception-phase), for what the load or a record saw.
     const expired = load.expirable || range.expirable ? await expirePhase(ctx) : { took: false, advance: false };
     const reserved = (load.reservable || range.reservable) && !ctx.stop && !aborted(ctx) ? await exceptionPhase(ctx) : { took: false, advance: false };
 
-    // Cursor advance (docs/poll-cycle.md#cursor-advance) when anything this poll did, or saw, can move it.
+    // Cursor advance (docs/protocol/poll-cycle.md#cursor-advance) when anything this poll did, or saw, can move it.
     if (big(load.target) > big(load.committed) || range.advance || expired.advance || reserved.advance) {
       const r = await statements.advance.retry(db, t, { groupId: ctx.groupId });
       report.committedAfter = r.rows[0].committed;
@@ -81,6 +99,8 @@ async function cycle<T>(
   } catch (e) {
     if (isSqlStreamsError(e)) throw e;
     throw new SqlStreamsError("SQL0033", `poll of ${stream}/${group} failed: ${(e as Error).message}`, { stream, group }, e);
+  } finally {
+    if (own) await own.release();
   }
 }
 

@@ -1,4 +1,4 @@
-// Running one handler: a lazily created AbortSignal, the timeout, classification (docs/exception-lifecycle.md#running-a-handler).
+// Running one handler: a lazily created AbortSignal, the timeout, classification (docs/protocol/exception-lifecycle.md#running-a-handler).
 import { type Classified, classify } from "../outcome.js";
 import type { Handler, Message } from "./types.js";
 
@@ -9,6 +9,8 @@ import type { Handler, Message } from "./types.js";
 export class RunMessage<T> implements Message<T> {
   private ac: AbortController | undefined;
   private abortedWith: Error | undefined;
+  /** @internal Told when the message is aborted, without creating its signal (batch.ts). */
+  onAbort: ((reason: Error) => void) | undefined;
   /**
    * When the message was produced (the database clock). A plain property, not a lazy getter:
    * handlers spread and log messages, and `{ ...msg }` must keep it.
@@ -24,7 +26,7 @@ export class RunMessage<T> implements Message<T> {
     readonly stream: string,
     readonly group: string,
     createdAt: Date | number,
-    /** @internal The producer's W3C trace context, when it was traced (docs/operations.md#traces). */
+    /** @internal The producer's W3C trace context, when it was traced (docs/guide/operations.md#traces). */
     readonly traceparent: string | null = null,
   ) {
     this.createdAt = typeof createdAt === "number" ? new Date(createdAt) : createdAt;
@@ -40,8 +42,10 @@ export class RunMessage<T> implements Message<T> {
 
   /** @internal */
   abort(reason: Error): void {
+    if (this.abortedWith) return;
     this.abortedWith = reason;
     this.ac?.abort(reason);
+    this.onAbort?.(reason);
   }
 
   toJSON(): Omit<Message<T>, "signal"> {
@@ -58,7 +62,7 @@ function isThenable(v: unknown): v is PromiseLike<unknown> {
  * Runs the handler and settles at its outcome or at the timeout, whichever comes first. At the
  * timeout the signal is aborted and a retryable failure is returned; the handler is not awaited
  * and its late settlement changes no outcome, but `onAbandon` gets a promise of it, so the caller
- * can keep the run's key until then (docs/ordering.md#key-leases). A handler that returns synchronously needs no timer.
+ * can keep the run's key until then (docs/protocol/ordering.md#key-leases). A handler that returns synchronously needs no timer.
  */
 export function runHandler<T>(
   handler: Handler<T>, msg: RunMessage<T>, timeoutMs: number, onAbandon?: (settled: Promise<void>) => void,

@@ -1,4 +1,4 @@
-// How big a drain's next fresh range is (docs/poll-cycle.md#range-size-in-a-drain). Pure: fed one
+// How big a drain's next fresh range is (docs/protocol/poll-cycle.md#range-size-in-a-drain). Pure: fed one
 // sample per claimed range, it answers the batchLimit of the next poll. No clock, no database.
 
 /** Where a drain without `batchLimit` starts: poll()'s default, safe for slow handlers. */
@@ -38,7 +38,7 @@ export interface LastRun {
   slowest: number;
 }
 
-/** What a drain keeps across its polls for sizing its ranges (docs/poll-cycle.md#the-steady-state). */
+/** What a drain keeps across its polls for sizing its ranges (docs/protocol/poll-cycle.md#the-steady-state). */
 export interface DrainSizing {
   /**
    * With a sizer, a range run whole that came back full is recorded in the statement that claims
@@ -47,7 +47,7 @@ export interface DrainSizing {
   sizer?: RangeSizer;
   /** The range phase fills it for the sizer (left untouched without a range); the last range's. */
   sample?: RangeSample;
-  /** The drain's last range (docs/poll-cycle.md#claiming-ahead). */
+  /** The drain's last range (docs/protocol/poll-cycle.md#claiming-ahead). */
   lastRun?: LastRun;
 }
 

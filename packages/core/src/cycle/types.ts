@@ -39,6 +39,8 @@ export interface CycleReport {
   expired: number;
   killed: number;
   leaseLost: number;
+  /** Polls that found the group at its maxConcurrency and returned without claiming (docs/guide/configuration.md#maxconcurrency). */
+  capped: number;
   committedBefore: string;
   committedAfter: string;
   durationMs: number;
@@ -46,7 +48,7 @@ export interface CycleReport {
 
 export const COUNTERS = [
   "rangesClaimed", "rangesReclaimed", "rangesResumed", "rangesQuarantined", "rangesPartial", "started",
-  "succeeded", "failed", "dead", "delayed", "deferred", "superseded", "notStarted", "expired", "killed", "leaseLost",
+  "succeeded", "failed", "dead", "delayed", "deferred", "superseded", "notStarted", "expired", "killed", "leaseLost", "capped",
 ] as const;
 export type Counter = (typeof COUNTERS)[number];
 
@@ -55,7 +57,7 @@ export function emptyCycleReport(stream: string, group: string): CycleReport {
     stream, group, polls: 0, paused: false, idle: false,
     rangesClaimed: 0, rangesReclaimed: 0, rangesResumed: 0, rangesQuarantined: 0, rangesPartial: 0,
     started: 0, succeeded: 0, failed: 0, dead: 0, delayed: 0, deferred: 0, superseded: 0,
-    notStarted: 0, expired: 0, killed: 0, leaseLost: 0,
+    notStarted: 0, expired: 0, killed: 0, leaseLost: 0, capped: 0,
     committedBefore: "0", committedAfter: "0", durationMs: 0,
   };
 }

@@ -1,4 +1,4 @@
-// Step 2 of maintain() (docs/retention.md#maintain): expired partitions that lie wholly at or below
+// Step 2 of maintain() (docs/protocol/retention.md#maintain): expired partitions that lie wholly at or below
 // the retention floor are dropped, oldest first, with the exception and delivery-log rows of their
 // messages.
 import type pg from "pg";
@@ -135,7 +135,7 @@ class FloorMoved extends Error {
 }
 
 /**
- * The drop transaction of partition k (docs/retention.md#maintain step 2), run inside the caller's transaction
+ * The drop transaction of partition k (docs/protocol/retention.md#maintain step 2), run inside the caller's transaction
  * on c. Order matters for deadlock freedom: the advisory lock, then the table lock on the parent
  * (producers and pollers lock message_log_N before any row of the family, so nobody who holds
  * that lock waits for us), then row work, then DROP. The floor is read again under the lock, after

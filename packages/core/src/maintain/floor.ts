@@ -1,10 +1,10 @@
-// The retention floor (docs/retention.md#the-floor): which messages every group has resolved, who
+// The retention floor (docs/protocol/retention.md#the-floor): which messages every group has resolved, who
 // holds it back, and retention as operators see it. Read by maintain(), progress() and destroy.
 import type pg from "pg";
 import { type Db, type Queryable, query } from "../db.js";
 import { table } from "../sql/names.js";
 
-/** Who holds the retention floor (docs/retention.md#the-floor). */
+/** Who holds the retention floor (docs/protocol/retention.md#the-floor). */
 export interface FloorHolder {
   groupId: string;
   group: string;
@@ -26,7 +26,7 @@ export interface Floor {
 }
 
 /**
- * The retention floor of a stream (docs/retention.md#the-floor): the minimum over its groups of LEAST(committed,
+ * The retention floor of a stream (docs/protocol/retention.md#the-floor): the minimum over its groups of LEAST(committed,
  * MIN(message_id) − 1 of the group's ready, inflight or deferred rows); with no group, the
  * visible head. Also says which group holds it, for progress() and the maintenance report.
  * One read-only statement.

@@ -1,4 +1,4 @@
-// The floor step of maintain() (docs/retention.md#maintain): the report names the group that holds
+// The floor step of maintain() (docs/protocol/retention.md#maintain): the report names the group that holds
 // expired messages back, and for how long.
 import { expiredAboveFloor, retentionStatus } from "./floor.js";
 import { LOCK_FAILURES, type MaintainRun } from "./run.js";

@@ -1,4 +1,4 @@
-// Maintenance (docs/retention.md): partitions ahead of the producers, retention drops and sweeps, TTLs,
+// Maintenance (docs/protocol/retention.md): partitions ahead of the producers, retention drops and sweeps, TTLs,
 // expired key leases, empty compaction heads, progress samples. Driven from outside (the maintain
 // Lambda, `sqlstreams dev`, stream.maintain()); every step is bounded, independent and safe to run
 // from several invocations at once. One file per step, each with its statements:
@@ -92,7 +92,7 @@ function checkDeadline(deadline: unknown): void {
 
 async function maintainOne(client: Runtime, s: MaintainedStream, deadline: number | undefined): Promise<MaintainReport> {
   const db = client.db;
-  // The deadline moves onto the monotonic clock once (docs/poll-cycle.md#options).
+  // The deadline moves onto the monotonic clock once (docs/protocol/poll-cycle.md#options).
   const run = new MaintainRun(client, s, deadline === undefined ? undefined : monotonicDeadline(deadline));
   await run.step("partitions", () => createAhead(run));
   if (s.retentionMs > 0n && run.stateKnown) {
@@ -106,7 +106,7 @@ async function maintainOne(client: Runtime, s: MaintainedStream, deadline: numbe
   await run.batches("keyLeases", () => deleteExpiredKeyLeases(db, s.id), (n) => (r.keyLeasesDeleted += n));
   await run.batches("emptyHeads", () => deleteEmptyHeads(db, s.id), (n) => (r.emptyHeadsDeleted += n));
   // 7. A progress sample of every group, with the history's pruning in the same statement
-  // (docs/data-model.md#progress-history). A deadlock with another maintain()'s partition DDL is
+  // (docs/protocol/data-model.md#progress-history). A deadlock with another maintain()'s partition DDL is
   // repeated by step(), like every step's.
   await run.step("history", async () => {
     r.progressSampled = (await query(db, db.pool, History.sampleProgress(db.q, s.id), [s.id])).rowCount ?? 0;

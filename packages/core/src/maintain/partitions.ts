@@ -1,4 +1,4 @@
-// Step 1 of maintain() (docs/retention.md#maintain): partitions K and K+1 of the id the sequence
+// Step 1 of maintain() (docs/protocol/retention.md#maintain): partitions K and K+1 of the id the sequence
 // hands out next, created ahead of the producers.
 import { type Db, query } from "../db.js";
 import { table } from "../sql/names.js";

@@ -1,4 +1,4 @@
-// One maintain() of one stream (docs/retention.md#maintain): its report, the state its steps share,
+// One maintain() of one stream (docs/protocol/retention.md#maintain): its report, the state its steps share,
 // and how a step runs (deadline, deadlock retries, errors into the report).
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Runtime } from "../runtime.js";
@@ -7,9 +7,9 @@ import { SqlStreamsError } from "../errors.js";
 import { now } from "../clock.js";
 import type { Floor } from "./floor.js";
 
-/** Rows per batch of every deleting step (docs/retention.md#maintain). */
+/** Rows per batch of every deleting step (docs/protocol/retention.md#maintain). */
 export const BATCH = 1000;
-/** Lock timeout of the drop and sweep transactions (docs/retention.md#maintain step 2). */
+/** Lock timeout of the drop and sweep transactions (docs/protocol/retention.md#maintain step 2). */
 export const LOCK_TIMEOUT = "2000ms";
 /** A lock not had within LOCK_TIMEOUT, or a deadlock: the work is left to the next run. */
 export const LOCK_FAILURES = new Set(["55P03", "40P01"]);
@@ -37,7 +37,7 @@ export interface MaintainReport {
   idempotencyKeysDeleted: number;
   keyLeasesDeleted: number;
   emptyHeadsDeleted: number;
-  /** The retention floor (docs/retention.md#the-floor) when retention is on, else null. */
+  /** The retention floor (docs/protocol/retention.md#the-floor) when retention is on, else null. */
   floor: string | null;
   /**
    * Set when expired messages are kept because a group has not resolved them: the group whose
@@ -46,14 +46,14 @@ export interface MaintainReport {
   retentionHeldBy: { group: string; committed: string; unresolvedFrom: string | null; paused: boolean } | null;
   /** How long the oldest expired message has been kept past its retention, when held; else null. */
   retentionHeldMs: number | null;
-  /** Progress samples written into progress_history_N (one per group; docs/data-model.md#progress-history). */
+  /** Progress samples written into progress_history_N (one per group; docs/protocol/data-model.md#progress-history). */
   progressSampled: number;
   /** True when the deadline stopped a step or a batch loop early. */
   deadlineReached: boolean;
   errors: { step: string; code: string; message: string }[];
 }
 
-/** Room a step or batch needs before the deadline (docs/retention.md#maintain). */
+/** Room a step or batch needs before the deadline (docs/protocol/retention.md#maintain). */
 const DEADLINE_MARGIN_MS = 2_000;
 
 function emptyMaintainReport(stream: string): MaintainReport {

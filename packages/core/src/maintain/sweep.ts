@@ -1,4 +1,4 @@
-// Step 3 of maintain() (docs/retention.md#maintain): expired rows at or below the retention floor
+// Step 3 of maintain() (docs/protocol/retention.md#maintain): expired rows at or below the retention floor
 // are deleted one batch per transaction, lowest id first, with their exception and delivery-log
 // rows; the partition the producers write into is never swept.
 import type pg from "pg";
@@ -68,7 +68,7 @@ async function sweepWindow(db: Db, streamId: string, after: bigint, limit: bigin
 }
 
 /**
- * Deletes one batch of expired messages (docs/retention.md#maintain step 3) with their exception and
+ * Deletes one batch of expired messages (docs/protocol/retention.md#maintain step 3) with their exception and
  * delivery-log rows, emptying the compaction heads that pointed at them, inside the caller's
  * transaction on c. A message keeps its row when a group holds an unresolved exception row for it
  * (a redrive that raced the floor) or when its compaction head is being written right now.

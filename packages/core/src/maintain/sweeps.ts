@@ -1,13 +1,13 @@
-// Steps 4–6 of maintain() (docs/retention.md#maintain): idempotency keys past their TTL, expired
+// Steps 4–6 of maintain() (docs/protocol/retention.md#maintain): idempotency keys past their TTL, expired
 // key leases and long-empty compaction heads, each deleted a batch at a time.
 import { type Db, query } from "../db.js";
 import { table } from "../sql/names.js";
 import { BATCH } from "./run.js";
 
-/** Empty compaction heads idle for this long are deleted (docs/ordering.md#compaction). */
+/** Empty compaction heads idle for this long are deleted (docs/protocol/ordering.md#compaction). */
 const EMPTY_HEAD_IDLE = "1 hour";
 
-/** Deletes one batch of idempotency keys older than the stream's TTL (docs/retention.md#maintain step 4). */
+/** Deletes one batch of idempotency keys older than the stream's TTL (docs/protocol/retention.md#maintain step 4). */
 export async function deleteIdempotencyKeys(db: Db, streamId: string, ttlMs: bigint): Promise<number> {
   const ik = table(db.q, streamId, "idempotency_key");
   const r = await query(
@@ -21,7 +21,7 @@ export async function deleteIdempotencyKeys(db: Db, streamId: string, ttlMs: big
   return r.rowCount ?? 0;
 }
 
-/** Deletes one batch of expired message key leases (docs/retention.md#maintain step 5). */
+/** Deletes one batch of expired message key leases (docs/protocol/retention.md#maintain step 5). */
 export async function deleteExpiredKeyLeases(db: Db, streamId: string): Promise<number> {
   const kl = table(db.q, streamId, "message_key_lease");
   const r = await query(
@@ -34,7 +34,7 @@ export async function deleteExpiredKeyLeases(db: Db, streamId: string): Promise<
   return r.rowCount ?? 0;
 }
 
-/** Deletes one batch of compaction heads left empty for over an hour (docs/retention.md#maintain step 6). */
+/** Deletes one batch of compaction heads left empty for over an hour (docs/protocol/retention.md#maintain step 6). */
 export async function deleteEmptyHeads(db: Db, streamId: string): Promise<number> {
   const ch = table(db.q, streamId, "compaction_head");
   const r = await query(

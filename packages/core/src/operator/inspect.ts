@@ -1,5 +1,5 @@
 // The operator's view of one message: the message itself and, for every consumer group of its
-// stream, where it stands and its delivery_log timeline (docs/operations.md#inspect).
+// stream, where it stands and its delivery_log timeline (docs/guide/operations.md#inspect).
 import { query } from "../db.js";
 import { SqlStreamsError } from "../errors.js";
 import type { Runtime } from "../runtime.js";

@@ -1,4 +1,4 @@
-// The operator reads of a consumer group (docs/operations.md): progress(), history(), failures().
+// The operator reads of a consumer group (docs/guide/operations.md): progress(), history(), failures().
 import { queryRetry, query } from "../db.js";
 import { SqlStreamsError, groupNotRegistered } from "../errors.js";
 import { retentionStatus } from "../maintain/floor.js";
@@ -6,16 +6,17 @@ import * as Admin from "../sql/admin.js";
 import * as History from "../sql/history.js";
 import * as OperatorSql from "../sql/operator.js";
 import { type GroupRef, lookupGroup, streamTables } from "./group.js";
-import type { ExceptionStatus, FailureFilter, FailureRow, Progress, ProgressSample } from "./types.js";
+import type { BlockedKey, ExceptionStatus, FailureFilter, FailureRow, Progress, ProgressSample } from "./types.js";
 import { validateFailureFilter } from "./validate.js";
 
-/** Where the group stands (docs/operations.md#progress). */
+/** Where the group stands (docs/guide/operations.md#progress). */
 export async function progress(ref: GroupRef): Promise<Progress> {
   const db = ref.client.db;
   const { id, t } = await streamTables(ref);
   const r = await queryRetry<{
     paused: boolean; claimed: string; committed: string; head: string; open_leases: number; expired_leases: number;
     counts: Partial<Record<ExceptionStatus, number>>; oldest_ms: number | null;
+    max_concurrency: number | null; drains_running: number; capped: number; blocked_keys: number;
   }>(db, Admin.progress(db.q, t), [id, ref.group]);
   if (r.rowCount === 0) throw groupNotRegistered(ref.stream, ref.group);
   const x = r.rows[0];
@@ -27,11 +28,13 @@ export async function progress(ref: GroupRef): Promise<Progress> {
     exceptions: { ready: 0, deferred: 0, inflight: 0, dead: 0, superseded: 0, ...x.counts },
     oldestUnresolvedAgeMs: x.oldest_ms === null ? null : Math.max(0, Math.round(x.oldest_ms)),
     retention: { floor: ret.floor.toString(), heldBy: ret.held ? ret.heldBy?.group ?? null : null, held: ret.held, heldForMs: ret.heldForMs },
+    concurrency: { max: x.max_concurrency, running: x.drains_running, capped: x.capped },
+    blockedKeys: x.blocked_keys,
   };
 }
 
 /**
- * The group's progress samples written by maintain() (docs/data-model.md#progress-history),
+ * The group's progress samples written by maintain() (docs/protocol/data-model.md#progress-history),
  * oldest first: the newest `limit` (default 288, one day of 5-minute runs) since `since`.
  */
 export async function history(ref: GroupRef, opts: { since?: Date | string | number; limit?: number }): Promise<ProgressSample[]> {
@@ -58,7 +61,7 @@ export async function history(ref: GroupRef, opts: { since?: Date | string | num
   }));
 }
 
-/** The group's exception rows, newest first (docs/operations.md#failures). */
+/** The group's exception rows, newest first (docs/guide/operations.md#failures). */
 export async function failures<T>(ref: GroupRef, opts: FailureFilter): Promise<FailureRow<T>[]> {
   const f = validateFailureFilter(opts);
   const { t, groupId } = await lookupGroup(ref);
@@ -90,4 +93,24 @@ export async function countFailures(ref: GroupRef, opts: Omit<FailureFilter, "li
   const { t, groupId } = await lookupGroup(ref);
   const r = await queryRetry<{ n: number }>(ref.client.db, OperatorSql.countRows(t), [groupId, f.status, f.errorContains, f.key, f.since, f.before, f.payload, cap + 1]);
   return r.rows[0].n;
+}
+
+/** The keys waiting behind an unresolved earlier message, oldest block first (docs/guide/operations.md#blocked-keys). */
+export async function blockedKeys(ref: GroupRef, opts: { limit?: number }): Promise<BlockedKey[]> {
+  if (typeof opts !== "object" || opts === null) throw new SqlStreamsError("SQL0015", "blockedKeys(options): options must be an object");
+  for (const k of Object.keys(opts)) {
+    if (k !== "limit") throw new SqlStreamsError("SQL0015", `blockedKeys(): unknown option ${k}; allowed: limit`, { path: k });
+  }
+  const limit = opts.limit ?? 100;
+  if (!Number.isInteger(limit) || limit < 1 || limit > 1000) {
+    throw new SqlStreamsError("SQL0015", `blockedKeys({ limit }) must be an integer 1 … 1000, got ${String(limit)}`, { path: "limit" });
+  }
+  const { t, groupId } = await lookupGroup(ref);
+  const r = await queryRetry<{
+    key: string; message_id: string; status: BlockedKey["status"]; since: Date; can_run_after: Date; attempts: number; waiting: string;
+  }>(ref.client.db, OperatorSql.blockedKeys(t), [groupId, limit]);
+  return r.rows.map((x) => ({
+    key: x.key, blockingId: x.message_id, status: x.status, since: x.since,
+    runsAfter: x.status === "inflight" ? null : x.can_run_after, attempts: x.attempts, waiting: Number(x.waiting),
+  }));
 }

@@ -1,4 +1,4 @@
-// The public types of the operator calls on a consumer group (docs/operations.md): what progress(),
+// The public types of the operator calls on a consumer group (docs/guide/operations.md): what progress(),
 // history() and failures() return, and what seek(), redrive() and discard() take.
 
 export type ExceptionStatus = "ready" | "deferred" | "inflight" | "dead" | "superseded";
@@ -21,9 +21,36 @@ export interface Progress {
    * whose position holds expired messages back (this one or another), `heldForMs` for how long.
    */
   retention: { floor: string; heldBy: string | null; held: boolean; heldForMs: number | null };
+  /**
+   * maxConcurrency (docs/guide/configuration.md#maxconcurrency): the limit (null: unlimited),
+   * the drains holding a live slot now, and the polls that found the group at its cap, ever.
+   */
+  concurrency: { max: number | null; running: number; capped: number };
+  /** How many keys blockedKeys() would list without a limit (docs/guide/operations.md#blocked-keys). */
+  blockedKeys: number;
 }
 
-/** One sample of progress_history_N (docs/data-model.md#progress-history). */
+/**
+ * A key whose next message waits behind an unresolved earlier one (docs/guide/operations.md#blocked-keys).
+ * `waiting`: unresolved exception rows of the key after the blocking one, plus messages of the key
+ * the group has not claimed yet.
+ */
+export interface BlockedKey {
+  key: string;
+  /** The key's lowest unresolved ordered message: the one the others wait for. */
+  blockingId: string;
+  /** ready (a retry, due or in backoff), deferred (a Delay) or inflight (running now). */
+  status: "ready" | "deferred" | "inflight";
+  /** When the blocking row entered its present state (the database clock). */
+  since: Date;
+  /** When it may run again (null while it runs). */
+  runsAfter: Date | null;
+  /** Attempts charged to the blocking message so far. */
+  attempts: number;
+  waiting: number;
+}
+
+/** One sample of progress_history_N (docs/protocol/data-model.md#progress-history). */
 export interface ProgressSample {
   sampledAt: Date;
   head: string;
@@ -61,7 +88,7 @@ export type RedriveSelector =
 
 export type DeadSelector = RedriveSelector;
 
-/** Filters of failures() (docs/operations.md#failures): each one given must match. */
+/** Filters of failures() (docs/guide/operations.md#failures): each one given must match. */
 export interface FailureFilter {
   status?: "dead" | "ready" | "deferred" | "inflight";
   /** 1 … 1000 rows (default 100), from `offset` (default 0) in newest-first order. */
@@ -83,7 +110,7 @@ export interface FailureFilter {
   payloadContains?: unknown;
 }
 
-/** How redrive() and discard() run: one transaction, or batches at a rate (docs/operations.md#redrive). */
+/** How redrive() and discard() run: one transaction, or batches at a rate (docs/guide/operations.md#redrive). */
 export interface BatchOptions {
   /** Recorded in the delivery log. */
   reason?: string;

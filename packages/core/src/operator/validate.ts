@@ -1,4 +1,4 @@
-// Validation of the operator calls' arguments (docs/operations.md): ids, times, failures()
+// Validation of the operator calls' arguments (docs/guide/operations.md): ids, times, failures()
 // filters, redrive()/discard() selectors and batch options, each with the call's own error code.
 import { SqlStreamsError } from "../errors.js";
 import type { BatchOptions, FailureFilter } from "./types.js";

@@ -1,4 +1,4 @@
-// The operator writes on a consumer group (docs/operations.md): pause/resume, seek(), redrive()
+// The operator writes on a consumer group (docs/guide/operations.md): pause/resume, seek(), redrive()
 // and discard().
 import type { PoolClient } from "pg";
 import { groupResolution, resolveMessage, type MessageOptions } from "../config.js";
@@ -31,7 +31,7 @@ export async function setPaused(ref: GroupRef, paused: boolean): Promise<void> {
 }
 
 /**
- * Moves the group's position (docs/operations.md#seek): the next delivered message is the first existing id
+ * Moves the group's position (docs/guide/operations.md#seek): the next delivered message is the first existing id
  * ≥ `to.id`, or the first created at or after `to.time`. Refused while leases are open unless forced.
  */
 export async function seek(ref: GroupRef, to: SeekTarget, opts: { force?: boolean }): Promise<{ claimed: string; committed: string; previous: { claimed: string; committed: string }; deletedRows: number }> {
@@ -73,7 +73,7 @@ export async function seek(ref: GroupRef, to: SeekTarget, opts: { force?: boolea
 }
 
 /**
- * Puts dead rows back to work with a fresh budget (docs/operations.md#redrive); with `rate`, in
+ * Puts dead rows back to work with a fresh budget (docs/guide/operations.md#redrive); with `rate`, in
  * small paced transactions that can be stopped and run again (redriven rows are no longer dead).
  */
 export async function redrive(ref: GroupRef, selector: RedriveSelector, opts: BatchOptions): Promise<{ redriven: number; skipped: number; batches?: number }> {
@@ -103,7 +103,7 @@ export async function redrive(ref: GroupRef, selector: RedriveSelector, opts: Ba
 }
 
 /**
- * Throws dead rows away (docs/operations.md#discarding-dead-messages): each row is deleted and a
+ * Throws dead rows away (docs/guide/operations.md#discarding-dead-messages): each row is deleted and a
  * `discarded: <reason>` row is written to the delivery log, whatever its mode, as the audit trail.
  * The message stays in the log (retention removes it); the group will not run it again.
  */

@@ -1,4 +1,4 @@
-// Partitions from the producer's side (docs/producing.md#partitions): the next one created ahead
+// Partitions from the producer's side (docs/guide/producing.md#partitions): the next one created ahead
 // once a produce lands in the last tenth of one, and a missing one created when an insert found
 // none (SQL0041).
 import type { Db } from "../db.js";

@@ -1,4 +1,4 @@
-// Validation of a produce call (docs/producing.md#validation): options, payload encoding, keys,
+// Validation of a produce call (docs/guide/producing.md#validation): options, payload encoding, keys,
 // compaction and size, all before any statement is sent.
 import type { StreamInfo } from "../runtime.js";
 import { type MessageOptions, validateMessageOptions } from "../config.js";
@@ -114,7 +114,7 @@ export function checkSize(p: Prepared, info: StreamInfo): void {
 
 /**
  * The payload to store: a typed stream's schema output (SQL0067 when it refuses;
- * docs/producing.md#typed-streams), else the payload as given.
+ * docs/guide/producing.md#typed-streams), else the payload as given.
  */
 export async function typedPayload<T>(schema: StandardSchema<T> | undefined, stream: string, payload: T, item?: number): Promise<T> {
   return schema ? checkProduced(schema, payload, { stream, item }) : payload;

@@ -1,4 +1,4 @@
-// The four produce paths (docs/producing.md): one message or a batch, in its own transaction or
+// The four produce paths (docs/guide/producing.md): one message or a batch, in its own transaction or
 // inside the caller's; each validated first (prepare.ts), traced when tracing is on, then sent (send.ts).
 import type { Runtime, StreamInfo } from "../runtime.js";
 import { query } from "../db.js";
@@ -21,7 +21,7 @@ type Operation = Parameters<typeof startProduce>[1];
 
 /**
  * Looks the stream up, checks every payload's size, and runs `send` inside the producer span of
- * the call when tracing is on (docs/operations.md#traces); its traceparent goes into every
+ * the call when tracing is on (docs/guide/operations.md#traces); its traceparent goes into every
  * message's stored options.
  */
 async function traced<R extends ProduceResult | ProduceResult[]>(
@@ -63,7 +63,7 @@ export function produceOne(target: ProduceTarget, p: Prepared): Promise<ProduceR
       rows = await sendProduce<{ id: string; duplicate: boolean }>(db, target.partitions, info, st.text, st.values, 1);
     } catch (e) {
       // A concurrent produce of the same key committed first: the key insert failed and took this
-      // statement's message row with it (docs/producing.md#idempotency-keys).
+      // statement's message row with it (docs/guide/producing.md#idempotency-keys).
       if (!p.idempotency || !ProduceSql.isIdempotencyRace(e)) throw e;
       rows = [];
     }

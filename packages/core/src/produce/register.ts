@@ -1,4 +1,4 @@
-// Registering a stream (docs/producing.md#registration): its stream_config row and its table
+// Registering a stream (docs/guide/producing.md#registration): its stream_config row and its table
 // family, under the migration lock; on an existing stream its settings are replaced.
 import type { Runtime } from "../runtime.js";
 import { type StreamOptions, validateStreamOptions } from "../config.js";

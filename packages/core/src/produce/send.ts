@@ -1,6 +1,6 @@
-// Sending produce statements (docs/producing.md#failures): on a pooled connection with transient
+// Sending produce statements (docs/guide/producing.md#failures): on a pooled connection with transient
 // retries, or behind a savepoint in the caller's transaction; either way a missing partition is
-// created and the insert tried again (docs/producing.md#partitions).
+// created and the insert tried again (docs/guide/producing.md#partitions).
 import type pg from "pg";
 import type { StreamInfo } from "../runtime.js";
 import { type Db, RETRY_PAUSES, connect, isPoolerAuthMessage, isPoolerNotSent, isTransient, query } from "../db.js";

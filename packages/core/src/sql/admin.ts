@@ -1,5 +1,6 @@
-// Statements of registration, inspection and operations (docs/configuration.md#the-stored-document, docs/operations.md).
+// Statements of registration, inspection and operations (docs/guide/configuration.md#the-stored-document, docs/guide/operations.md).
 import type { Tables } from "./cycle.js";
+import { blockedRows } from "./operator.js";
 
 /** $1 stream id, $2 group name, $3 config. Inserts or replaces the config; never touches paused. */
 export function upsertGroup(q: string): string {
@@ -28,7 +29,11 @@ export function progress(q: string, t: Tables): string {
        (EXTRACT(EPOCH FROM (now() - LEAST(
           (SELECT m.created_at FROM ${t.ml} m WHERE m.id > c.committed ORDER BY m.id LIMIT 1),
           (SELECT min(m.created_at) FROM ${t.eq} e JOIN ${t.ml} m ON m.id = e.message_id
-            WHERE e.consumer_group_id = g.id AND e.status IN ('ready', 'deferred', 'inflight'))))) * 1000)::float8 AS oldest_ms
+            WHERE e.consumer_group_id = g.id AND e.status IN ('ready', 'deferred', 'inflight'))))) * 1000)::float8 AS oldest_ms,
+       (g.config->>'maxConcurrency')::int AS max_concurrency,
+       (SELECT count(*)::int FROM ${q}.group_slot s WHERE s.group_id = g.id AND s.expires_at > now()) AS drains_running,
+       COALESCE((SELECT f.capped FROM ${q}.group_flow f WHERE f.group_id = g.id), 0)::float8 AS capped,
+       (SELECT count(*)::int FROM (${blockedRows(t, "g.id")}) bk) AS blocked_keys
   FROM ${q}.consumer_group_config g
   JOIN ${t.cur} c ON c.consumer_group_id = g.id
   CROSS JOIN LATERAL (SELECT COALESCE(max(m.id), 0) AS head FROM ${t.ml} m) h

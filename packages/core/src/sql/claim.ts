@@ -1,4 +1,4 @@
-// claim_N's answer, decoded once (docs/poll-cycle.md#the-claims-answer). One claim answers with
+// claim_N's answer, decoded once (docs/protocol/poll-cycle.md#the-claims-answer). One claim answers with
 // rows of four kinds: the record row (when it recorded the previous range), the range's messages
 // (read behind the claim in the same transaction), the header (the range's bounds and lease), or
 // instead of a header the producer transactions holding the fence.

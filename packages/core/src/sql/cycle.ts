@@ -1,4 +1,4 @@
-// Every statement of the poll cycle (docs/poll-cycle.md), built from the quoted schema and the numeric
+// Every statement of the poll cycle (docs/protocol/poll-cycle.md), built from the quoted schema and the numeric
 // stream id only, each with its named parameters and its row type. The protocol functions they
 // call live in migrations/stream/functions/, one file each.
 import type { ConsumerConfig, DeliveryLogMode, MessageOptions } from "../config.js";
@@ -57,7 +57,7 @@ export interface LoadRow {
 }
 
 /**
- * Statement 1 of a poll (docs/poll-cycle.md#load), autocommit and read-only: the group row and its
+ * Statement 1 of a poll (docs/protocol/poll-cycle.md#load), autocommit and read-only: the group row and its
  * config, the cursor, the head, what work exists, the cursor target (cursor_target_N), and the observation id
  * (allocated only when the range phase is not idle and the group is not paused).
  */
@@ -83,7 +83,7 @@ export const load = defineStatement<{ streamId: string; group: string }, LoadRow
 export const advance = defineStatement<{ groupId: string }, { committed: string }>(["groupId"], (t, p) =>
   `SELECT ${t.fn("advance")}(${p.groupId})::text AS committed`);
 
-/** What every fresh claim and reclaim sizes its lease with (lease_ms_N, docs/poll-cycle.md#the-range-lease). */
+/** What every fresh claim and reclaim sizes its lease with (lease_ms_N, docs/protocol/poll-cycle.md#the-range-lease). */
 export interface LeaseParams {
   concurrency: number;
   recordMargin: number;
@@ -115,12 +115,17 @@ export interface ClaimParams extends LeaseParams, TimeoutParams, RecordParams {
   observation: string | null;
   token: string;
   batchBytes: number;
-  /** Claim even when the record finds due exception rows (docs/poll-cycle.md#due-rows-and-the-chain). */
+  /** Claim even when the record finds due exception rows (docs/protocol/poll-cycle.md#due-rows-and-the-chain). */
   pastDue: boolean;
+  /**
+   * The range leases this poll still holds while it claims (a claim ahead): the claim does not count
+   * them as another poll's range holding keys (docs/protocol/ordering.md#ranges-of-several-pollers).
+   */
+  own: string[];
 }
 
 /**
- * A row of claim_N's answer (docs/poll-cycle.md#the-claims-answer), one of four: the record row
+ * A row of claim_N's answer (docs/protocol/poll-cycle.md#the-claims-answer), one of four: the record row
  * (recorded set), a message (read behind it: ClaimedMessageRow), the header (low set) or a fence
  * holder (options set, payload its JSON). Decoded by decodeClaim (sql/claim.ts).
  */
@@ -143,24 +148,24 @@ export interface ClaimRow {
 }
 
 /**
- * The fresh claim (docs/poll-cycle.md#the-fence), optionally after recording the previous range in
- * the same transaction (docs/poll-cycle.md#the-steady-state). The answer holds no messages:
+ * The fresh claim (docs/protocol/poll-cycle.md#the-fence), optionally after recording the previous range in
+ * the same transaction (docs/protocol/poll-cycle.md#the-steady-state). The answer holds no messages:
  * claimRead, sent behind it in the same transaction, reads them
- * (docs/poll-cycle.md#the-claims-answer).
+ * (docs/protocol/poll-cycle.md#the-claims-answer).
  */
 export const claim = defineStatement<ClaimParams, ClaimRow>([
   "groupId", "batchLimit", "head", "observation", "token", "timeoutDefault", "timeoutMin", "timeoutMax", "concurrency",
-  "recordMargin", "leaseCapMs", "batchBytes", "recordToken", "recordExceptions", "recordDeliveries", "recordKeys", "pastDue",
+  "recordMargin", "leaseCapMs", "batchBytes", "recordToken", "recordExceptions", "recordDeliveries", "recordKeys", "pastDue", "own",
 ], (t, p) =>
   `SELECT r_low::text AS low, r_high::text AS high, id::text AS id, message_key,
                  compaction_rank::text AS compaction_rank, payload, options, created_ms AS created_at,
                  lease_ms::float8 AS lease_ms, recorded, committed::text AS committed, paused,
                  reclaimable, expirable, reservable
-            FROM ${t.fn("claim")}(${p.groupId}, ${p.batchLimit}, ${p.head}, ${p.observation}::xid8, ${p.token}, ${p.timeoutDefault}, ${p.timeoutMin}, ${p.timeoutMax}, ${p.concurrency}, ${p.recordMargin}, ${p.leaseCapMs}, ${p.batchBytes}, ${p.recordToken}, ${p.recordExceptions}::jsonb, ${p.recordDeliveries}::jsonb, ${p.recordKeys}::jsonb, ${p.pastDue})`);
+            FROM ${t.fn("claim")}(${p.groupId}, ${p.batchLimit}, ${p.head}, ${p.observation}::xid8, ${p.token}, ${p.timeoutDefault}, ${p.timeoutMin}, ${p.timeoutMax}, ${p.concurrency}, ${p.recordMargin}, ${p.leaseCapMs}, ${p.batchBytes}, ${p.recordToken}, ${p.recordExceptions}::jsonb, ${p.recordDeliveries}::jsonb, ${p.recordKeys}::jsonb, ${p.pastDue}, ${p.own}::uuid[])`);
 
 /**
  * The messages of the range a claim just leased, read by the statement after the claim in the same
- * transaction (docs/poll-cycle.md#the-claims-answer). No rows when the claim leased nothing.
+ * transaction (docs/protocol/poll-cycle.md#the-claims-answer). No rows when the claim leased nothing.
  * Payloads as JSON text and creation times as epoch ms, as claim_N's rows. A range spans at most
  * batchLimit ids, so the LIMIT never cuts it; it makes the planner read the id index in order even
  * on a partition without statistics yet (default estimates choose a bitmap scan and a sort of the
@@ -205,7 +210,7 @@ export interface RecordFlagsRow {
 }
 
 /**
- * Whether a record row ends a drain's chain (docs/poll-cycle.md#due-rows-and-the-chain): the
+ * Whether a record row ends a drain's chain (docs/protocol/poll-cycle.md#due-rows-and-the-chain): the
  * record did not land, or the group is paused, or has a range to reclaim, runs to expire, or due
  * rows when the range recorded was keyed (`pastDue` false). claim_N applies the same rule before
  * it claims.
@@ -216,7 +221,7 @@ export function recordEndsChain(row: RecordFlagsRow, pastDue: boolean): boolean 
 
 /**
  * A keyed chain's previous range recorded and the next range's first keys taken, in one statement
- * (docs/poll-cycle.md#keyed-ranges-claimed-ahead): the record (as recordRange; the key token and a
+ * (docs/protocol/poll-cycle.md#keyed-ranges-claimed-ahead): the record (as recordRange; the key token and a
  * JSON array of its keys to release, or "all"), then the take (as takeKeys). The first row is the
  * record's (recorded, and what the load would say); the rest are the keys not taken.
  */
@@ -301,7 +306,7 @@ export const readRangeIds = defineStatement<{ low: string; high: string }, Omit<
 
 /**
  * Takes an expired range over under a new token, with a new reclaim count and lease (lease_ms_N,
- * docs/poll-cycle.md#the-range-lease, from the range's longest timeout and its size). Returns the
+ * docs/protocol/poll-cycle.md#the-range-lease, from the range's longest timeout and its size). Returns the
  * lease's length.
  */
 export const takeOverRange = defineStatement<
@@ -389,7 +394,7 @@ export interface ReservedRow extends MessageRow {
   run_ms: number | null;
 }
 
-/** Reservation and the first starts, in one round trip (docs/poll-cycle.md#the-exception-phase): reserve_exceptions_N. */
+/** Reservation and the first starts, in one round trip (docs/protocol/poll-cycle.md#the-exception-phase): reserve_exceptions_N. */
 export const reserveExceptions = defineStatement<ReserveParams, Omit<ReservedRow, "id">>([
   "groupId", "batchLimit", "timeoutDefault", "timeoutMin", "timeoutMax", "concurrency", "recordMargin", "leaseCapMs", "token",
   "startNow", "budgetMs", "abandonedKeys", "repeat",
@@ -409,7 +414,7 @@ export interface ExceptionStepRow {
 }
 
 /**
- * One round trip of the exception phase (docs/poll-cycle.md#the-exception-phase): records the
+ * One round trip of the exception phase (docs/protocol/poll-cycle.md#the-exception-phase): records the
  * outcomes and starts the reserved rows (JSON arrays, see exception_step_N), all under the
  * reservation token, in one transaction. Decoded by decodeExceptionStep (sql/results.ts).
  */

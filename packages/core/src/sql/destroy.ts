@@ -1,4 +1,4 @@
-// Statements of destroyGroup() and destroyStream() (docs/operations.md#destroy).
+// Statements of destroyGroup() and destroyStream() (docs/guide/operations.md#destroy).
 import { FAMILY_TABLES, table } from "./names.js";
 
 /** Bounds every lock wait of the destroy transaction. */

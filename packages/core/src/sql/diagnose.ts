@@ -1,6 +1,6 @@
 // Statements of the command-line diagnostics (`sqlstreams doctor`, the CLI's group listing):
 // read-only questions about the control plane, a stream's family and the server
-// (docs/operations.md#doctor). `q` is the quoted schema; family tables come from names.ts.
+// (docs/guide/operations.md#doctor). `q` is the quoted schema; family tables come from names.ts.
 import { table } from "./names.js";
 
 /** Whether the control plane exists: $1 is "<quoted schema>.migration_log". */

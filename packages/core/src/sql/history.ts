@@ -1,4 +1,4 @@
-// Progress history (docs/data-model.md#progress-history): one sample per group per maintain(),
+// Progress history (docs/protocol/data-model.md#progress-history): one sample per group per maintain(),
 // kept HISTORY_RETENTION and at most HISTORY_MAX_ROWS per group.
 import { table } from "./names.js";
 

@@ -1,5 +1,5 @@
 // Applies migrations/ (embedded by scripts/gen-migrations.mjs) to the control plane and to each
-// stream's table family (docs/data-model.md#upgrades): the numbered table migrations not yet in
+// stream's table family (docs/protocol/data-model.md#upgrades): the numbered table migrations not yet in
 // migration_log, then every function whose file hash differs from function_version's, re-created
 // after every overload of its name is dropped. Text substitution is limited to the quoted schema
 // and numeric values.

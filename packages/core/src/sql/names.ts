@@ -14,7 +14,7 @@ export const FAMILY_TABLES = [
 ] as const;
 export type FamilyTable = (typeof FAMILY_TABLES)[number];
 
-/** The quoted names of one stream's tables and functions (docs/data-model.md#names), built once per (schema, stream id). */
+/** The quoted names of one stream's tables and functions (docs/protocol/data-model.md#names), built once per (schema, stream id). */
 export interface Tables {
   /** The quoted schema. */
   q: string;

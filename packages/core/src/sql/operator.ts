@@ -1,5 +1,5 @@
 // Statements of the operator tools: one message across groups, filtered exception rows, discard
-// (docs/operations.md#inspect, docs/operations.md#failures, docs/operations.md#discarding-dead-messages).
+// (docs/guide/operations.md#inspect, docs/guide/operations.md#failures, docs/guide/operations.md#discarding-dead-messages).
 import type { Tables } from "./cycle.js";
 
 /** Messages by id ($1) or by key ($2), newest first, at most $3. */
@@ -100,3 +100,34 @@ export function discardRows(t: Tables): string {
           SELECT $1, message_id, attempts, 'discarded', 'discarded: ' || $3::text FROM gone
           RETURNING message_id::text`;
 }
+
+/**
+ * The blocked keys of the group `group` (an SQL expression) (docs/guide/operations.md#blocked-keys): per key, its lowest
+ * unresolved ordered exception row (ready — due or in backoff —, deferred or inflight) that has
+ * something waiting behind it: unresolved exception rows of the key above it, plus messages of the
+ * key the group has not claimed yet (above the cursor's claimed). Dead and superseded rows are
+ * resolved and block nothing (a dead predecessor releases the ones behind it). Oldest block first.
+ */
+export function blockedRows(t: Tables, group: string): string {
+  return `SELECT b.* FROM (
+    SELECT e.message_key AS key, e.message_id, e.status, e.updated_at AS since, e.can_run_after, e.attempts,
+           (SELECT count(*) FROM ${t.eq} w
+             WHERE w.consumer_group_id = e.consumer_group_id AND w.message_key = e.message_key AND w.message_id > e.message_id
+               AND w.status IN ('ready', 'deferred', 'inflight'))
+         + (SELECT count(*) FROM ${t.ml} m WHERE m.message_key = e.message_key AND m.id > c.claimed) AS waiting
+      FROM ${t.eq} e
+      JOIN ${t.cur} c ON c.consumer_group_id = e.consumer_group_id
+     WHERE e.consumer_group_id = ${group} AND e.message_key IS NOT NULL AND e.concurrency = 'ordered'
+       AND e.status IN ('ready', 'deferred', 'inflight')
+       AND NOT EXISTS (SELECT 1 FROM ${t.eq} p
+                        WHERE p.consumer_group_id = e.consumer_group_id AND p.message_key = e.message_key
+                          AND p.message_id < e.message_id AND p.status IN ('ready', 'deferred', 'inflight'))
+  ) b WHERE b.waiting > 0`;
+}
+
+/** Up to $2 blocked keys of group $1, oldest block first. */
+export function blockedKeys(t: Tables): string {
+  return `${blockedRows(t, "$1")}
+   ORDER BY b.since, b.message_id LIMIT $2`;
+}
+

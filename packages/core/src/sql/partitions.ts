@@ -1,4 +1,4 @@
-// message_log_N partitions (docs/producing.md#partitions): created by producers ahead of need and by maintain().
+// message_log_N partitions (docs/guide/producing.md#partitions): created by producers ahead of need and by maintain().
 import { setTimeout as sleep } from "node:timers/promises";
 import { type Db, RETRY_PAUSES, connect, query } from "../db.js";
 import { partitionName, table } from "./names.js";

@@ -1,6 +1,6 @@
-// Produce statements (docs/producing.md#the-xid-before-id-rule). Each is one statement. It makes its transaction hold a
+// Produce statements (docs/guide/producing.md#the-xid-before-id-rule). Each is one statement. It makes its transaction hold a
 // transaction id (the materialised CTE `x`) before it draws a message id, so that the snapshot
-// fence's proof covers every id it can ever commit (docs/poll-cycle.md#the-fence). Ids come from
+// fence's proof covers every id it can ever commit (docs/protocol/poll-cycle.md#the-fence). Ids come from
 // the id column's default, evaluated per row as the insert reads its source rows from `x`, so
 // after the xid: no statement calls nextval() itself, which would pin an RDS Proxy session.
 import { table } from "./names.js";
@@ -36,7 +36,7 @@ export function produceOne(q: string, n: string): string {
  * inserted first (its id from the column default) and the key row then points at it, with no
  * ON CONFLICT: when a concurrent produce of the same key commits first, the key insert fails
  * with a unique violation and takes the message row down with it (isIdempotencyRace); the
- * caller then reads the winner (docs/producing.md#idempotency-keys).
+ * caller then reads the winner (docs/guide/producing.md#idempotency-keys).
  */
 export function produceIdempotent(q: string, n: string): string {
   const ml = table(q, n, "message_log");

@@ -1,4 +1,4 @@
-// Statements of the control plane's registry (docs/producing.md#registration): stream_config rows
+// Statements of the control plane's registry (docs/guide/producing.md#registration): stream_config rows
 // and the lookups of registered streams and groups. Group registration (upsertGroup, createCursor)
 // is in sql/admin.ts beside the other group statements.
 

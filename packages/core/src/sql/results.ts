@@ -1,6 +1,6 @@
 // The typed boundary between the protocol functions and the cycle: what each function returns,
 // decoded here once into a discriminated union, so the cycle code never parses result text.
-// The encodings are the functions' own (migrations/stream/functions/, docs/poll-cycle.md); the row types
+// The encodings are the functions' own (migrations/stream/functions/, docs/protocol/poll-cycle.md); the row types
 // are beside their statements (sql/cycle.ts).
 import type { ExceptionStepRow, KeyRefusalRow } from "./cycle.js";
 
@@ -49,7 +49,7 @@ export type KeyBlocked = Extract<KeyTake, { kind: "busy" } | { kind: "pred" }>;
 /**
  * The reason a message whose key could not be taken is deferred with (delivery_log and
  * last_error), on the range path and the exception path alike: the one place this text is made
- * (docs/exception-lifecycle.md#retries).
+ * (docs/protocol/exception-lifecycle.md#retries).
  */
 export function deferredReason(k: KeyBlocked): string {
   return k.kind === "busy" ? "deferred: key busy" : `deferred: ordered predecessor ${k.id} unresolved`;
@@ -65,7 +65,7 @@ export type ExceptionStart =
 /**
  * record_exceptions_N, per row: lost (nothing written), or recorded (the run's key lease maybe
  * taken over meanwhile); "unknown" only after a repeat whose first reply was lost (set by the caller,
- * docs/crash-recovery.md#unknown-commits).
+ * docs/protocol/crash-recovery.md#unknown-commits).
  */
 export type ExceptionRecord = { kind: "lost" } | { kind: "recorded"; keyTakenOver: boolean } | { kind: "unknown" };
 

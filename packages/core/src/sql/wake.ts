@@ -1,4 +1,4 @@
-// Statements of wake on produce (docs/producing.md#wake-on-produce). Times from the DB clock.
+// Statements of wake on produce (docs/guide/producing.md#wake-on-produce). Times from the DB clock.
 
 /**
  * For every unpaused group of stream $1: claim a wake when none is in flight (no row, or its

@@ -1,4 +1,4 @@
-// The range phase's chain (docs/poll-cycle.md#the-steady-state): in a drain, while ranges come back
+// The range phase's chain (docs/protocol/poll-cycle.md#the-steady-state): in a drain, while ranges come back
 // full, each range run whole is recorded by the statement that claims the next one (or, for a
 // keyed range claimed ahead, by the one that takes its first keys). The only place a record is
 // paired with the next claim or key take.
@@ -48,7 +48,7 @@ function settled<V>(p: Promise<V>): Promise<Settled<V>> {
  * last range), how long the chain may go on, and what its records said.
  */
 export class Chain<T> {
-  /** Filled for the drain's RangeSizer while a range runs (docs/poll-cycle.md#range-size-in-a-drain). */
+  /** Filled for the drain's RangeSizer while a range runs (docs/protocol/poll-cycle.md#range-size-in-a-drain). */
   sample: RangeSample | undefined;
   private facts: Facts = NO_FACTS;
 
@@ -74,7 +74,7 @@ export class Chain<T> {
    * Whether the range just run (whole, without a failure) may be recorded together with the next
    * claim: in a drain, after a full range, with no stop, abort or near deadline, and for at most
    * STEADY_CHAIN_MS of the poll, after which the next poll's load looks at the group again
-   * (docs/poll-cycle.md#the-steady-state).
+   * (docs/protocol/poll-cycle.md#the-steady-state).
    */
   mayChain(): boolean {
     const { ctx } = this;
@@ -83,16 +83,16 @@ export class Chain<T> {
     return ctx.options.deadline === undefined || ctx.options.deadline - now() >= 2 * ctx.options.recordMargin;
   }
 
-  /** How long beyond its run a first key lease lasts: a chain's leases pass from range to range (docs/ordering.md#key-leases). */
+  /** How long beyond its run a first key lease lasts: a chain's leases pass from range to range (docs/protocol/ordering.md#key-leases). */
   headroom(passed: boolean): number {
     return passed || this.mayChain() ? CHAIN_KEY_HEADROOM_MS : 0;
   }
 
   /**
-   * Whether the next range may be claimed while this one runs (docs/poll-cycle.md#claiming-ahead):
+   * Whether the next range may be claimed while this one runs (docs/protocol/poll-cycle.md#claiming-ahead):
    * when the range could be recorded with the next claim (mayChain) and the drain's last range was
    * quick (a keyed range claimed ahead takes its keys only with this range's record:
-   * docs/poll-cycle.md#keyed-ranges-claimed-ahead): its slowest handler used at most a quarter of
+   * docs/protocol/poll-cycle.md#keyed-ranges-claimed-ahead): its slowest handler used at most a quarter of
    * its timeout (as for growing the range) and it ran within a quarter of this range's lease, so
    * the range claimed ahead, sized before this one ran, does not wait long for its turn. A range
    * that does wait longer extends its lease before a start that would not fit, as any range does.
@@ -103,7 +103,7 @@ export class Chain<T> {
     return last !== undefined && last.slowest <= GROW_TIMEOUT_SHARE && 4 * last.ms <= run.range.leaseMs;
   }
 
-  /** The drain's sizer sees the range just run before the next is claimed (docs/poll-cycle.md#range-size-in-a-drain). */
+  /** The drain's sizer sees the range just run before the next is claimed (docs/protocol/poll-cycle.md#range-size-in-a-drain). */
   nextRangeSize(): void {
     const { drain } = this;
     if (drain?.sizer === undefined || this.sample === undefined) return;
@@ -127,9 +127,9 @@ export class Chain<T> {
 
 /**
  * A fresh range, and in a drain the ranges after it: a range that came back full and was run
- * whole is recorded in the same statement that claims the next (docs/poll-cycle.md#the-steady-state).
+ * whole is recorded in the same statement that claims the next (docs/protocol/poll-cycle.md#the-steady-state).
  * While ranges of unkeyed messages keep coming back full and quick, the next range is claimed
- * while this one runs (docs/poll-cycle.md#claiming-ahead); its record then travels with the claim
+ * while this one runs (docs/protocol/poll-cycle.md#claiming-ahead); its record then travels with the claim
  * after that.
  */
 export async function claimPhase<T>(ctx: PollContext<T>, chain: Chain<T>, load: { head: string; obs: string }): Promise<RangeFacts> {
@@ -184,14 +184,15 @@ interface Alongside {
 async function sendAlongside<T>(ctx: PollContext<T>, chain: Chain<T>, run: RangeRun<T>, unsent: UnsentRecord<T> | null): Promise<Alongside> {
   const out: Alongside = { ahead: null, taking: null };
   if (run.takesKeys) {
-    // A keyed range takes its first keys with the unsent record (docs/poll-cycle.md#keyed-ranges-claimed-ahead);
+    // A keyed range takes its first keys with the unsent record (docs/protocol/poll-cycle.md#keyed-ranges-claimed-ahead);
     // the claim ahead carries no record, and goes out at the same time (after the take, so on a
     // single connection it runs while the handlers do, not before them).
+    const own = unsent === null ? [run.range.token] : [run.range.token, unsent.rec.token];
     out.taking = settled(takeFirstKeys(ctx, chain, run, unsent));
-    if (chain.mayClaimAhead(run)) out.ahead = settled(claimAhead(ctx));
+    if (chain.mayClaimAhead(run)) out.ahead = settled(claimAhead(ctx, own));
   } else if (chain.mayClaimAhead(run)) {
     // The claim ahead carries the unsent record; without it, the unsent record goes first, alone.
-    out.ahead = settled(unsent ? recordAndClaim(ctx, chain, unsent, false) : claimAhead(ctx));
+    out.ahead = settled(unsent ? recordAndClaim(ctx, chain, unsent, false) : claimAhead(ctx, [run.range.token]));
   } else if (unsent !== null) chain.note(await unsent.run.record(false));
   // One turn of the event loop puts the statements on the wire before handlers that return
   // synchronously hold the thread for the whole range.
@@ -241,7 +242,7 @@ async function releaseUnstarted<T>(ctx: PollContext<T>, chain: Chain<T>, claim: 
 
 /**
  * The record of a range run whole and the next claim in one statement, one transaction
- * (docs/poll-cycle.md#the-steady-state). Its first row says whether the range was recorded and,
+ * (docs/protocol/poll-cycle.md#the-steady-state). Its first row says whether the range was recorded and,
  * if so, what the load would say: anything to reclaim, expire or reserve, or a pause, and no
  * range was claimed; the exception phase of this poll (or the next poll's load) sees to it.
  */
@@ -269,7 +270,7 @@ async function recordAndClaim<T>(ctx: PollContext<T>, chain: Chain<T>, unsent: U
 /**
  * A keyed range's first key leases (not the compacted members': their head is checked at their
  * start). After a range run whole in a drain's chain, that range's record goes with this take
- * (docs/poll-cycle.md#keyed-ranges-claimed-ahead) and its key leases pass on to this range
+ * (docs/protocol/poll-cycle.md#keyed-ranges-claimed-ahead) and its key leases pass on to this range
  * (KeyLeases.adopt), taken with headroom for the ranges after it; so are a chain's first range's.
  */
 async function takeFirstKeys<T>(ctx: PollContext<T>, chain: Chain<T>, run: RangeRun<T>, unsent: UnsentRecord<T> | null): Promise<void> {

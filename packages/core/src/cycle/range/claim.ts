@@ -1,4 +1,4 @@
-// A fresh claim (docs/poll-cycle.md#the-fence): claim_N and the read of the range it leased, in
+// A fresh claim (docs/protocol/poll-cycle.md#the-fence): claim_N and the read of the range it leased, in
 // one round trip and one transaction, answered as a ClaimAnswer (sql/claim.ts); asked again a few
 // times while the fence holds it; found again after a lost reply instead of claiming twice.
 import { randomUUID } from "node:crypto";
@@ -22,19 +22,23 @@ const FENCE_WAITS_MS = [5, 10, 20, 40, 80, 160, 320, 400];
 
 const NO_RECORD: RecordParams = { recordToken: null, recordExceptions: null, recordDeliveries: null, recordKeys: null };
 
-/** claim_N's parameters: after the load its head and observation, else null (up to the last proven head). */
+/**
+ * claim_N's parameters: after the load its head and observation, else null (up to the last proven
+ * head). `own`: the range leases this poll still holds while it claims (a claim ahead).
+ */
 export function claimParams<T>(
   ctx: PollContext<T>, token: string, from: { head: string; obs: string } | null, rec: RecordParams | null, pastDue: boolean,
+  own: string[] = [],
 ): ClaimParams {
   return {
     groupId: ctx.groupId, batchLimit: ctx.options.batchLimit, head: from?.head ?? null, observation: from?.obs ?? null, token,
-    ...timeoutParams(ctx), ...leaseParams(ctx, rangeLeaseCap(ctx)), batchBytes: ctx.options.batchBytes, ...(rec ?? NO_RECORD), pastDue,
+    ...timeoutParams(ctx), ...leaseParams(ctx, rangeLeaseCap(ctx)), batchBytes: ctx.options.batchBytes, ...(rec ?? NO_RECORD), pastDue, own,
   };
 }
 
 /**
  * claim_N and the read of the range it leased, in one round trip and one transaction
- * (docs/poll-cycle.md#the-claims-answer). A repeat after a lost reply first looks for the lease the
+ * (docs/protocol/poll-cycle.md#the-claims-answer). A repeat after a lost reply first looks for the lease the
  * lost attempt took (ownClaim).
  */
 export async function sendClaim<T>(ctx: PollContext<T>, p: ClaimParams): Promise<{ answer: ClaimAnswer; retried: boolean }> {
@@ -59,7 +63,7 @@ export async function freshClaim<T>(ctx: PollContext<T>, load: { head: string; o
     sentAt = now();
     ({ answer } = await sendClaim(ctx, claimParams(ctx, token, load, null, false)));
     // No range with a non-idle observation means the fence could not prove the head yet: a
-    // transaction of this stream's producers is still open (docs/poll-cycle.md#the-fence). They
+    // transaction of this stream's producers is still open (docs/protocol/poll-cycle.md#the-fence). They
     // are usually milliseconds from committing, so ask again a few times before giving up.
     if (answer.range !== null || wait >= FENCE_WAITS_MS.length || ctx.stop || aborted(ctx)) break;
     if (ctx.options.deadline !== undefined && ctx.options.deadline - now() < ctx.options.recordMargin + FENCE_WAITS_MS[wait]) break;
@@ -73,17 +77,17 @@ export async function freshClaim<T>(ctx: PollContext<T>, load: { head: string; o
 }
 
 /** The claim sent ahead without a record: it claims up to the stream's last proven head. */
-export async function claimAhead<T>(ctx: PollContext<T>): Promise<Claimed | null> {
+export async function claimAhead<T>(ctx: PollContext<T>, own: string[]): Promise<Claimed | null> {
   const token = randomUUID();
   const sentAt = now();
-  const { answer } = await sendClaim(ctx, claimParams(ctx, token, null, null, false));
+  const { answer } = await sendClaim(ctx, claimParams(ctx, token, null, null, false, own));
   return answer.range === null ? null : { token, sentAt, range: answer.range };
 }
 
 /**
  * Before a claim is repeated after a lost reply: if the first attempt committed, its lease is
  * there under this poll's token; answer as the claim would have (the range's messages, with what
- * is left of the lease) instead of claiming a second range (docs/crash-recovery.md#unknown-commits).
+ * is left of the lease) instead of claiming a second range (docs/protocol/crash-recovery.md#unknown-commits).
  * A claim that also recorded the previous range committed that record with it.
  */
 async function ownClaim<T>(ctx: PollContext<T>, token: string): Promise<ClaimAnswer | null> {

@@ -1,4 +1,4 @@
-// The key leases of a range (docs/ordering.md#key-leases): the chains' first keys asked for up
+// The key leases of a range (docs/protocol/ordering.md#key-leases): the chains' first keys asked for up
 // front in one round trip, a later member's key taken or renewed at its start, all under one key
 // token that a drain's chain passes on from range to range.
 import { randomUUID } from "node:crypto";
@@ -13,7 +13,7 @@ import { type MonotonicMs, after, now } from "../../clock.js";
 /**
  * A drain's chain of keyed ranges passes its key leases on from range to range instead of
  * releasing and taking them again; a lease taken there lasts this much beyond its run, so ranges a
- * little later in the chain still find it long enough (docs/ordering.md#key-leases).
+ * little later in the chain still find it long enough (docs/protocol/ordering.md#key-leases).
  */
 export const CHAIN_KEY_HEADROOM_MS = 2_000;
 
@@ -70,7 +70,7 @@ export class KeyLeases<T> {
 
   /**
    * Takes over the leases of the range before this one in a drain's chain, whose record goes with
-   * this range's key take (docs/ordering.md#key-leases): its token, the keys held under it and
+   * this range's key take (docs/protocol/ordering.md#key-leases): its token, the keys held under it and
    * their expiries, and its abandoned runs' keys. That record then releases nothing; this range's
    * record (or the next range's take) does. False when either range has no keyed member.
    */

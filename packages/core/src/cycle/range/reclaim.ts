@@ -1,6 +1,6 @@
-// Reclaiming an expired range (docs/poll-cycle.md#the-range-lease): taken over under a new token
+// Reclaiming an expired range (docs/protocol/poll-cycle.md#the-range-lease): taken over under a new token
 // and run again, or quarantined into exception rows once reclaimed too often
-// (docs/crash-recovery.md#quarantine).
+// (docs/protocol/crash-recovery.md#quarantine).
 import { randomUUID } from "node:crypto";
 import type pg from "pg";
 import { transactionRetry } from "../../db.js";
@@ -32,7 +32,7 @@ interface Takeover {
   advance?: boolean;
 }
 
-/** An expired range of the group, reclaimed and run, or quarantined (docs/poll-cycle.md#the-range-lease). */
+/** An expired range of the group, reclaimed and run, or quarantined (docs/protocol/poll-cycle.md#the-range-lease). */
 export async function reclaimPhase<T>(ctx: PollContext<T>, chain: Chain<T>): Promise<RangeFacts> {
   const sentAt = now();
   // Decided once, so a repeat after a lost COMMIT reply can find this poll's own takeover.
@@ -71,7 +71,7 @@ async function takeOver<T>(
   const lease = l.rows[0];
   const reclaims = lease.released ? lease.reclaims : lease.reclaims + 1;
   // Decided from ids, options and keys only: a range whose payloads crash the process (out of
-  // memory) is still counted and quarantined (docs/poll-cycle.md#the-byte-bound).
+  // memory) is still counted and quarantined (docs/protocol/poll-cycle.md#the-byte-bound).
   const msgs = (await statements.readRangeIds.query(db, c, t, { low: lease.low, high: lease.high })).rows;
   const quarantineIt = reclaims >= ctx.resolution.maxRangeReclaims || msgs.length === 0;
   found.first = { token: lease.token, low: lease.low, high: lease.high, released: lease.released, quarantine: quarantineIt };
@@ -88,7 +88,7 @@ async function takeOver<T>(
 }
 
 /**
- * docs/crash-recovery.md#unknown-commits: the first attempt may have committed unheard. Its
+ * docs/protocol/crash-recovery.md#unknown-commits: the first attempt may have committed unheard. Its
  * takeover is found under this poll's token; its quarantine by the old lease being gone. Null:
  * neither, so the repeat reclaims afresh.
  */

@@ -1,6 +1,6 @@
-// Recording a range (docs/poll-cycle.md#recording-a-range): the rows a recorded prefix writes, the
+// Recording a range (docs/protocol/poll-cycle.md#recording-a-range): the rows a recorded prefix writes, the
 // record sent alone (record_range_N), the record row of a statement that recorded it together with
-// more, and what a lost reply leaves to decide (docs/crash-recovery.md#unknown-commits).
+// more, and what a lost reply leaves to decide (docs/protocol/crash-recovery.md#unknown-commits).
 import { randomUUID } from "node:crypto";
 import type { RetryState } from "../../db.js";
 import type { RecordFlagsRow, RecordParams } from "../../sql/cycle.js";
@@ -24,7 +24,7 @@ export interface RangeRecord {
   rows: RangeRows;
   keys: KeyRelease;
   /**
-   * Claim the next range even if due exception rows wait (docs/poll-cycle.md#due-rows-and-the-chain):
+   * Claim the next range even if due exception rows wait (docs/protocol/poll-cycle.md#due-rows-and-the-chain):
    * only after a range without keyed messages.
    */
   pastDue: boolean;
@@ -166,7 +166,7 @@ async function recordMissing<T>(ctx: PollContext<T>, range: RecordedRange, rows:
  * that attempt's commit ours? A partial record left the rest under its new token: found, it is
  * ours. Otherwise, while the lease had not expired nobody could have taken the range over, so the
  * missing lease is our own record. After the expiry nobody can tell: SQL0044
- * (docs/crash-recovery.md#unknown-commits).
+ * (docs/protocol/crash-recovery.md#unknown-commits).
  */
 async function ownRecord<T>(ctx: PollContext<T>, range: RecordedRange, newToken: string | null): Promise<"mine" | "lost" | "unknown"> {
   const answeredAt = now();

@@ -1,4 +1,4 @@
-// One claimed range being run (docs/poll-cycle.md#dispatch): its chains on `concurrency` workers,
+// One claimed range being run (docs/protocol/poll-cycle.md#dispatch): its chains on `concurrency` workers,
 // the range lease and its extension, the members' key leases (keys.ts), and the outcomes its
 // record writes (record.ts).
 import type { ClaimedMessageRow, MessageRow } from "../../sql/cycle.js";
@@ -21,7 +21,7 @@ export interface LeasedRange {
   msgs: MessageRow[] | ClaimedMessageRow[];
 }
 
-/** Same-key exclusive/ordered messages form serial chains; everything else runs alone (docs/ordering.md#chains-inside-a-range). */
+/** Same-key exclusive/ordered messages form serial chains; everything else runs alone (docs/protocol/ordering.md#chains-inside-a-range). */
 export function chains(msgs: RangeMessage[]): RangeMessage[][] {
   const units: RangeMessage[][] = [];
   const byKey = new Map<string, RangeMessage[]>();
@@ -60,7 +60,7 @@ export class RangeRun<T> {
     private readonly ctx: PollContext<T>,
     readonly range: LeasedRange,
     sentAt: MonotonicMs,
-    /** Filled while the range runs when a drain sizes its ranges (docs/poll-cycle.md#range-size-in-a-drain). */
+    /** Filled while the range runs when a drain sizes its ranges (docs/protocol/poll-cycle.md#range-size-in-a-drain). */
     private readonly sample: RangeSample | undefined,
     /**
      * The payloads came as JSON text, as a claim answers (it counted their bytes); each is parsed
@@ -136,7 +136,7 @@ export class RangeRun<T> {
   /**
    * Runs the chains on `concurrency` workers. A database error in one unit stops new starts; the
    * running handlers finish and the prefix they resolved is recorded before the error is thrown
-   * (docs/crash-recovery.md#database-errors-inside-a-poll).
+   * (docs/protocol/crash-recovery.md#database-errors-inside-a-poll).
    */
   async dispatch(): Promise<{ e: unknown } | null> {
     const { ctx, units } = this;
@@ -207,12 +207,12 @@ export class RangeRun<T> {
   }
 
   /**
-   * docs/poll-cycle.md#dispatch step 4: null when a keyed member may run, else its outcome without
+   * docs/protocol/poll-cycle.md#dispatch step 4: null when a keyed member may run, else its outcome without
    * running. The chain's first member usually has its key lease already (taken for the whole range
    * up front); a member whose lease would not cover its run, a later member without the lease, and
    * a compacted member (whose head is checked at its start) take or renew it now, under the range's
    * key token. An abandoned run of the key still running in this process keeps the key
-   * (docs/ordering.md#key-leases): the member waits as deferred.
+   * (docs/protocol/ordering.md#key-leases): the member waits as deferred.
    */
   private async keyOutcome(m: RangeMessage, first: boolean): Promise<RunOutcome | null> {
     const held = this.keys.heldOutcome(m, first, this.outlives);
@@ -261,7 +261,7 @@ export class RangeRun<T> {
   }
 
   /**
-   * docs/poll-cycle.md#recording-a-range, in a statement of its own: the contiguous prefix of
+   * docs/protocol/poll-cycle.md#recording-a-range, in a statement of its own: the contiguous prefix of
    * messages with an outcome is recorded; the rest is released at once (the key leases as
    * KeyLeases.release says).
    */
