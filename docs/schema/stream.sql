@@ -180,7 +180,7 @@ BEGIN
     IF v_blocked THEN
       RETURN QUERY SELECT NULL::bigint, NULL::bigint, NULL::bigint, NULL::text, NULL::bigint,
                           jsonb_build_object('pid', f.pid, 'age_ms', f.xact_age_ms, 'app', f.application_name,
-                                             'query', f.query)::text,
+                                             'statement', f.statement)::text,
                           '{"fence": true}'::jsonb, NULL::float8, NULL::bigint, NULL::boolean, NULL::bigint,
                           NULL::boolean, NULL::boolean, NULL::boolean, NULL::boolean
                      FROM "sqlstreams".fence_holders_1() f LIMIT 5;
@@ -245,12 +245,12 @@ $$;
 
 -- FUNCTION: fence_holders_1()
 
-CREATE FUNCTION sqlstreams.fence_holders_1() RETURNS TABLE(pid integer, xact_age_ms double precision, application_name text, query text)
+CREATE FUNCTION sqlstreams.fence_holders_1() RETURNS TABLE(pid integer, xact_age_ms double precision, application_name text, statement text)
     LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
   SELECT l.pid, date_part('epoch', clock_timestamp() - a.xact_start) * 1000,
-         a.application_name, left(a.query, 200)
+         a.application_name, upper(substring(a.query FROM '^\s*([A-Za-z]{1,20})'))
     FROM pg_catalog.pg_locks l
     LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
    WHERE l.locktype = 'relation' AND l.mode = 'RowExclusiveLock' AND l.granted
@@ -1041,6 +1041,10 @@ CREATE INDEX exception_queue_1_due ON sqlstreams.exception_queue_1 USING btree (
 -- INDEX: exception_queue_1_key
 
 CREATE INDEX exception_queue_1_key ON sqlstreams.exception_queue_1 USING btree (consumer_group_id, message_key, message_id) WHERE (message_key IS NOT NULL);
+
+-- INDEX: exception_queue_1_page
+
+CREATE INDEX exception_queue_1_page ON sqlstreams.exception_queue_1 USING btree (consumer_group_id, status, updated_at DESC, message_id DESC);
 
 -- INDEX: idempotency_key_1_created
 

@@ -39,7 +39,7 @@ describe("decodeClaim", () => {
   });
 
   it("held by the fence: no range, the holders parsed from their payloads", () => {
-    const holder = { pid: 123, age_ms: 2_500, app: "producer", query: "INSERT" };
+    const holder = { pid: 123, age_ms: 2_500, app: "producer", statement: "INSERT" };
     const a = decodeClaim([{ ...none, payload: JSON.stringify(holder), options: { fence: true } as never }], []);
     expect(a.range).toBeNull();
     expect(a.fenceHolders).toEqual([holder]);

@@ -5,7 +5,7 @@
 import { describe, expect, it } from "vitest";
 import { FENCE_WARN_MS, type FenceHolder, fenceEvents } from "../../packages/core/src/cycle/fence-warning.js";
 
-const holder = (pid: number | null, age_ms: number | null, app = "producer"): FenceHolder => ({ pid, age_ms, app, query: "INSERT …" });
+const holder = (pid: number | null, age_ms: number | null, app = "producer"): FenceHolder => ({ pid, age_ms, app, statement: "INSERT" });
 
 describe("fence warnings", () => {
   it("names a holder older than the bound, with its age; a young one is not named", () => {

@@ -16,7 +16,7 @@
 -- measures the payloads against p_bytes (docs/protocol/poll-cycle.md#the-byte-bound), moves the cursor,
 -- writes the lease, and returns a header row (r_low, r_high, and lease_ms, the length of the lease
 -- written, NULL when no message needed one) or, when producers hold the fence, up to five fence
--- holder rows (payload: {pid, age_ms, app, query}; options: {"fence": true}). The client reads
+-- holder rows (payload: {pid, age_ms, app, statement}; options: {"fence": true}). The client reads
 -- the lease's messages with a plain SELECT in the same transaction and round trip (claimRead in
 -- packages/core/src/sql/cycle.ts), which sends rows as it reads them where a plpgsql function
 -- would buffer them all first.
@@ -184,7 +184,7 @@ BEGIN
     IF v_blocked THEN
       RETURN QUERY SELECT NULL::bigint, NULL::bigint, NULL::bigint, NULL::text, NULL::bigint,
                           jsonb_build_object('pid', f.pid, 'age_ms', f.xact_age_ms, 'app', f.application_name,
-                                             'query', f.query)::text,
+                                             'statement', f.statement)::text,
                           '{"fence": true}'::jsonb, NULL::float8, NULL::bigint, NULL::boolean, NULL::bigint,
                           NULL::boolean, NULL::boolean, NULL::boolean, NULL::boolean
                      FROM {{schema}}.fence_holders_{{N}}() f LIMIT 5;

@@ -1,13 +1,14 @@
 -- The backends (other than the caller) whose open transaction holds RowExclusiveLock on this
 -- stream's log or one of its partitions, oldest transaction first. pid is NULL for a prepared
--- transaction. The statement text is cut to 200 characters.
+-- transaction. Of the backend's statement only its first word (SELECT, INSERT, COMMIT, …): the
+-- text of another session's SQL can carry secrets in its literals, and this answer is logged.
 CREATE OR REPLACE FUNCTION {{schema}}.fence_holders_{{N}}()
-RETURNS TABLE (pid INTEGER, xact_age_ms FLOAT8, application_name TEXT, query TEXT)
+RETURNS TABLE (pid INTEGER, xact_age_ms FLOAT8, application_name TEXT, statement TEXT)
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
   SELECT l.pid, date_part('epoch', clock_timestamp() - a.xact_start) * 1000,
-         a.application_name, left(a.query, 200)
+         a.application_name, upper(substring(a.query FROM '^\s*([A-Za-z]{1,20})'))
     FROM pg_catalog.pg_locks l
     LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
    WHERE l.locktype = 'relation' AND l.mode = 'RowExclusiveLock' AND l.granted

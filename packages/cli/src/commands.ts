@@ -1,7 +1,7 @@
 // The operator commands: migrate, status, failures, redrive, seek, pause, resume, destroy,
 // maintain. Each takes the parsed options and prints a table (or JSON with --json).
 import { SqlStreamsError, type FailureRow, type Progress, type ProgressSample, type RedriveSelector } from "@sqlstreams/core";
-import { registeredGroups } from "@sqlstreams/core/internal";
+import { registeredGroups, undisplayablePayload } from "@sqlstreams/core/internal";
 import type { Ctx, Values } from "./context.js";
 import { deadSelector, failureFilter, progressLine, rateOption } from "./operate.js";
 import { usageError } from "./errors.js";
@@ -252,8 +252,12 @@ export async function failures(ctx: Ctx, v: Values): Promise<void> {
   const rows: FailureRow[] = await c.failures({ ...filter, status, limit, offset });
   const total = await c.countFailures({ ...filter, status });
   const next = offset + rows.length < total ? offset + rows.length : null;
+  const schema = ctx.client().schema;
+  const notShown = rows.map((r) => undisplayablePayload(r.payload, { schema, stream, id: r.messageId }));
   if (ctx.json) {
-    ctx.printJson({ stream, group, status: st, limit, offset, total, nextOffset: next, filter, rows });
+    // A payload too deep to show is left out (JSON.stringify would overflow the stack) and said so.
+    const out = rows.map((r, i) => (notShown[i] === null ? r : { ...r, payload: null, payloadNotDisplayable: notShown[i] }));
+    ctx.printJson({ stream, group, status: st, limit, offset, total, nextOffset: next, filter, rows: out });
     return;
   }
   const filtered = Object.keys(filter).length > 0 ? " matching the filter" : "";
@@ -265,11 +269,11 @@ export async function failures(ctx: Ctx, v: Values): Promise<void> {
   ctx.print(
     table(
       ["MESSAGE", "KEY", "STATUS", "ATTEMPTS", "DELAYS", "UPDATED", "RUN AFTER", "PAYLOAD", "LAST ERROR"],
-      rows.map((r) => [
+      rows.map((r, i) => [
         r.messageId, r.key === null ? "-" : escapeControls(r.key), paint(ctx.colour, r.status === "dead" ? "red" : "yellow", r.status), String(r.attempts), String(r.delays),
         `${age(now - r.updatedAt.getTime())} ago`,
         r.canRunAfter.getTime() > now ? `in ${age(r.canRunAfter.getTime() - now)}` : "now",
-        truncate(JSON.stringify(r.payload) ?? "null", 40), r.lastError ?? "-",
+        notShown[i] === null ? truncate(JSON.stringify(r.payload) ?? "null", 40) : "not displayable (see below)", r.lastError ?? "-",
       ]),
       { maxLast: 100 },
     ),
@@ -278,6 +282,7 @@ export async function failures(ctx: Ctx, v: Values): Promise<void> {
     `${rows.length} ${st} row(s)${filtered} (${offset + 1}–${offset + rows.length} of ${total}), newest first` +
       (next !== null ? `; next page: --offset ${next}` : ""),
   );
+  for (const why of notShown) if (why !== null) ctx.print(why);
   if (st === "dead") ctx.print(`redrive after the fix: sqlstreams redrive --stream ${stream} --group ${group} --ids ${rows.slice(0, 3).map((r) => r.messageId).join(",")}${rows.length > 3 ? ",…" : ""}`);
 }
 

@@ -74,9 +74,9 @@ async function checkFence(db: pg.Pool, schema: string, s: StreamFamily, o: Docto
   for (const h of old) {
     out.push({
       check: "fence", severity: "error", stream: s.name,
-      message: `stream ${s.name}: backend ${h.pid} (${h.applicationName || "no application_name"}) has held the stream's fence for ${age(h.xactAgeMs)} in an open transaction: every group's claims wait for it; last statement: ${(h.query ?? "").replace(/\s+/g, " ").slice(0, 200)}`,
+      message: `stream ${s.name}: backend ${h.pid} (${h.applicationName || "no application_name"}) has held the stream's fence for ${age(h.xactAgeMs)} in an open transaction: every group's claims wait for it; last statement: ${h.statement ?? "unknown"}`,
       fix: `commit or roll back that transaction; if it is abandoned: SELECT pg_terminate_backend(${h.pid})`,
-      details: { pid: h.pid, ageMs: Math.round(h.xactAgeMs ?? 0), applicationName: h.applicationName, query: h.query },
+      details: { pid: h.pid, ageMs: Math.round(h.xactAgeMs ?? 0), applicationName: h.applicationName, statement: h.statement },
     });
   }
   if (old.length === 0) out.push({ check: "fence", severity: "ok", stream: s.name, message: `stream ${s.name}: no transaction has held the fence for ${age(o.holdMs)} or more${holders.length > 0 ? ` (${holders.length} younger)` : ""}` });

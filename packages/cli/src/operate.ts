@@ -3,6 +3,7 @@
 import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
 import { SqlStreamsError, type DeadSelector, type FailureFilter, type InspectedMessage, type ProduceOptions } from "@sqlstreams/core";
+import { undisplayablePayload } from "@sqlstreams/core/internal";
 import type { Ctx, Values } from "./context.js";
 import { usageError } from "./errors.js";
 import { required, str } from "./args.js";
@@ -136,13 +137,16 @@ export async function inspect(ctx: Ctx, v: Values, positionals: string[]): Promi
   if ((id === undefined) === (key === undefined)) throw usageError("pass exactly one of --id N or --key K", "inspect");
   const limit = intOption(v, "limit", "inspect", 1, 100);
   const found = await ctx.client().stream(stream).inspect(id !== undefined ? { id } : { key, ...(limit === undefined ? {} : { limit }) });
+  const schema = ctx.client().schema;
+  const notShown = found.map((m) => undisplayablePayload(m.payload, { schema, stream, id: m.id }));
   if (ctx.json) {
-    ctx.printJson({ stream, messages: found });
+    // A payload too deep to show is left out (JSON.stringify would overflow the stack) and said so.
+    ctx.printJson({ stream, messages: found.map((m, i) => (notShown[i] === null ? m : { ...m, payload: null, payloadNotDisplayable: notShown[i] })) });
     return 0;
   }
   found.forEach((m, i) => {
     if (i > 0) ctx.print("");
-    printMessage(ctx, m);
+    printMessage(ctx, m, notShown[i]);
   });
   return 0;
 }
@@ -153,14 +157,14 @@ const POSITION_TEXT: Record<string, string> = {
   resolved: "resolved (at or below the committed cursor)",
 };
 
-function printMessage(ctx: Ctx, m: InspectedMessage): void {
+function printMessage(ctx: Ctx, m: InspectedMessage, notShown: string | null): void {
   const c = ctx.colour;
   const now = Date.now();
   ctx.print(paint(c, "bold", `message ${m.id} of ${m.stream}`));
   ctx.print(`  key:        ${m.key === null ? "-" : escapeControls(m.key)}${m.compactionRank !== null ? ` (compaction rank ${m.compactionRank})` : ""}`);
   ctx.print(`  created:    ${m.createdAt.toISOString()} (${age(now - m.createdAt.getTime())} ago)`);
   ctx.print(`  options:    ${m.options === null ? "-" : escapeControls(JSON.stringify(m.options))}`);
-  ctx.print(`  payload:    ${truncate(JSON.stringify(m.payload) ?? "null", 2_000)}`);
+  ctx.print(`  payload:    ${notShown ?? truncate(JSON.stringify(m.payload) ?? "null", 2_000)}`);
   if (m.groups.length === 0) ctx.print("  no consumer groups");
   for (const g of m.groups) {
     const r = g.row;

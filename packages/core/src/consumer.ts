@@ -149,9 +149,12 @@ export class Consumer<T = unknown> {
     return atEdge(this.call("failures"), () => Reads.failures<T>(this.ref, opts));
   }
 
-  /** How many rows failures() with the same filter would page through. */
-  countFailures(opts: Omit<FailureFilter, "limit" | "offset"> = {}): Promise<number> {
-    return atEdge(this.call("countFailures"), () => Reads.countFailures(this.ref, opts));
+  /**
+   * How many rows failures() with the same filter would page through; with `cap`, counting stops
+   * at cap + 1 rows (an answer above cap means "more than cap"), so a large backlog costs no more.
+   */
+  countFailures(opts: Omit<FailureFilter, "limit" | "offset" | "after" | "beforeCursor"> = {}, cap?: number): Promise<number> {
+    return atEdge(this.call("countFailures"), () => Reads.countFailures(this.ref, opts, cap));
   }
 
   /**

@@ -27,3 +27,30 @@ const SHORT: Record<string, string> = { "\n": "\\n", "\r": "\\r", "\t": "\\t", "
 export function escapeControls(text: string): string {
   return text.replace(CONTROL, (c) => SHORT[c] ?? (c.charCodeAt(0) <= 0xff ? `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}` : `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`));
 }
+
+/** The deepest payload an operator display renders; a deeper one is described instead (JSON.stringify recurses). */
+export const DISPLAY_DEPTH = 200;
+
+/** How deep a parsed JSON value nests (a scalar is 0, `[]` is 1), measured without recursion. */
+export function jsonDepth(value: unknown): number {
+  let max = 0;
+  const todo: [unknown, number][] = [[value, 0]];
+  while (todo.length > 0) {
+    const [v, d] = todo.pop() as [unknown, number];
+    if (typeof v !== "object" || v === null) continue;
+    if (d + 1 > max) max = d + 1;
+    for (const child of Array.isArray(v) ? v : Object.values(v)) if (typeof child === "object" && child !== null) todo.push([child, d + 1]);
+  }
+  return max;
+}
+
+/**
+ * Null when an operator display can render this payload; else the sentence to show instead: it
+ * nests deeper than DISPLAY_DEPTH, and where to read it with SQL.
+ */
+export function undisplayablePayload(payload: unknown, where: { schema: string; stream: string; id: string }): string | null {
+  const depth = jsonDepth(payload);
+  if (depth <= DISPLAY_DEPTH) return null;
+  return `payload not displayable: nested ${depth} levels (the display stops at ${DISPLAY_DEPTH}); fetch it with SQL: ` +
+    `SELECT l.payload FROM ${where.schema}.message_log_<id> l WHERE l.id = ${where.id}, where <id> is SELECT id FROM ${where.schema}.stream_config WHERE name = '${where.stream.replace(/'/g, "''")}'`;
+}

@@ -1,6 +1,6 @@
 // What the other @sqlstreams packages share with core but is not the library's public API:
 // `@sqlstreams/core/internal`, for @sqlstreams/aws and @sqlstreams/cli only (no stability promise).
-export { escapeControls, formatAge } from "./format.js";
+export { DISPLAY_DEPTH, escapeControls, formatAge, jsonDepth, undisplayablePayload } from "./format.js";
 export { connectionFailure, isTransient } from "./db.js";
 export { POLL_OPTION_RANGES } from "./config.js";
 export {

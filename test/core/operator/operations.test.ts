@@ -432,7 +432,7 @@ describe("inspection (C34)", () => {
     expect(f[0]).toEqual({
       messageId: "2", key: null, status: "dead", payload: { order: 2 }, attempts: 1, delays: 0,
       lastError: expect.stringMatching(/^Error: card declined\n/), canRunAfter: stored.can_run_after, createdAt: stored.created_at,
-      updatedAt: stored.updated_at,
+      updatedAt: stored.updated_at, cursor: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z~2$/),
     });
     expect(await g.failures({ status: "ready" })).toEqual([]);
 

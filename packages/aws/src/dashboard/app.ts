@@ -3,6 +3,7 @@
 // rendered HTML; state changes are POSTs guarded by a double-submit token and the browser's
 // Origin / Sec-Fetch-Site headers; read-only mode refuses them (docs/guide/operations.md#dashboard).
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { undisplayablePayload } from "@sqlstreams/core/internal";
 import { SqlStreamsError, isSqlStreamsError, type FailureFilter, type Progress, type SqlStreams } from "@sqlstreams/core";
 import { SCRIPT_HASH, age, esc, page, postForm, table } from "./html.js";
 import { BLOCKED_ON_PAGE, blockedSection } from "./blocked.js";
@@ -44,10 +45,18 @@ class HttpError extends Error {
   }
 }
 
-/** The status and the coded text of a failed request: 4xx for anything the request got wrong, 500 for the rest. */
+/** Codes that say the database could not be used now, not that the request was wrong: 503 and a retry. */
+const UNAVAILABLE = ["SQL0032", "SQL0033", "SQL0050"];
+/** Seconds a 503 asks the client to wait (the page's own refresh is 5 s). */
+const RETRY_AFTER_S = "5";
+
+/** The status and the coded text of a failed request: 4xx for anything the request got wrong, 503 for an unavailable database, 500 for the rest. */
 function describe(e: unknown): { status: number; message: string } {
   if (e instanceof HttpError) return { status: e.status, message: `SQL0090 ${e.message}` };
-  if (isSqlStreamsError(e)) return { status: ["SQL0009", "SQL0010", "SQL0058"].includes(e.code) ? 404 : e.code === "SQL0061" ? 403 : e.code === "SQL0050" ? 503 : 400, message: e.message };
+  if (isSqlStreamsError(e)) {
+    const status = ["SQL0009", "SQL0010", "SQL0058"].includes(e.code) ? 404 : e.code === "SQL0061" ? 403 : UNAVAILABLE.includes(e.code) ? 503 : 400;
+    return { status, message: e.message };
+  }
   const code = (e as { code?: unknown } | null)?.code;
   // Class 22, data exception: a value from the request Postgres cannot take (an id beyond bigint, a
   // timestamp out of range, an unsupported escape in a JSON filter).
@@ -206,7 +215,8 @@ export function createDashboard(o: DashboardOptions): FetchHandler {
       throw new HttpError(404, `no page ${path}`);
     } catch (e) {
       const { status, message } = describe(e);
-      return html(page({ title: "error", base, readOnly, error: message }, `<p><a href="${esc(base)}/">Back to the overview</a></p>`), status, setCookie);
+      const headers = status === 503 ? { ...setCookie, "retry-after": RETRY_AFTER_S } : setCookie;
+      return html(page({ title: "error", base, readOnly, error: message }, `<p><a href="${esc(base)}/">Back to the overview</a></p>`), status, headers);
     }
   };
 }
@@ -306,10 +316,12 @@ ${lookup}`,
   );
 }
 
-function filterOf(u: URL): { status: (typeof STATUSES)[number]; filter: Omit<FailureFilter, "status" | "limit" | "offset">; offset: number; raw: Record<string, string> } {
+type Filter = Omit<FailureFilter, "status" | "limit" | "offset" | "after" | "beforeCursor">;
+
+function filterOf(u: URL): { status: (typeof STATUSES)[number]; filter: Filter; page: { after?: string; beforeCursor?: string }; raw: Record<string, string> } {
   const g = (k: string) => u.searchParams.get(k) ?? "";
   const status = (STATUSES as readonly string[]).includes(g("status")) ? (g("status") as (typeof STATUSES)[number]) : "dead";
-  const filter: Omit<FailureFilter, "status" | "limit" | "offset"> = {};
+  const filter: Filter = {};
   if (g("error")) filter.errorContains = g("error");
   if (g("key")) filter.key = g("key");
   if (g("since")) filter.since = g("since");
@@ -320,8 +332,9 @@ function filterOf(u: URL): { status: (typeof STATUSES)[number]; filter: Omit<Fai
       throw new HttpError(400, `payload filter must be JSON, e.g. {"customer":7}`);
     }
   }
-  const offset = /^[0-9]{1,9}$/.test(g("offset")) ? Number(g("offset")) : 0;
-  return { status, filter, offset, raw: { status, error: g("error"), key: g("key"), since: g("since"), payload: g("payload") } };
+  // Keyset paging: the rows after (older than) or before (newer than) a row's cursor.
+  const page = g("after") ? { after: g("after") } : g("before") ? { beforeCursor: g("before") } : {};
+  return { status, filter, page, raw: { status, error: g("error"), key: g("key"), since: g("since"), payload: g("payload") } };
 }
 
 function need(u: URL | URLSearchParams, k: string): string {
@@ -330,14 +343,29 @@ function need(u: URL | URLSearchParams, k: string): string {
   return x;
 }
 
+/** A payload as indented JSON, or the sentence saying it nests too deep to show (and how to fetch it). */
+function payloadCell(v: View, stream: string, id: string, payload: unknown, indent: number): string {
+  const not = undisplayablePayload(payload, { schema: v.client.schema, stream, id });
+  return not === null ? `<pre>${esc(JSON.stringify(payload, null, indent))}</pre>` : `<p class="warn">${esc(not)}</p>`;
+}
+
 async function groupPage(v: View): Promise<string> {
   const stream = need(v.url, "stream");
   const group = need(v.url, "group");
   const c = v.client.stream(stream).consumer(group);
   const p = await c.progress();
   const f = filterOf(v.url);
-  const rows = await c.failures({ ...f.filter, status: f.status, limit: PAGE, offset: f.offset });
-  const total = await c.countFailures({ ...f.filter, status: f.status });
+  // One row more than a page, read from the index after the cursor: whether a further page exists.
+  const read = await c.failures({ ...f.filter, ...f.page, status: f.status, limit: PAGE + 1 });
+  const backward = f.page.beforeCursor !== undefined;
+  const further = read.length > PAGE;
+  const rows = further ? (backward ? read.slice(1) : read.slice(0, PAGE)) : read;
+  const older = backward || further;
+  const newer = f.page.after !== undefined || (backward && further);
+  // Counted no further than the bulk actions reach: above it the page says "10,000+".
+  const total = await c.countFailures({ ...f.filter, status: f.status }, BULK_LIMIT);
+  const capped = total > BULK_LIMIT;
+  const totalText = capped ? `${BULK_LIMIT.toLocaleString("en-US")}+` : total.toLocaleString("en-US");
   const blocked = p.blockedKeys > 0 ? await c.blockedKeys({ limit: BLOCKED_ON_PAGE }) : [];
   const sg = { stream, group };
   const now = Date.now();
@@ -351,7 +379,7 @@ async function groupPage(v: View): Promise<string> {
     `<span class="${r.status === "dead" ? "bad" : "warn"}">${esc(r.status)}</span>`,
     String(r.attempts), String(r.delays),
     esc(`${age(now - r.updatedAt.getTime())} ago`),
-    `<pre>${esc(JSON.stringify(r.payload, null, 1))}</pre>`,
+    payloadCell(v, stream, r.messageId, r.payload, 1),
     errorCell(r.lastError),
     actions(r.messageId),
   ]);
@@ -366,16 +394,16 @@ async function groupPage(v: View): Promise<string> {
 <button type="submit">Apply</button></fieldset></form>`;
   const matching = { ...sg, error: raw.error, key: raw.key, since: raw.since, payload: raw.payload };
   // One action handles at most BULK_LIMIT rows: the labels say how many this press acts on.
-  const many = total > BULK_LIMIT;
-  const howMany = many ? `${BULK_LIMIT.toLocaleString("en-US")} of the ${total.toLocaleString("en-US")} matching` : `all ${total.toLocaleString("en-US")} matching`;
+  const many = capped;
+  const howMany = many ? `${BULK_LIMIT.toLocaleString("en-US")} of the ${totalText} matching` : `all ${totalText} matching`;
   const bulk = v.readOnly || f.status !== "dead" || total === 0 ? "" : `<p>${postForm(`${v.base}/action/redrive`, v.csrf, { ...matching, all: "1" }, `Redrive ${howMany}`)} ${postForm(`${v.base}/action/discard`, v.csrf, { ...matching, all: "1" }, `Discard ${howMany}`, { danger: true })}${many ? ` <span class="muted">(at most ${BULK_LIMIT.toLocaleString("en-US")} a press; press again for more)</span>` : ""}</p>`;
   const controls = v.readOnly ? "" : `<fieldset><legend>Group</legend>
 ${p.paused ? postForm(`${v.base}/action/resume`, v.csrf, sg, "Resume") : postForm(`${v.base}/action/pause`, v.csrf, sg, "Pause")}
 <form class="inline" method="post" action="${esc(v.base)}/action/seek"><input type="hidden" name="csrf" value="${esc(v.csrf)}"><input type="hidden" name="stream" value="${esc(stream)}"><input type="hidden" name="group" value="${esc(group)}">
 <label for="s-id">Seek to id</label><input id="s-id" name="id" inputmode="numeric" size="10"> <label for="s-time">or time</label><input id="s-time" name="time" size="20" placeholder="2024-05-01T12:00Z">
 <button type="submit">Seek…</button></form></fieldset>`;
-  const next = f.offset + rows.length < total ? `<a href="${esc(link(v, "/group", { ...sg, ...raw, offset: String(f.offset + rows.length) }))}">Next page</a>` : "";
-  const prev = f.offset > 0 ? `<a href="${esc(link(v, "/group", { ...sg, ...raw, offset: String(Math.max(0, f.offset - PAGE)) }))}">Previous page</a>` : "";
+  const next = older && rows.length > 0 ? `<a href="${esc(link(v, "/group", { ...sg, ...raw, after: rows[rows.length - 1].cursor }))}">Next page</a>` : "";
+  const prev = newer && rows.length > 0 ? `<a href="${esc(link(v, "/group", { ...sg, ...raw, before: rows[0].cursor }))}">Previous page</a>` : "";
   return page(
     { title: `${stream} / ${group}`, base: v.base, readOnly: v.readOnly, flash: banner(v.url), refresh: true },
     `<h1>${esc(stream)} / ${esc(group)}</h1>
@@ -384,7 +412,7 @@ ${p.paused ? postForm(`${v.base}/action/resume`, v.csrf, sg, "Resume") : postFor
 ${await historyCharts(v, stream, group)}
 ${blockedSection(blocked, p.blockedKeys, (id) => link(v, "/message", { stream, id }))}
 ${controls}${filterForm}${bulk}
-${table(`${f.status} rows ${total === 0 ? "" : `${f.offset + 1}–${f.offset + rows.length} of ${total}`}`, [{ text: "Message", num: true }, "Key", "Status", { text: "Attempts", num: true }, { text: "Delays", num: true }, "Updated", "Payload", "Last error", v.readOnly ? "" : "Actions"], body)}
+${table(`${f.status} rows ${total === 0 ? "" : `(${rows.length} shown of ${totalText} matching, newest first)`}`, [{ text: "Message", num: true }, "Key", "Status", { text: "Attempts", num: true }, { text: "Delays", num: true }, "Updated", "Payload", "Last error", v.readOnly ? "" : "Actions"], body)}
 <p>${prev} ${next}</p>`,
   );
 }
@@ -412,7 +440,7 @@ ${table(`Delivery log of ${g.group}`, ["At", { text: "Attempt", num: true }, "St
     });
     return `<article><h2>Message ${esc(m.id)}</h2>
 <p>key ${esc(m.key ?? "-")}; created ${esc(m.createdAt.toISOString())} (${esc(age(now - m.createdAt.getTime()))} ago); options ${esc(m.options === null ? "-" : JSON.stringify(m.options))}</p>
-<pre>${esc(JSON.stringify(m.payload, null, 2))}</pre>${groups.join("\n")}</article>`;
+${payloadCell(v, stream, m.id, m.payload, 2)}${groups.join("\n")}</article>`;
   });
   return page({ title: `${stream} message ${id ?? key}`, base: v.base, readOnly: v.readOnly, flash: banner(v.url) }, `<h1>${esc(stream)}</h1>${parts.join("\n")}`);
 }

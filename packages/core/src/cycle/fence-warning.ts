@@ -40,8 +40,8 @@ export function fenceEvents(holders: readonly FenceHolder[], stream: string, gro
       event: {
         level: "warn", code: "SQL0043",
         message: `claims held by the fence: ${who} has a transaction open for ${Math.round(h.age_ms / 100) / 10} s that wrote to stream ${stream} ` +
-          `(application_name ${JSON.stringify(h.app ?? "")}, last statement ${JSON.stringify(h.query ?? "")})`,
-        stream, group, pid: h.pid, xactAgeMs: Math.round(h.age_ms), applicationName: h.app, lastStatement: h.query,
+          `(application_name ${JSON.stringify(h.app ?? "")}, last statement ${h.statement ?? "unknown"})`,
+        stream, group, pid: h.pid, xactAgeMs: Math.round(h.age_ms), applicationName: h.app, lastStatement: h.statement,
       },
       collapse: String(h.pid),
     });

@@ -21,7 +21,8 @@ export interface FenceHolder {
   pid: number;
   xactAgeMs: number | null;
   applicationName: string | null;
-  query: string | null;
+  /** The first word of its statement, never the text (literals can carry secrets). */
+  statement: string | null;
 }
 
 export interface GroupLeaseHealth {
@@ -61,9 +62,9 @@ export async function migrationState(db: Queryable, schema: string): Promise<{ s
 
 /** Transactions holding the stream's fence now; one row per backend (the oldest lock's age). */
 export async function fenceHolders(db: Queryable, schema: string, streamId: string): Promise<FenceHolder[]> {
-  const r = await db.query<{ pid: number; xact_age_ms: number | null; application_name: string | null; query: string | null }>(D.fenceHolders(quoted(schema), streamId));
+  const r = await db.query<{ pid: number; xact_age_ms: number | null; application_name: string | null; statement: string | null }>(D.fenceHolders(quoted(schema), streamId));
   // One row per lock (the log and each partition the transaction wrote).
-  const byPid = new Map(r.rows.map((h) => [h.pid, { pid: h.pid, xactAgeMs: h.xact_age_ms, applicationName: h.application_name, query: h.query }]));
+  const byPid = new Map(r.rows.map((h) => [h.pid, { pid: h.pid, xactAgeMs: h.xact_age_ms, applicationName: h.application_name, statement: h.statement }]));
   return [...byPid.values()];
 }
 

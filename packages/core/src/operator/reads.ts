@@ -65,21 +65,33 @@ export async function history(ref: GroupRef, opts: { since?: Date | string | num
 export async function failures<T>(ref: GroupRef, opts: FailureFilter): Promise<FailureRow<T>[]> {
   const f = validateFailureFilter(opts);
   const { t, groupId } = await lookupGroup(ref);
+  const k = f.keyset;
   const r = await queryRetry<{
     message_id: string; message_key: string | null; status: ExceptionStatus; payload: T; attempts: number; delays: number;
-    last_error: string | null; can_run_after: Date; created_at: Date; updated_at: Date;
-  }>(ref.client.db, OperatorSql.filteredRows(t), [groupId, f.status, f.limit, f.errorContains, f.key, f.since, f.before, f.payload, f.offset]);
-  return r.rows.map((x) => ({
+    last_error: string | null; can_run_after: Date; created_at: Date; updated_at: Date; cursor: string;
+  }>(ref.client.db, OperatorSql.filteredRows(t, k?.dir ?? null), [
+    groupId, f.status, f.limit, f.errorContains, f.key, f.since, f.before, f.payload, f.offset, ...(k ? [k.updatedAt, k.id] : []),
+  ]);
+  const rows = r.rows.map((x) => ({
     messageId: x.message_id, key: x.message_key, status: x.status, payload: x.payload, attempts: x.attempts, delays: x.delays,
-    lastError: x.last_error, canRunAfter: x.can_run_after, createdAt: x.created_at, updatedAt: x.updated_at,
+    lastError: x.last_error, canRunAfter: x.can_run_after, createdAt: x.created_at, updatedAt: x.updated_at, cursor: x.cursor,
   }));
+  // The page before a cursor is read oldest first from the index; it is shown newest first like any other.
+  return k?.dir === "before" ? rows.reverse() : rows;
 }
 
-/** How many rows failures() with the same filter would page through. */
-export async function countFailures(ref: GroupRef, opts: Omit<FailureFilter, "limit" | "offset">): Promise<number> {
+/** Counting stops here unless the caller asks for more: a count is exact up to it. */
+const COUNT_CAP = 1_000_000_000;
+
+/**
+ * How many rows failures() with the same filter would page through, counted no further than
+ * `cap` + 1: an answer above `cap` means "more than cap" (the dashboard shows "10,000+").
+ */
+export async function countFailures(ref: GroupRef, opts: Omit<FailureFilter, "limit" | "offset" | "after" | "beforeCursor">, cap = COUNT_CAP): Promise<number> {
+  if (!Number.isInteger(cap) || cap < 1 || cap > COUNT_CAP) throw new SqlStreamsError("SQL0015", `countFailures() cap must be an integer 1 … ${COUNT_CAP}, got ${String(cap)}`);
   const f = validateFailureFilter(opts);
   const { t, groupId } = await lookupGroup(ref);
-  const r = await queryRetry<{ n: number }>(ref.client.db, OperatorSql.countRows(t), [groupId, f.status, f.errorContains, f.key, f.since, f.before, f.payload]);
+  const r = await queryRetry<{ n: number }>(ref.client.db, OperatorSql.countRows(t), [groupId, f.status, f.errorContains, f.key, f.since, f.before, f.payload, cap + 1]);
   return r.rows[0].n;
 }
 

@@ -71,6 +71,8 @@ export interface FailureRow<T = unknown> {
   canRunAfter: Date;
   createdAt: Date;
   updatedAt: Date;
+  /** This row's place in the newest-first order: pass it as failures({ after }) or ({ before }) for the next or previous page. */
+  cursor: string;
 }
 
 /**
@@ -92,6 +94,12 @@ export interface FailureFilter {
   /** 1 … 1000 rows (default 100), from `offset` (default 0) in newest-first order. */
   limit?: number;
   offset?: number;
+  /**
+   * Keyset paging, served by an index however deep the page (instead of `offset`): the rows after
+   * the row whose `cursor` this is (the next page), or before it (the previous page, still newest first).
+   */
+  after?: string;
+  beforeCursor?: string;
   /** The last error contains this text (case-insensitive). */
   errorContains?: string;
   key?: string;

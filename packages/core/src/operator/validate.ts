@@ -77,11 +77,28 @@ export interface FailureQuery {
   since: Date | null;
   before: Date | null;
   payload: string | null;
+  /** A keyset cursor, decoded: the page after or before the row at updatedAt (UTC, µs) and id. */
+  keyset: { dir: "after" | "before"; updatedAt: string; id: string } | null;
+}
+
+const CURSOR = /^([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z)~([0-9]{1,19})$/;
+
+function keysetOf(o: FailureFilter, offset: number): FailureQuery["keyset"] {
+  if (o.after !== undefined && o.beforeCursor !== undefined) throw new SqlStreamsError("SQL0015", "failures(): pass after or beforeCursor, not both");
+  const dir = o.after !== undefined ? "after" : o.beforeCursor !== undefined ? "before" : null;
+  if (dir === null) return null;
+  if (offset !== 0) throw new SqlStreamsError("SQL0015", `failures(): ${dir === "after" ? "after" : "beforeCursor"} pages by cursor; pass no offset with it`);
+  const c = dir === "after" ? o.after : o.beforeCursor;
+  const m = typeof c === "string" ? CURSOR.exec(c) : null;
+  if (m === null || BigInt(m[2]) > 9_223_372_036_854_775_807n) {
+    throw new SqlStreamsError("SQL0015", `failures(): ${dir === "after" ? "after" : "beforeCursor"} must be a row's cursor (from failures()), got ${JSON.stringify(String(c).slice(0, 60))}`);
+  }
+  return { dir, updatedAt: m[1], id: m[2] };
 }
 
 export function validateFailureFilter(o: FailureFilter): FailureQuery {
   if (typeof o !== "object" || o === null) throw new SqlStreamsError("SQL0015", "failures() takes an options object");
-  const allowed = ["status", "limit", "offset", "errorContains", "key", "since", "before", "payloadContains"];
+  const allowed = ["status", "limit", "offset", "after", "beforeCursor", "errorContains", "key", "since", "before", "payloadContains"];
   for (const k of Object.keys(o)) if (!allowed.includes(k)) throw new SqlStreamsError("SQL0015", `failures(): unknown option ${k}; allowed: ${allowed.join(", ")}`);
   const status = o.status ?? "dead";
   if (!["dead", "ready", "deferred", "inflight"].includes(status)) throw new SqlStreamsError("SQL0015", `failures() status must be dead, ready, deferred or inflight, got ${String(status)}`);
@@ -96,6 +113,7 @@ export function validateFailureFilter(o: FailureFilter): FailureQuery {
     since: o.since === undefined ? null : asTime(o.since, "failures() since", "SQL0015"),
     before: o.before === undefined ? null : asTime(o.before, "failures() before", "SQL0015"),
     payload: containment(o.payloadContains, "SQL0015", "failures() payloadContains"),
+    keyset: keysetOf(o, offset),
   };
 }
 

@@ -9,7 +9,8 @@ export interface FenceHolder {
   pid: number | null;
   age_ms: number | null;
   app: string | null;
-  query: string | null;
+  /** The first word of the backend's current or last statement (never its text: literals can be secrets). */
+  statement: string | null;
 }
 
 /** The record a claim made of the previous range: whether it landed, the cursor, and what the load would say now. */

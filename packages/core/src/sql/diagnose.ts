@@ -21,7 +21,7 @@ export function streamFamilies(q: string): string {
 
 /** Open transactions holding the stream's fence (its own SQL function). */
 export function fenceHolders(q: string, streamId: string): string {
-  return `SELECT pid, xact_age_ms, application_name, query FROM ${table(q, streamId, "fence_holders")}()`;
+  return `SELECT pid, xact_age_ms, application_name, statement FROM ${table(q, streamId, "fence_holders")}()`;
 }
 
 /**

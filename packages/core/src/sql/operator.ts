@@ -29,34 +29,44 @@ export function timeline(t: Tables): string {
 }
 
 /**
- * Exception rows of group $1 with status $2 and the operator filters: $4 error text (case-
- * insensitive), $5 key, $6 updated at or after, $7 updated before, $8 payload jsonb containment;
- * newest first, $3 rows from offset $9.
+ * A page of group $1's rows of status $2, newest update first: $3 rows from offset $9, filtered by
+ * $4 error text, $5 key, $6 since, $7 before, $8 payload containment. With a keyset cursor ($10 the
+ * row's updated_at, $11 its id) the rows after it ("after") or, in reverse, before it ("before",
+ * returned oldest first: the caller reverses them), read from the exception_queue_N_page index.
+ * Each row carries its cursor: updated_at in UTC to the microsecond, "~", the id.
  */
-export function filteredRows(t: Tables): string {
+export function filteredRows(t: Tables, keyset: "after" | "before" | null = null): string {
+  const desc = keyset !== "before";
+  const seek = keyset === null ? "" : `AND (e.updated_at, e.message_id) ${desc ? "<" : ">"} ($10::timestamptz, $11::bigint)`;
   return `SELECT e.message_id::text AS message_id, e.message_key, e.status, m.payload, e.attempts, e.delays, e.last_error,
-                 e.can_run_after, m.created_at, e.updated_at
+                 e.can_run_after, m.created_at, e.updated_at,
+                 to_char(e.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '~' || e.message_id::text AS cursor
             FROM ${t.eq} e JOIN ${t.ml} m ON m.id = e.message_id
-           WHERE e.consumer_group_id = $1 AND e.status = $2
+           WHERE e.consumer_group_id = $1 AND e.status = $2 ${seek}
              AND ($4::text IS NULL OR strpos(lower(COALESCE(e.last_error, '')), lower($4::text)) > 0)
              AND ($5::text IS NULL OR e.message_key = $5::text)
              AND ($6::timestamptz IS NULL OR e.updated_at >= $6::timestamptz)
              AND ($7::timestamptz IS NULL OR e.updated_at < $7::timestamptz)
              AND ($8::jsonb IS NULL OR m.payload @> $8::jsonb)
-           ORDER BY e.updated_at DESC, e.message_id DESC
+           ORDER BY e.updated_at ${desc ? "DESC" : "ASC"}, e.message_id ${desc ? "DESC" : "ASC"}
            LIMIT $3 OFFSET $9`;
 }
 
-/** How many rows the same filter matches ($1 group, $2 status, $3 … $7 as filteredRows' $4 … $8). */
+/**
+ * How many rows the same filter matches ($1 group, $2 status, $3 … $7 as filteredRows' $4 … $8),
+ * counting no further than $8: the answer is min(matching, $8).
+ */
 export function countRows(t: Tables): string {
-  return `SELECT count(*)::int AS n
-            FROM ${t.eq} e JOIN ${t.ml} m ON m.id = e.message_id
-           WHERE e.consumer_group_id = $1 AND e.status = $2
-             AND ($3::text IS NULL OR strpos(lower(COALESCE(e.last_error, '')), lower($3::text)) > 0)
-             AND ($4::text IS NULL OR e.message_key = $4::text)
-             AND ($5::timestamptz IS NULL OR e.updated_at >= $5::timestamptz)
-             AND ($6::timestamptz IS NULL OR e.updated_at < $6::timestamptz)
-             AND ($7::jsonb IS NULL OR m.payload @> $7::jsonb)`;
+  return `SELECT count(*)::int AS n FROM (
+            SELECT 1
+              FROM ${t.eq} e JOIN ${t.ml} m ON m.id = e.message_id
+             WHERE e.consumer_group_id = $1 AND e.status = $2
+               AND ($3::text IS NULL OR strpos(lower(COALESCE(e.last_error, '')), lower($3::text)) > 0)
+               AND ($4::text IS NULL OR e.message_key = $4::text)
+               AND ($5::timestamptz IS NULL OR e.updated_at >= $5::timestamptz)
+               AND ($6::timestamptz IS NULL OR e.updated_at < $6::timestamptz)
+               AND ($7::jsonb IS NULL OR m.payload @> $7::jsonb)
+             LIMIT $8) x`;
 }
 
 /**
