@@ -2,11 +2,12 @@
 // dashboard` on node:http, or behind a Lambda Function URL (createDashboardHandler). Server-
 // rendered HTML; state changes are POSTs guarded by a double-submit token and the browser's
 // Origin / Sec-Fetch-Site headers; read-only mode refuses them (docs/guide/operations.md#dashboard).
-import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { undisplayablePayload } from "@sqlstreams/core/internal";
 import { SqlStreamsError, isSqlStreamsError, type FailureFilter, type Progress, type SqlStreams } from "@sqlstreams/core";
 import { SCRIPT_HASH, age, esc, page, postForm, table } from "./html.js";
 import { BLOCKED_ON_PAGE, blockedSection } from "./blocked.js";
+import { allowedOrigin, authCookieName, authorized, cookie, sameOrigin, sameSecret } from "./guard.js";
 
 export interface DashboardOptions {
   client: SqlStreams;
@@ -96,38 +97,6 @@ function messageId(x: string, what: string): string {
   return x;
 }
 
-function sameSecret(a: string, b: string): boolean {
-  const x = createHash("sha256").update(a).digest();
-  const y = createHash("sha256").update(b).digest();
-  return timingSafeEqual(x, y);
-}
-
-/** The auth cookie's name: one per token, so dashboards on other ports of the same host don't clash. */
-function authCookieName(token: string): string {
-  return `sqlstreams_auth_${createHash("sha256").update(`cookie:${token}`).digest("hex").slice(0, 12)}`;
-}
-
-function authorized(req: Request, token: string): boolean {
-  const fromCookie = cookie(req, authCookieName(token));
-  if (fromCookie !== undefined && sameSecret(decodeURIComponent(fromCookie), token)) return true;
-  const h = req.headers.get("authorization") ?? "";
-  if (h.startsWith("Bearer ")) return sameSecret(h.slice(7).trim(), token);
-  if (h.startsWith("Basic ")) {
-    const decoded = Buffer.from(h.slice(6).trim(), "base64").toString("utf8");
-    const i = decoded.indexOf(":");
-    return i >= 0 && sameSecret(decoded.slice(i + 1), token);
-  }
-  return false;
-}
-
-function cookie(req: Request, name: string): string | undefined {
-  for (const part of (req.headers.get("cookie") ?? "").split(";")) {
-    const [k, ...v] = part.trim().split("=");
-    if (k === name) return v.join("=");
-  }
-  return undefined;
-}
-
 function html(body: string, status = 200, headers: Record<string, string> = {}): Response {
   return new Response(body, {
     status,
@@ -145,17 +114,6 @@ function html(body: string, status = 200, headers: Record<string, string> = {}):
 
 function plain(status: number, text: string, headers: Record<string, string> = {}): Response {
   return new Response(`${text}\n`, { status, headers: { "content-type": "text/plain; charset=utf-8", "cache-control": "no-store", ...headers } });
-}
-
-/** The request's Origin is one of the app's own (its hosts, else the request's Host). */
-function allowedOrigin(origin: string, req: Request, url: URL, hosts: Set<string> | undefined): boolean {
-  try {
-    const o = new URL(origin);
-    if (o.protocol !== url.protocol) return false;
-    return hosts ? hosts.has(o.host.toLowerCase()) : o.host === (req.headers.get("host") ?? url.host);
-  } catch {
-    return false;
-  }
 }
 
 export function createDashboard(o: DashboardOptions): FetchHandler {
@@ -443,16 +401,6 @@ ${table(`Delivery log of ${g.group}`, ["At", { text: "Attempt", num: true }, "St
 ${payloadCell(v, stream, m.id, m.payload, 2)}${groups.join("\n")}</article>`;
   });
   return page({ title: `${stream} message ${id ?? key}`, base: v.base, readOnly: v.readOnly, flash: banner(v.url) }, `<h1>${esc(stream)}</h1>${parts.join("\n")}`);
-}
-
-/**
- * Cross-site requests are refused: the browser's Sec-Fetch-Site, and an Origin other than the
- * app's own was already refused before any page or action ran; "null" (sandboxed, file:) is refused.
- */
-function sameOrigin(req: Request): boolean {
-  const site = req.headers.get("sec-fetch-site");
-  if (site !== null && site !== "same-origin" && site !== "none") return false;
-  return req.headers.get("origin") !== "null";
 }
 
 async function action(v: View, req: Request, path: string, cookieToken: string | undefined): Promise<Response | string> {

@@ -7,9 +7,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createDashboard } from "@sqlstreams/aws";
 import { SqlStreams } from "@sqlstreams/core";
-import { useFreshDatabase } from "./support/db.js";
-import { repoRoot, spawnNode } from "./support/processes.js";
-import { groupIdOf, streamIdOf, testClient, type TestClient } from "./support/streams.js";
+import { useFreshDatabase } from "../support/db.js";
+import { repoRoot, spawnNode } from "../support/processes.js";
+import { groupIdOf, streamIdOf, testClient, type TestClient } from "../support/streams.js";
 
 const url = useFreshDatabase();
 

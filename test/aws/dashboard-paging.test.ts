@@ -5,8 +5,8 @@
 // structural: no sort of the group's rows). "Discard all N matching" discards exactly N.
 import { beforeAll, describe, expect, it } from "vitest";
 import { createDashboard, type FetchHandler } from "@sqlstreams/aws";
-import { useFreshDatabase } from "./support/db.js";
-import { groupIdOf, streamIdOf, testClient, type TestClient } from "./support/streams.js";
+import { useFreshDatabase } from "../support/db.js";
+import { groupIdOf, streamIdOf, testClient, type TestClient } from "../support/streams.js";
 
 const url = useFreshDatabase();
 const ROWS = 100_000;

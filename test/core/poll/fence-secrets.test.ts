@@ -4,9 +4,9 @@
 // word of its statement, never the text.
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { useFreshDatabase } from "./support/db.js";
-import { repoRoot, spawnNode } from "./support/processes.js";
-import { testClient, type TestClient } from "./support/streams.js";
+import { useFreshDatabase } from "../../support/db.js";
+import { repoRoot, spawnNode } from "../../support/processes.js";
+import { testClient, type TestClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 const SECRET = "hunter2";
