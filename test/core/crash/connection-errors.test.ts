@@ -53,7 +53,7 @@ beforeAll(async () => {
   await c.migrate();
   await c.stream("s").register();
   await c.stream("s").consumer("g").register();
-  await withClient(url(), (db) => db.query(`CREATE ROLE ${role} LOGIN CONNECTION LIMIT 0`));
+  await withClient(url(), (db) => db.query(`CREATE ROLE ${role} LOGIN CONNECTION LIMIT 0 PASSWORD 'sqlstreams-test-role'`));
 });
 
 afterAll(async () => {
@@ -126,7 +126,7 @@ describe("connection failures are coded at every edge", () => {
   });
 
   it("a server refusing new connections (a role at its CONNECTION LIMIT: 53300): SQL0033", async () => {
-    await everyCallFails(withUrl(url(), (u) => { u.username = role; u.password = ""; }), "SQL0033", "53300", /refuses new connections now.*too many connections/);
+    await everyCallFails(withUrl(url(), (u) => { u.username = role; u.password = "sqlstreams-test-role"; }), "SQL0033", "53300", /refuses new connections now.*too many connections/);
   });
 
   it("a malformed connection string says it is malformed (SQL0001), before any connection, without repeating it", () => {

@@ -30,11 +30,18 @@ let owner: pg.Pool;
 let ownerClient: SqlStreams;
 const pools: pg.Pool[] = [];
 
-/** A pool connecting as `user` (trust authentication on the test server). */
+/** Every role this file logs in as has this password (the embedded server checks passwords; trust auth ignores it). */
+const ROLE_PASSWORD = "sqlstreams-test-role";
+
+async function givePassword(...roles: string[]): Promise<void> {
+  for (const r of roles) await owner.query(`ALTER ROLE ${r} PASSWORD '${ROLE_PASSWORD}'`);
+}
+
+/** A pool connecting as `user`. */
 function as(user: string): pg.Pool {
   const u = new URL(url());
   u.username = user;
-  u.password = "";
+  u.password = ROLE_PASSWORD;
   const p = new pg.Pool({ connectionString: u.toString(), max: 2 });
   pools.push(p);
   return p;
@@ -57,9 +64,9 @@ async function streamId(name: string): Promise<string> {
 beforeAll(async () => {
   owner = new pg.Pool({ connectionString: url(), max: 4 });
   for (const r of ROLES) await owner.query(`DROP ROLE IF EXISTS ${r}`);
-  await owner.query(`CREATE ROLE ${PRODUCER} LOGIN`);
-  await owner.query(`CREATE ROLE ${OTHER} LOGIN`);
-  await owner.query(`CREATE ROLE ${APP} LOGIN IN ROLE ${PRODUCER}`);
+  await owner.query(`CREATE ROLE ${PRODUCER} LOGIN PASSWORD '${ROLE_PASSWORD}'`);
+  await owner.query(`CREATE ROLE ${OTHER} LOGIN PASSWORD '${ROLE_PASSWORD}'`);
+  await owner.query(`CREATE ROLE ${APP} LOGIN PASSWORD '${ROLE_PASSWORD}' IN ROLE ${PRODUCER}`);
   ownerClient = new SqlStreams({ pool: owner });
   await ownerClient.migrate();
   for (const s of ["a", "b"]) {
@@ -205,7 +212,10 @@ describe("grant_produce: producers need no table privilege", () => {
 /** `sqlstreams …` as a child process, connecting as `user`. */
 async function cli(args: string[], user = "postgres"): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const u = new URL(url());
-  u.username = user;
+  if (user !== "postgres") {
+    u.username = user;
+    u.password = ROLE_PASSWORD;
+  }
   const child = spawnNode({ script: "packages/cli/dist/bin.js", args, env: { DATABASE_URL: u.toString(), SQLSTREAMS_SCHEMA: undefined } });
   const exit = await child.waitForExit(30_000);
   return { code: exit.code, stdout: child.lines.join("\n"), stderr: child.stderr() };
@@ -242,6 +252,7 @@ describe("setup_roles: a worker and a reader", () => {
   it("the worker drains a stream registered after the setup and creates no table; the reader reads and writes nothing", async () => {
     await owner.query(`SELECT ${S}.setup_roles(worker => $1, reader => $2)`, [WORKER, READER]);
     await owner.query(`SELECT ${S}.setup_roles(worker => $1, reader => $2)`, [WORKER, READER]); // idempotent
+    await givePassword(WORKER, READER);
     await ownerClient.stream("late").register();
     await ownerClient.maintain({ streams: ["late"] }); // partitions are DDL: the owner's
 
@@ -292,6 +303,7 @@ describe("setup_roles: a worker and a reader", () => {
       // The dashboard's pages, served as the reader (a dead letter on the group page).
       const ru = new URL(url());
       ru.username = READER;
+      ru.password = ROLE_PASSWORD;
       const child = spawnNode({
         script: "packages/cli/dist/bin.js",
         args: ["dashboard", "--port", "0", "--json", "--read-only"],
@@ -331,6 +343,7 @@ describe("createMigrateHandler with roles", () => {
       const migrate = createMigrateHandler({ groups, database, env, log: () => {} });
       await migrate({}, localContext(60_000));
       await migrate({}, localContext(60_000)); // idempotent
+      await givePassword(M_PRODUCER, M_WORKER, M_READER);
       await ownerClient.maintain({ streams: ["deploy"] });
       await as(M_PRODUCER).query(`SELECT ${S}.produce('deploy', '{"from": "sql"}')`);
       expect((await raised(as(M_PRODUCER).query(`SELECT ${S}.produce('a', '{}')`))).message).toMatch(/^SQL0095 /);
