@@ -14,97 +14,19 @@
 // function + schedule, and (wake on produce) the right for linked producers to invoke the pollers.
 import { groupAlarms } from "../alarms.js";
 import { resolvedDeclaration, type GroupDeclaration } from "../declaration.js";
-import { devDatabaseUrl, managedSecretArn, rdsJsonFromUrl, type DatabaseSecurity } from "./database.js";
-import { dbUserArn, iamResourceId, resolveRoles, type DatabaseRoles, type ResolvedRoles } from "./roles.js";
+import type { PollerContext, SqlStreamsBaseArgs } from "./args.js";
+import { devDatabaseUrl, managedSecretArn, rdsJsonFromUrl } from "./database.js";
+import { dbUserArn, iamResourceId, resolveRoles, type ResolvedRoles } from "./roles.js";
 
 export { instanceClass, managedSecretArn, secureDatabase, type DatabaseSecurity, type SecureDatabaseArgs } from "./database.js";
 export type { DatabaseRoles } from "./roles.js";
+export type { PollerContext } from "./args.js";
 
-/** The context an `alarms` hook receives, once per group. */
-export interface PollerContext {
-  /** PascalCase id of the group, used in resource names: `OrdersPlacedFraudScoring`. */
-  id: string;
-  group: GroupDeclaration;
-  function: sst.aws.Function;
-  schedules: (sst.aws.CronV2 | aws.scheduler.Schedule)[];
-}
-
-export interface SqlStreamsArgs {
-  /** The stream and group declaration (functions/groups.ts). */
-  groups: GroupDeclaration[];
-  /**
-   * The database: your `sst.aws.Postgres` or `sst.aws.Aurora`, or an `sst.Secret` holding a
-   * postgres:// URL (Neon, Supabase, self-hosted).
-   */
-  database: sst.aws.Postgres | sst.aws.Aurora | sst.Secret;
-  /** Your VPC: the functions run in its private subnets (required for an RDS database). */
-  vpc?: sst.aws.Vpc;
-  /** From `secureDatabase()`: the functions get its functions security group. */
-  security?: DatabaseSecurity;
-  /**
-   * An interface endpoint for Secrets Manager in the VPC, so functions without a NAT read the
-   * credentials. Default true with a VPC; false when your VPC has a NAT or its own endpoint.
-   */
-  secretsEndpoint?: boolean;
-  /** Handler paths of the migrate and maintain functions. */
-  handlers?: { migrate?: string; maintain?: string };
-  /** Maintenance schedule. Default `rate(5 minutes)`. */
-  maintainSchedule?: string;
-  /**
-   * Wake on produce: linked producers may invoke the pollers (an asynchronous `Event`
-   * invocation after a produce commits); the group schedules become the safety net. Default false.
-   */
-  wake?: boolean;
-  /**
-   * TLS verification of the database certificate. `rds` (default for RDS databases): verify
-   * against the pinned RDS CA bundle; `system`: the runtime's CAs (default for a URL).
-   */
-  tls?: "rds" | "system";
-  /**
-   * Keep each function's database connection open between warm invocations (saves the TLS
-   * handshake). Default true for RDS, false for a URL database (Neon, Supabase): a database that
-   * scales to zero is then not held awake by idle pollers.
-   */
-  keepConnection?: boolean;
-  /**
-   * The database users (docs/guide/security.md): pollers and linked producers connect as the
-   * worker, the dashboard as the reader, with RDS IAM database authentication (each function's
-   * role may connect as its own user only; no password); migrate and maintain keep the owner's
-   * secret, and the migrate function creates and grants the roles. Default on for an RDS database
-   * (`{ worker: "sqlstreams_worker", reader: "sqlstreams_reader", iam: true }`; the database needs
-   * IAM authentication enabled: secureDatabase()'s transform does it), off for a URL database.
-   * `false`: every function reads the owner's secret.
-   */
-  roles?: DatabaseRoles | false;
-  /**
-   * How long (ms) a poller keeps an idle pooled connection before closing it
-   * (SQLSTREAMS_DB_IDLE_TIMEOUT_MS). Default: the library's (30 s).
-   */
-  idleTimeout?: number;
-  /** Overrides of the shared function arguments (runtime, architecture, nodejs, environment, …). */
-  function?: Partial<sst.aws.FunctionArgs>;
-  /**
-   * In `sst dev`: run `sqlstreams dev` locally (true, default) instead of deployed schedules.
-   * `groups`: the path of the app's group declaration, passed as `--groups <path>`.
-   */
-  devScheduler?: boolean | { command?: string; groups?: string };
-  /** Extension point: called once per group after its poller and schedules exist (alarms, …). */
-  alarms?: (poller: PollerContext) => void;
-  /**
-   * The built-in CloudWatch alarms per group (dead letters, oldest unresolved age, poll errors
-   * and throttles; settings in each group's `alarms`): docs/operations.md#alarms. Default true.
-   */
-  defaultAlarms?: boolean;
+export interface SqlStreamsArgs extends SqlStreamsBaseArgs {
   /** Extension point: called once after every poller exists (a dashboard, …). */
   dashboard?: (streams: SqlStreams) => void;
-  /**
-   * The operator dashboard as a Lambda function behind a Function URL with IAM auth
-   * (docs/operations.md#dashboard): only principals allowed `lambda:InvokeFunctionUrl` open it.
-   * It reads the credentials secret and nothing else. `true` = read-only; `{ readOnly: false }`
-   * enables the actions (redrive, discard, pause, seek). Default: no dashboard.
-   */
-  dashboardFunction?: boolean | { handler?: string; readOnly?: boolean; memory?: `${number} MB`; timeout?: `${number} seconds` };
 }
+
 
 const pascal = (s: string) =>
   s
@@ -242,8 +164,8 @@ export class SqlStreams extends $util.ComponentResource {
     this.secretArn = credentials.secretArn;
     this.secret = credentials.secret;
     this.environment = functionEnvironment(args, credentials.connection, this.secretArn);
-    if (args.idleTimeout !== undefined && !(Number.isSafeInteger(args.idleTimeout) && args.idleTimeout > 0)) {
-      throw new Error(`SqlStreams ${name}: idleTimeout ${JSON.stringify(args.idleTimeout)}: expected a positive whole number of milliseconds`);
+    if (args.idleTimeout !== undefined && !(Number.isSafeInteger(args.idleTimeout) && args.idleTimeout >= 0)) {
+      throw new Error(`SqlStreams ${name}: idleTimeout ${JSON.stringify(args.idleTimeout)}: expected a whole number of milliseconds (0: keep the connection while the container lives)`);
     }
     this.roles = resolveRoles(name, args.roles, db instanceof sst.Secret);
     if (this.roles?.iam) this.iamResourceId = iamResourceId(name, db as sst.aws.Postgres | sst.aws.Aurora);
