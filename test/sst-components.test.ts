@@ -317,6 +317,7 @@ describe("the SqlStreams component in an existing app (test/fixtures/sst-existin
   let rds: SstRun;
   let url: SstRun;
   let single: SstRun;
+  let aurora: SstRun;
   let fixtureDev: SstRun;
   const config = "test/fixtures/sst-existing-app.config.ts";
   const NEON = "postgres://app:s3cret%21@ep-cool-1.eu-central-1.aws.neon.tech:5432/shop?sslmode=require";
@@ -324,6 +325,7 @@ describe("the SqlStreams component in an existing app (test/fixtures/sst-existin
     rds = await runSst({ config, stage: "staging" });
     url = await runSst({ config, stage: "staging", env: { FIXTURE_DATABASE: "url", SST_SECRET_ShopDatabaseUrl: NEON } });
     single = await runSst({ config, stage: "staging", env: { FIXTURE_ROLES: "off" } });
+    aurora = await runSst({ config, stage: "staging", env: { FIXTURE_DATABASE: "aurora" } });
     fixtureDev = await runSst({ config, stage: "staging", dev: true });
   }, 300_000);
 
@@ -364,6 +366,14 @@ describe("the SqlStreams component in an existing app (test/fixtures/sst-existin
       // Migrate and maintain are the owner's, whatever the roles.
       for (const name of OWNER_FUNCTIONS) expectAccess(run, run.one(FN, name), "owner", "", secretArn);
     }
+  });
+
+  it("an Aurora cluster: IAM authentication enabled; tokens scoped to the cluster's resource id; migrate and maintain the owner's", () => {
+    expect(aurora.one("aws:rds/cluster:Cluster", "ShopDatabaseCluster").inputs.iamDatabaseAuthenticationEnabled).toBe(true);
+    const secretArn = aurora.one(FN, "StreamsMigrateFunction").inputs.environment.variables.SQLSTREAMS_DB_SECRET_ARN as string;
+    expect(secretArn).toMatch(/^arn:aws:secretsmanager:.*rds!db-/);
+    expectAccess(aurora, aurora.one(FN, "StreamsOrdersPlacedEmailsPollerFunction"), "sqlstreams_worker", "cluster-MOCKCLUSTER0123456789", secretArn);
+    for (const name of OWNER_FUNCTIONS) expectAccess(aurora, aurora.one(FN, name), "owner", "", secretArn);
   });
 
   it("roles: IAM on an RDS database by default; a URL database and roles: false keep the single secret and create no roles", () => {

@@ -167,7 +167,9 @@ export class SqlStreams extends $util.ComponentResource {
     if (args.idleTimeout !== undefined && !(Number.isSafeInteger(args.idleTimeout) && args.idleTimeout >= 0)) {
       throw new Error(`SqlStreams ${name}: idleTimeout ${JSON.stringify(args.idleTimeout)}: expected a whole number of milliseconds (0: keep the connection while the container lives)`);
     }
-    this.roles = resolveRoles(name, args.roles, db instanceof sst.Secret);
+    // Roles with IAM need an RDS instance or cluster: a URL database, or SST's `dev` mode of
+    // sst.aws.Postgres/Aurora (a local database, no instance), has none.
+    this.roles = resolveRoles(name, args.roles, credentials.secret !== undefined);
     if (this.roles?.iam) this.iamResourceId = iamResourceId(name, db as sst.aws.Postgres | sst.aws.Aurora);
     const network = this.secretsEndpoint(name, args);
     const shared = sharedFunctionArgs(args, this.environment);

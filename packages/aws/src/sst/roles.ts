@@ -29,17 +29,17 @@ export const DEFAULT_READER = "sqlstreams_reader";
 const ROLE_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 
 /**
- * The roles to set up, or undefined for the single-secret deployment (`roles: false`, or a URL
- * database without `roles`).
+ * The roles to set up, or undefined for the single-secret deployment (`roles: false`, or a
+ * database without an RDS instance or cluster and without `roles`).
  */
-export function resolveRoles(name: string, roles: DatabaseRoles | false | undefined, isUrl: boolean): ResolvedRoles | undefined {
-  if (roles === false || (roles === undefined && isUrl)) return undefined;
-  const r = { worker: roles?.worker ?? DEFAULT_WORKER, reader: roles?.reader ?? DEFAULT_READER, iam: roles?.iam ?? !isUrl };
+export function resolveRoles(name: string, roles: DatabaseRoles | false | undefined, noRds: boolean): ResolvedRoles | undefined {
+  if (roles === false || (roles === undefined && noRds)) return undefined;
+  const r = { worker: roles?.worker ?? DEFAULT_WORKER, reader: roles?.reader ?? DEFAULT_READER, iam: roles?.iam ?? !noRds };
   for (const [key, value] of Object.entries({ worker: r.worker, reader: r.reader })) {
     if (!ROLE_NAME.test(value)) throw new Error(`SqlStreams ${name}: roles.${key} ${JSON.stringify(value)} is not a plain lower-case Postgres role name (a-z, 0-9, _)`);
   }
   if (r.worker === r.reader) throw new Error(`SqlStreams ${name}: roles.worker and roles.reader must be different users`);
-  if (r.iam && isUrl) throw new Error(`SqlStreams ${name}: roles.iam needs an RDS database (sst.aws.Postgres or sst.aws.Aurora); for a URL database set roles.iam to false or roles to false`);
+  if (r.iam && noRds) throw new Error(`SqlStreams ${name}: roles.iam needs an RDS instance or cluster (sst.aws.Postgres or sst.aws.Aurora, not in SST's dev mode); for a URL database set roles.iam to false or roles to false`);
   return r;
 }
 
