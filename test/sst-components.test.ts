@@ -76,7 +76,8 @@ beforeAll(async () => {
   // Production also deploys the optional dashboard (read-only: `true`).
   production = await runSst({ stage: "production", env: { SQLSTREAMS_RDS_PROXY: "true", SQLSTREAMS_DB_INSTANCE: "db.t4g.small", SQLSTREAMS_DASHBOARD: "true" } });
   preview = await runSst({ stage: "test", preview: true, replaced: [MIGRATION] });
-  dev = await runSst({ stage: "test", dev: true });
+  // `sst dev` also deploys a read-write dashboard.
+  dev = await runSst({ stage: "test", dev: true, env: { SQLSTREAMS_DASHBOARD: "read-write" } });
 }, 300_000);
 
 describe("sst.config.ts with SST's real components", () => {
@@ -240,6 +241,13 @@ describe("sst.config.ts with SST's real components", () => {
     // Least privilege: connects as the reader through the proxy, nothing else (no secret, no
     // wake right, although the stack wakes).
     expectAccess(production, fn, "sqlstreams_reader", PROXY_RESOURCE_ID, secretArn);
+    // A read-write dashboard (redrive, discard, pause, seek) writes: it connects as the worker.
+    const readWrite = dev.one(FN, "StreamsDashboardFunction");
+    expect(readWrite.inputs.environment.variables.SQLSTREAMS_DASHBOARD_READ_ONLY).toBe("0");
+    expect(databaseUserOf(readWrite)).toBe("sqlstreams_worker");
+    // (`sst dev` adds its live-function bridge's statements; ours are the rds-db:connect ones.)
+    const connect = statementsOf(dev.one(ROLE, "StreamsDashboardRole")).filter((st) => st.actions.some((x) => x.startsWith("rds-db:") || x.startsWith("secretsmanager:")));
+    expect(connect).toEqual([{ actions: ["rds-db:connect"], effect: "Allow", resources: [dbUser(INSTANCE_RESOURCE_ID, "sqlstreams_worker")] }]);
     // Deployed after the migration, in the functions' security group like every other function.
     expect(fn.dependsOn).toContain(MIGRATION);
     expect(fn.inputs.vpcConfig.securityGroupIds).toEqual([production.one(SG, "StreamsFunctionsSecurityGroup").id]);

@@ -383,7 +383,8 @@ export class SqlStreams extends $util.ComponentResource {
       `${st.name}Dashboard`,
       {
         ...st.shared,
-        ...this.access(st, this.roles?.reader, { SQLSTREAMS_DASHBOARD_READ_ONLY: readOnly ? "1" : "0" }),
+        // The reader cannot write: a read-write dashboard (redrive, discard, pause, seek) is the worker.
+        ...this.access(st, readOnly ? this.roles?.reader : this.roles?.worker, { SQLSTREAMS_DASHBOARD_READ_ONLY: readOnly ? "1" : "0" }),
         handler: o.handler ?? "functions/dashboard.handler",
         timeout: o.timeout ?? "30 seconds",
         memory: o.memory ?? "256 MB",
