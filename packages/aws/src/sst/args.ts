@@ -77,13 +77,13 @@ export interface SqlStreamsBaseArgs {
   alarms?: (poller: PollerContext) => void;
   /**
    * The built-in CloudWatch alarms per group (dead letters, oldest unresolved age, poll errors
-   * and throttles; settings in each group's `alarms`): docs/operations.md#alarms. Default true.
+   * and throttles; settings in each group's `alarms`): docs/guide/operations.md#alarms. Default true.
    */
   defaultAlarms?: boolean;
   /**
    * The operator dashboard as a Lambda function behind a Function URL with IAM auth
-   * (docs/operations.md#dashboard): only principals allowed `lambda:InvokeFunctionUrl` open it.
-   * It reads the credentials secret and nothing else. `true` = read-only; `{ readOnly: false }`
+   * (docs/guide/operations.md#dashboard): only principals allowed `lambda:InvokeFunctionUrl` open it.
+   * It connects to the database (as the reader; read-write: the worker) and does nothing else. `true` = read-only; `{ readOnly: false }`
    * enables the actions (redrive, discard, pause, seek). Default: no dashboard.
    */
   dashboardFunction?: boolean | { handler?: string; readOnly?: boolean; memory?: `${number} MB`; timeout?: `${number} seconds` };
