@@ -34,6 +34,32 @@ function statementsOf(role: Registered): Statement[] {
   return inline.flatMap((p) => (JSON.parse(p.policy) as { Statement: Statement[] }).Statement);
 }
 
+const OWNER_FUNCTIONS = ["StreamsMigrateFunction", "StreamsMaintainerFunction"];
+const INSTANCE_RESOURCE_ID = "db-MOCKINSTANCE0123456789"; // what the mocked RDS instance reports
+const PROXY_RESOURCE_ID = "prx-0mock0123456789ab"; // the tail of the mocked RDS Proxy's ARN
+const dbUser = (resourceId: string, user: string) => `arn:aws:rds-db:us-east-1:123456789012:dbuser:${resourceId}/${user}`;
+/** The database user a function connects as: `owner` (the secret) or its IAM user. */
+function databaseUserOf(fn: Registered): string {
+  return (fn.inputs.environment.variables as Record<string, string>).SQLSTREAMS_DB_IAM_USER ?? "owner";
+}
+/**
+ * A function's credentials: the owner reads the secret (and has no IAM user); an IAM user has
+ * `rds-db:connect` on itself only, no secret ARN and no right to read the secret.
+ */
+function expectAccess(run: SstRun, fn: Registered, user: string, resourceId: string, secretArn: string, more: Statement[] = []): void {
+  const env = fn.inputs.environment.variables as Record<string, string>;
+  const statements = statementsOf(run.one(ROLE, `${fn.name.replace(/Function$/, "")}Role`));
+  expect(databaseUserOf(fn), fn.name).toBe(user);
+  if (user === "owner") {
+    expect(env.SQLSTREAMS_DB_SECRET_ARN, fn.name).toBe(secretArn);
+    expect(statements, fn.name).toEqual([{ actions: ["secretsmanager:GetSecretValue"], effect: "Allow", resources: [secretArn] }, ...more]);
+  } else {
+    expect(env.SQLSTREAMS_DB_SECRET_ARN, fn.name).toBeUndefined();
+    expect(env.SQLSTREAMS_DB_REGION, fn.name).toBe("us-east-1");
+    expect(statements, fn.name).toEqual([{ actions: ["rds-db:connect"], effect: "Allow", resources: [dbUser(resourceId, user)] }, ...more]);
+  }
+}
+
 let deploy: SstRun;
 let production: SstRun;
 let preview: SstRun;
@@ -50,7 +76,8 @@ beforeAll(async () => {
   // Production also deploys the optional dashboard (read-only: `true`).
   production = await runSst({ stage: "production", env: { SQLSTREAMS_RDS_PROXY: "true", SQLSTREAMS_DB_INSTANCE: "db.t4g.small", SQLSTREAMS_DASHBOARD: "true" } });
   preview = await runSst({ stage: "test", preview: true, replaced: [MIGRATION] });
-  dev = await runSst({ stage: "test", dev: true });
+  // `sst dev` also deploys a read-write dashboard.
+  dev = await runSst({ stage: "test", dev: true, env: { SQLSTREAMS_DASHBOARD: "read-write" } });
 }, 300_000);
 
 describe("sst.config.ts with SST's real components", () => {
@@ -79,7 +106,7 @@ describe("sst.config.ts with SST's real components", () => {
         memorySize: g.memory ?? 256,
         description: `SQLStreams poller ${g.stream}/${g.group} (${g.mode ?? "drain"})`,
       });
-      expect(fn.inputs.environment.variables.SQLSTREAMS_DB_SECRET_ARN).toMatch(/^arn:aws:secretsmanager:/);
+      expect(fn.inputs.environment.variables.SQLSTREAMS_DB_IAM_USER).toBe("sqlstreams_worker");
       const schedule = deploy.one(SCHEDULE, `Streams${idOf(g)}CronSchedule`);
       expect(schedule.inputs.scheduleExpression).toBe(g.schedule);
       expect(JSON.parse(schedule.inputs.target.input as string)).toEqual({ stream: g.stream, group: g.group });
@@ -139,41 +166,55 @@ describe("sst.config.ts with SST's real components", () => {
       expect(run.of("aws:secretsmanager/secretVersion:SecretVersion").map((r) => r.name)).toEqual(["DatabaseProxySecretVersion"]);
       for (const fn of run.of(FN)) {
         const env = fn.inputs.environment.variables as Record<string, string>;
-        expect(env, fn.name).toMatchObject({ SQLSTREAMS_DB_SECRET_ARN: managed, SQLSTREAMS_DB_PORT: "5432", SQLSTREAMS_DB_NAME: "sqlstreams" });
+        expect(env, fn.name).toMatchObject({ SQLSTREAMS_DB_PORT: "5432", SQLSTREAMS_DB_NAME: "sqlstreams" });
         expect(env.SQLSTREAMS_DB_HOST, fn.name).toMatch(run === production ? /databaseproxy-[a-z0-9]+\.proxy\.rds\.internal$/ : /^databaseinstance-physical\.rds\.internal$/);
-        const statements = statementsOf(run.one(ROLE, `${fn.name.replace(/Function$/, "")}Role`));
-        expect(statements, fn.name).toEqual([{ actions: ["secretsmanager:GetSecretValue"], effect: "Allow", resources: [managed] }]);
+        // The owner's functions (migrate, maintain) read the managed secret; the others sign in with IAM.
+        if (OWNER_FUNCTIONS.includes(fn.name)) expectAccess(run, fn, "owner", "", managed);
+        else expect(env.SQLSTREAMS_DB_SECRET_ARN, fn.name).toBeUndefined();
       }
     }
     // The RDS Proxy authenticates with the same managed secret, through a role that may read it.
     const proxy = production.one("aws:rds/proxy:Proxy", "DatabaseProxy").inputs;
     const managed = production.outputs.databaseSecretArn.value;
     expect(proxy.auths).toEqual([{ authScheme: "SECRETS", iamAuth: "DISABLED", secretArn: managed }]);
+    // The worker and reader sign in through it with IAM, end to end.
+    expect(proxy.defaultAuthScheme).toBe("IAM_AUTH");
     const role = production.one(ROLE, "DatabaseProxySecretRole");
     expect(proxy.roleArn).toContain(String(role.inputs.name ?? "databaseproxysecretrole-physical"));
-    const policy = JSON.parse((role.inputs.inlinePolicies as { policy: string }[])[0].policy) as { Statement: { Action: string[]; Resource: string[] }[] };
-    expect(policy.Statement).toEqual([{ Effect: "Allow", Action: ["secretsmanager:GetSecretValue"], Resource: [managed] }]);
+    const policies = (role.inputs.inlinePolicies as { policy: string }[]).map((p) => (JSON.parse(p.policy) as { Statement: unknown[] }).Statement);
+    expect(policies).toEqual([
+      [{ Effect: "Allow", Action: ["secretsmanager:GetSecretValue"], Resource: [managed] }],
+      // The proxy signs in to the instance as the worker and the reader only.
+      [{ Effect: "Allow", Action: ["rds-db:connect"], Resource: [dbUser(INSTANCE_RESOURCE_ID, "sqlstreams_worker"), dbUser(INSTANCE_RESOURCE_ID, "sqlstreams_reader")] }],
+    ]);
     expect(JSON.parse(role.inputs.assumeRolePolicy as string).Statement[0].Principal).toEqual({ Service: "rds.amazonaws.com" });
   });
 
-  it("least privilege: each function reads the database secret and nothing else; no password in any environment", () => {
-    const secretArn = deploy.outputs.databaseSecretArn.value;
+  it("least privilege: migrate and maintain read the owner's secret; pollers connect as the worker with IAM (rds-db:connect on that user only); no password in any environment", () => {
+    const secretArn = deploy.outputs.databaseSecretArn.value as string;
     const fns = deploy.of(FN);
-    expect(fns.map((f) => f.name).sort()).toEqual(
-      ["StreamsMigrateFunction", "StreamsMaintainerFunction", ...groups.map((g) => `Streams${idOf(g)}PollerFunction`)].sort(),
-    );
+    expect(fns.map((f) => f.name).sort()).toEqual([...OWNER_FUNCTIONS, ...groups.map((g) => `Streams${idOf(g)}PollerFunction`)].sort());
     for (const fn of fns) {
-      const component = fn.name.replace(/Function$/, "");
-      const statements = statementsOf(deploy.one(ROLE, `${component}Role`));
-      expect(statements, fn.name).toEqual([{ actions: ["secretsmanager:GetSecretValue"], effect: "Allow", resources: [secretArn] }]);
+      const user = OWNER_FUNCTIONS.includes(fn.name) ? "owner" : "sqlstreams_worker";
+      expectAccess(deploy, fn, user, INSTANCE_RESOURCE_ID, secretArn);
       const env = fn.inputs.environment.variables as Record<string, string>;
-      expect(env.SQLSTREAMS_DB_SECRET_ARN).toBe(secretArn);
       expect(env.SQLSTREAMS_DB_CA).toBe("rds");
       expect(JSON.stringify(env)).not.toContain(MOCK_PASSWORD);
     }
+    // Through the RDS Proxy the tokens are the proxy's: the poller may connect as the worker there.
+    for (const g of groups) expectAccess(production, production.one(FN, `Streams${idOf(g)}PollerFunction`), "sqlstreams_worker", PROXY_RESOURCE_ID, secretArn);
   });
 
-  it("the optional dashboard: a read-only function behind an AWS_IAM Function URL that reads the secret and nothing else", () => {
+  it("database roles: the instance accepts IAM authentication; the migrate function creates the worker and reader (granted rds_iam)", () => {
+    for (const run of [deploy, production]) {
+      expect(run.one("aws:rds/instance:Instance", "DatabaseInstance").inputs.iamDatabaseAuthenticationEnabled).toBe(true);
+      const migrate = run.one(FN, "StreamsMigrateFunction").inputs.environment.variables as Record<string, string>;
+      expect(JSON.parse(migrate.SQLSTREAMS_DB_ROLES)).toEqual({ worker: "sqlstreams_worker", reader: "sqlstreams_reader", iam: true });
+      for (const fn of run.of(FN).filter((f) => f.name !== "StreamsMigrateFunction")) expect(fn.inputs.environment.variables.SQLSTREAMS_DB_ROLES, fn.name).toBeUndefined();
+    }
+  });
+
+  it("the optional dashboard: a read-only function behind an AWS_IAM Function URL that connects as the reader and nothing else", () => {
     // Not declared unless SQLSTREAMS_DASHBOARD is set.
     expect(deploy.of(FN).filter((f) => f.name.includes("Dashboard"))).toEqual([]);
     expect(deploy.of("aws:lambda/functionUrl:FunctionUrl")).toEqual([]);
@@ -183,8 +224,8 @@ describe("sst.config.ts with SST's real components", () => {
     expect(fn.inputs).toMatchObject({ handler: "functions/dashboard.handler", runtime: "nodejs24.x", timeout: 30, memorySize: 256 });
     expect(existsSync(join(root, "functions/dashboard.ts"))).toBe(true);
     const env = fn.inputs.environment.variables as Record<string, string>;
-    const secretArn = production.outputs.databaseSecretArn.value;
-    expect(env).toMatchObject({ SQLSTREAMS_DB_SECRET_ARN: secretArn, SQLSTREAMS_DASHBOARD_READ_ONLY: "1" });
+    const secretArn = production.outputs.databaseSecretArn.value as string;
+    expect(env).toMatchObject({ SQLSTREAMS_DB_IAM_USER: "sqlstreams_reader", SQLSTREAMS_DASHBOARD_READ_ONLY: "1" });
     expect(env.SQLSTREAMS_WAKE).toBeUndefined();
     expect(JSON.stringify(env)).not.toContain(MOCK_PASSWORD);
     // The URL: IAM auth only (no public permission for "*"), pointing at this function.
@@ -197,8 +238,16 @@ describe("sst.config.ts with SST's real components", () => {
     const publicGrants = production.of("aws:lambda/permission:Permission").filter((p) => p.inputs.principal === "*");
     expect(publicGrants).toEqual([]);
     expect(production.outputs.dashboardUrl).toMatchObject({ known: true, value: expect.stringMatching(/^https:\/\/.+\.lambda-url\./) });
-    // Least privilege: the credentials secret only (no wake right, although the stack wakes).
-    expect(statementsOf(production.one(ROLE, "StreamsDashboardRole"))).toEqual([{ actions: ["secretsmanager:GetSecretValue"], effect: "Allow", resources: [secretArn] }]);
+    // Least privilege: connects as the reader through the proxy, nothing else (no secret, no
+    // wake right, although the stack wakes).
+    expectAccess(production, fn, "sqlstreams_reader", PROXY_RESOURCE_ID, secretArn);
+    // A read-write dashboard (redrive, discard, pause, seek) writes: it connects as the worker.
+    const readWrite = dev.one(FN, "StreamsDashboardFunction");
+    expect(readWrite.inputs.environment.variables.SQLSTREAMS_DASHBOARD_READ_ONLY).toBe("0");
+    expect(databaseUserOf(readWrite)).toBe("sqlstreams_worker");
+    // (`sst dev` adds its live-function bridge's statements; ours are the rds-db:connect ones.)
+    const connect = statementsOf(dev.one(ROLE, "StreamsDashboardRole")).filter((st) => st.actions.some((x) => x.startsWith("rds-db:") || x.startsWith("secretsmanager:")));
+    expect(connect).toEqual([{ actions: ["rds-db:connect"], effect: "Allow", resources: [dbUser(INSTANCE_RESOURCE_ID, "sqlstreams_worker")] }]);
     // Deployed after the migration, in the functions' security group like every other function.
     expect(fn.dependsOn).toContain(MIGRATION);
     expect(fn.inputs.vpcConfig.securityGroupIds).toEqual([production.one(SG, "StreamsFunctionsSecurityGroup").id]);
@@ -275,11 +324,17 @@ describe("sst.config.ts with SST's real components", () => {
 describe("the SqlStreams component in an existing app (test/fixtures/sst-existing-app.config.ts)", () => {
   let rds: SstRun;
   let url: SstRun;
+  let single: SstRun;
+  let aurora: SstRun;
+  let fixtureDev: SstRun;
   const config = "test/fixtures/sst-existing-app.config.ts";
   const NEON = "postgres://app:s3cret%21@ep-cool-1.eu-central-1.aws.neon.tech:5432/shop?sslmode=require";
   beforeAll(async () => {
     rds = await runSst({ config, stage: "staging" });
     url = await runSst({ config, stage: "staging", env: { FIXTURE_DATABASE: "url", SST_SECRET_ShopDatabaseUrl: NEON } });
+    single = await runSst({ config, stage: "staging", env: { FIXTURE_ROLES: "off" } });
+    aurora = await runSst({ config, stage: "staging", env: { FIXTURE_DATABASE: "aurora" } });
+    fixtureDev = await runSst({ config, stage: "staging", dev: true });
   }, 300_000);
 
   it("creates migrate, poll (with its parallel schedules), maintain; the alarms hook runs per group", () => {
@@ -300,24 +355,50 @@ describe("the SqlStreams component in an existing app (test/fixtures/sst-existin
     }
   });
 
-  it("link: [streams] gives a producer the secret, the wake permission on the pollers, and the environment", () => {
-    for (const run of [rds, url]) {
+  it("link: [streams] gives a producer its database user (the worker with IAM; the secret without roles), the wake permission on the pollers, and the environment", () => {
+    for (const run of [rds, url, single]) {
       const api = run.one(FN, "ShopApiFunction");
       const poller = run.one(FN, "StreamsOrdersPlacedEmailsPollerFunction");
-      const secretArn = poller.inputs.environment.variables.SQLSTREAMS_DB_SECRET_ARN as string;
-      expect(statementsOf(run.one(ROLE, "ShopApiRole"))).toEqual([
-        { actions: ["secretsmanager:GetSecretValue"], effect: "Allow", resources: [secretArn] },
-        { actions: ["lambda:InvokeFunction"], effect: "Allow", resources: [expect.stringContaining(poller.inputs.name as string)] },
-      ]);
+      const secretArn = run.one(FN, "StreamsMigrateFunction").inputs.environment.variables.SQLSTREAMS_DB_SECRET_ARN as string;
+      const user = run === rds ? "sqlstreams_worker" : "owner";
+      const wake = { actions: ["lambda:InvokeFunction"], effect: "Allow", resources: [expect.stringContaining(poller.inputs.name as string)] };
+      expectAccess(run, api, user, INSTANCE_RESOURCE_ID, secretArn, [wake]);
+      // The poller connects as the same user, and may invoke nothing.
+      expectAccess(run, poller, user, INSTANCE_RESOURCE_ID, secretArn);
       const env = api.inputs.environment.variables as Record<string, string>;
-      expect(env).toMatchObject({ SQLSTREAMS_DB_SECRET_ARN: secretArn, SQLSTREAMS_WAKE: "lambda" });
+      expect(env).toMatchObject({ SQLSTREAMS_WAKE: "lambda" });
       // wakerFromEnv() of a linked producer finds the poller of each group.
       expect(JSON.parse(env.SQLSTREAMS_WAKE_FUNCTIONS)).toEqual({ "orders.placed/emails": poller.inputs.name });
       // Pollers do not wake anything themselves.
       expect(poller.inputs.environment.variables.SQLSTREAMS_WAKE).toBeUndefined();
-      // The poller may not invoke anything.
-      expect(statementsOf(run.one(ROLE, "StreamsOrdersPlacedEmailsPollerRole")).flatMap((s) => s.actions)).toEqual(["secretsmanager:GetSecretValue"]);
+      // Migrate and maintain are the owner's, whatever the roles.
+      for (const name of OWNER_FUNCTIONS) expectAccess(run, run.one(FN, name), "owner", "", secretArn);
     }
+  });
+
+  it("an Aurora cluster: IAM authentication enabled; tokens scoped to the cluster's resource id; migrate and maintain the owner's", () => {
+    expect(aurora.one("aws:rds/cluster:Cluster", "ShopDatabaseCluster").inputs.iamDatabaseAuthenticationEnabled).toBe(true);
+    const secretArn = aurora.one(FN, "StreamsMigrateFunction").inputs.environment.variables.SQLSTREAMS_DB_SECRET_ARN as string;
+    expect(secretArn).toMatch(/^arn:aws:secretsmanager:.*rds!db-/);
+    expectAccess(aurora, aurora.one(FN, "StreamsOrdersPlacedEmailsPollerFunction"), "sqlstreams_worker", "cluster-MOCKCLUSTER0123456789", secretArn);
+    for (const name of OWNER_FUNCTIONS) expectAccess(aurora, aurora.one(FN, name), "owner", "", secretArn);
+  });
+
+  it("roles: IAM on an RDS database by default; a URL database and roles: false keep the single secret and create no roles", () => {
+    expect(rds.one("aws:rds/instance:Instance", "ShopDatabaseInstance").inputs.iamDatabaseAuthenticationEnabled).toBe(true);
+    const rolesOf = (run: SstRun) => run.one(FN, "StreamsMigrateFunction").inputs.environment.variables.SQLSTREAMS_DB_ROLES as string | undefined;
+    expect(JSON.parse(rolesOf(rds) ?? "null")).toEqual({ worker: "sqlstreams_worker", reader: "sqlstreams_reader", iam: true });
+    expect(rolesOf(url)).toBeUndefined();
+    expect(rolesOf(single)).toBeUndefined();
+    for (const run of [url, single]) for (const fn of run.of(FN)) expect(databaseUserOf(fn), fn.name).toBe("owner");
+  });
+
+  it("idleTimeout reaches the pollers; devScheduler.groups the local scheduler's command", () => {
+    for (const run of [rds, url, single]) {
+      expect(run.one(FN, "StreamsOrdersPlacedEmailsPollerFunction").inputs.environment.variables.SQLSTREAMS_DB_IDLE_TIMEOUT_MS).toBe("10000");
+      expect(run.one(FN, "StreamsMaintainerFunction").inputs.environment.variables.SQLSTREAMS_DB_IDLE_TIMEOUT_MS).toBeUndefined();
+    }
+    expect(fixtureDev.one("sst:sst:DevCommand", "StreamsDev").outputs?._dev).toMatchObject({ command: "npx sqlstreams dev --groups src/streams/groups.ts", autostart: true });
   });
 
   it("a URL in an sst.Secret: stored as an RDS-format secret, verified against the system CAs, no security groups of ours", () => {

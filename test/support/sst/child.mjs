@@ -50,11 +50,11 @@ function computed(type, name, inputs) {
   const base = { arn: inputs.arn ?? `arn:aws:${mod ?? "x"}:${REGION}:${ACCOUNT}:${kind ?? "resource"}/${physical}`, name: physical };
   switch (type) {
     case "aws:rds/instance:Instance":
-      return { ...base, identifier: physical, address: `${physical}.rds.internal`, endpoint: `${physical}.rds.internal:5432`, port: 5432, username: inputs.username, ...managedSecret(inputs, physical) };
+      return { ...base, identifier: physical, address: `${physical}.rds.internal`, endpoint: `${physical}.rds.internal:5432`, port: 5432, username: inputs.username, resourceId: "db-MOCKINSTANCE0123456789", ...managedSecret(inputs, physical) };
     case "aws:rds/proxy:Proxy":
-      return { ...base, endpoint: `${physical}.proxy.rds.internal` };
+      return { ...base, arn: `arn:aws:rds:${REGION}:${ACCOUNT}:db-proxy:prx-0mock0123456789ab`, endpoint: `${physical}.proxy.rds.internal` };
     case "aws:rds/cluster:Cluster":
-      return { ...base, endpoint: `${physical}.cluster.rds.internal`, readerEndpoint: `${physical}.ro.rds.internal`, port: 5432, clusterIdentifier: physical, ...managedSecret(inputs, physical) };
+      return { ...base, endpoint: `${physical}.cluster.rds.internal`, readerEndpoint: `${physical}.ro.rds.internal`, port: 5432, clusterIdentifier: physical, clusterResourceId: "cluster-MOCKCLUSTER0123456789", ...managedSecret(inputs, physical) };
     case "aws:lambda/functionUrl:FunctionUrl":
       return { ...base, functionUrl: `https://${physical}.lambda-url.${REGION}.on.aws/`, urlId: physical };
     case "random:index/randomPassword:RandomPassword":

@@ -1,6 +1,8 @@
 // Locking an RDS database down for SQLStreams (security groups, TLS, the RDS-managed master
 // secret): what `secureDatabase()` returns is passed as the `transform` of the app's
 // `sst.aws.Postgres` / `sst.aws.Aurora`. Part of @sqlstreams/aws/sst (see index.ts).
+import { DEFAULT_READER, DEFAULT_WORKER, dbUserArn } from "./roles.js";
+
 type Resolved<T> = T extends $util.Input<infer U> ? U : T;
 
 /** What `secureDatabase()` made: the two security groups and the transforms for the database. */
@@ -19,6 +21,12 @@ export interface SecureDatabaseArgs {
   vpc: sst.aws.Vpc;
   /** Deletion protection and a final snapshot. Default: the stage is `production`. */
   production?: boolean;
+  /**
+   * Database users that connect with RDS IAM authentication through an RDS Proxy (the proxy
+   * signs in to the database as them: end-to-end IAM). Default: the SqlStreams component's
+   * default worker and reader; pass your `roles` names if you changed them.
+   */
+  iamUsers?: string[];
 }
 
 /**
@@ -47,6 +55,8 @@ export function secureDatabase(name: string, args: SecureDatabaseArgs): Database
     egress: [{ protocol: "tcp", fromPort: 5432, toPort: 5432, self: true, description: "RDS Proxy to the instance" }],
   });
   const finalSnapshot = (kind: string) => `${$app.name}-${$app.stage}-${name}-${kind}-final`.toLowerCase().replace(/[^a-z0-9-]/g, "-").replace(/-+/g, "-").slice(0, 255);
+  const iamUsers = args.iamUsers ?? [DEFAULT_WORKER, DEFAULT_READER];
+  const dbUsers = (resourceId: $util.Output<string>) => iamUsers.map((u) => dbUserArn(resourceId, u));
   const forceSsl = (parameters: Resolved<aws.rds.ParameterGroupArgs["parameters"]>) =>
     [...(parameters ?? []).filter((p) => (p as { name: string }).name !== "rds.force_ssl"), { name: "rds.force_ssl", value: "1" }];
   return {
@@ -65,6 +75,8 @@ export function secureDatabase(name: string, args: SecureDatabaseArgs): Database
         // default); nothing else holds a copy (docs/guide/operations.md#credentials).
         a.manageMasterUserPassword = true;
         delete a.password;
+        // The worker and reader connect with IAM tokens (the SqlStreams component's `roles`).
+        a.iamDatabaseAuthenticationEnabled = true;
       },
       proxy: (a, o, proxyName) => {
         a.requireTls = true;
@@ -76,7 +88,9 @@ export function secureDatabase(name: string, args: SecureDatabaseArgs): Database
         if (!instance) throw new Error(`secureDatabase ${name}: the proxy transform found no database instance`);
         const secretArn = managedSecretArn(instance, `the instance of ${name}`);
         a.auths = [{ authScheme: "SECRETS", iamAuth: "DISABLED", secretArn }];
-        a.roleArn = proxySecretRole(proxyName, secretArn, o.parent).arn;
+        // Users without an auth entry (the worker, the reader) sign in with IAM end to end.
+        a.defaultAuthScheme = "IAM_AUTH";
+        a.roleArn = proxySecretRole(proxyName, secretArn, dbUsers(instance.resourceId), o.parent).arn;
       },
     },
     aurora: {
@@ -90,6 +104,7 @@ export function secureDatabase(name: string, args: SecureDatabaseArgs): Database
         if (production) a.finalSnapshotIdentifier = finalSnapshot("cluster");
         a.manageMasterUserPassword = true;
         delete a.masterPassword;
+        a.iamDatabaseAuthenticationEnabled = true;
       },
       proxy: (a, o, proxyName) => {
         a.requireTls = true;
@@ -98,14 +113,18 @@ export function secureDatabase(name: string, args: SecureDatabaseArgs): Database
         if (!cluster) throw new Error(`secureDatabase ${name}: the proxy transform found no Aurora cluster`);
         const secretArn = managedSecretArn(cluster, `the cluster of ${name}`);
         a.auths = [{ authScheme: "SECRETS", iamAuth: "DISABLED", secretArn }];
-        a.roleArn = proxySecretRole(proxyName, secretArn, o.parent).arn;
+        a.defaultAuthScheme = "IAM_AUTH";
+        a.roleArn = proxySecretRole(proxyName, secretArn, dbUsers(cluster.clusterResourceId), o.parent).arn;
       },
     },
   };
 }
 
-/** Role and policy an RDS Proxy uses to read the database's managed master secret. */
-function proxySecretRole(proxyName: string, secretArn: $util.Output<string>, parent: $util.Resource | undefined): aws.iam.Role {
+/**
+ * Role and policy an RDS Proxy uses to read the database's managed master secret and to sign in
+ * to the database as the IAM users.
+ */
+function proxySecretRole(proxyName: string, secretArn: $util.Output<string>, dbUsers: $util.Output<string>[], parent: $util.Resource | undefined): aws.iam.Role {
   return new aws.iam.Role(
     // Named after the proxy: SST requires a component's children to carry its name as prefix.
     `${proxyName}SecretRole`,
@@ -119,6 +138,9 @@ function proxySecretRole(proxyName: string, secretArn: $util.Output<string>, par
           name: "managed-master-secret",
           policy: $jsonStringify({ Version: "2012-10-17", Statement: [{ Effect: "Allow", Action: ["secretsmanager:GetSecretValue"], Resource: [secretArn] }] }),
         },
+        ...(dbUsers.length > 0
+          ? [{ name: "iam-database-users", policy: $jsonStringify({ Version: "2012-10-17", Statement: [{ Effect: "Allow", Action: ["rds-db:connect"], Resource: dbUsers }] }) }]
+          : []),
       ],
     },
     parent ? { parent } : {},

@@ -14,77 +14,19 @@
 // function + schedule, and (wake on produce) the right for linked producers to invoke the pollers.
 import { groupAlarms } from "../alarms.js";
 import { resolvedDeclaration, type GroupDeclaration } from "../declaration.js";
-import { devDatabaseUrl, managedSecretArn, rdsJsonFromUrl, type DatabaseSecurity } from "./database.js";
+import type { PollerContext, SqlStreamsBaseArgs } from "./args.js";
+import { devDatabaseUrl, managedSecretArn, rdsJsonFromUrl } from "./database.js";
+import { dbUserArn, iamResourceId, resolveRoles, type ResolvedRoles } from "./roles.js";
 
 export { instanceClass, managedSecretArn, secureDatabase, type DatabaseSecurity, type SecureDatabaseArgs } from "./database.js";
+export type { DatabaseRoles } from "./roles.js";
+export type { PollerContext } from "./args.js";
 
-/** The context an `alarms` hook receives, once per group. */
-export interface PollerContext {
-  /** PascalCase id of the group, used in resource names: `OrdersPlacedFraudScoring`. */
-  id: string;
-  group: GroupDeclaration;
-  function: sst.aws.Function;
-  schedules: (sst.aws.CronV2 | aws.scheduler.Schedule)[];
-}
-
-export interface SqlStreamsArgs {
-  /** The stream and group declaration (functions/groups.ts). */
-  groups: GroupDeclaration[];
-  /**
-   * The database: your `sst.aws.Postgres` or `sst.aws.Aurora`, or an `sst.Secret` holding a
-   * postgres:// URL (Neon, Supabase, self-hosted).
-   */
-  database: sst.aws.Postgres | sst.aws.Aurora | sst.Secret;
-  /** Your VPC: the functions run in its private subnets (required for an RDS database). */
-  vpc?: sst.aws.Vpc;
-  /** From `secureDatabase()`: the functions get its functions security group. */
-  security?: DatabaseSecurity;
-  /**
-   * An interface endpoint for Secrets Manager in the VPC, so functions without a NAT read the
-   * credentials. Default true with a VPC; false when your VPC has a NAT or its own endpoint.
-   */
-  secretsEndpoint?: boolean;
-  /** Handler paths of the migrate and maintain functions. */
-  handlers?: { migrate?: string; maintain?: string };
-  /** Maintenance schedule. Default `rate(5 minutes)`. */
-  maintainSchedule?: string;
-  /**
-   * Wake on produce: linked producers may invoke the pollers (an asynchronous `Event`
-   * invocation after a produce commits); the group schedules become the safety net. Default false.
-   */
-  wake?: boolean;
-  /**
-   * TLS verification of the database certificate. `rds` (default for RDS databases): verify
-   * against the pinned RDS CA bundle; `system`: the runtime's CAs (default for a URL).
-   */
-  tls?: "rds" | "system";
-  /**
-   * Keep each function's database connection open between warm invocations (saves the TLS
-   * handshake). Default true for RDS, false for a URL database (Neon, Supabase): a database that
-   * scales to zero is then not held awake by idle pollers.
-   */
-  keepConnection?: boolean;
-  /** Overrides of the shared function arguments (runtime, architecture, nodejs, environment, …). */
-  function?: Partial<sst.aws.FunctionArgs>;
-  /** In `sst dev`: run `sqlstreams dev` locally (true, default) instead of deployed schedules. */
-  devScheduler?: boolean | { command?: string };
-  /** Extension point: called once per group after its poller and schedules exist (alarms, …). */
-  alarms?: (poller: PollerContext) => void;
-  /**
-   * The built-in CloudWatch alarms per group (dead letters, oldest unresolved age, poll errors
-   * and throttles; settings in each group's `alarms`): docs/guide/operations.md#alarms. Default true.
-   */
-  defaultAlarms?: boolean;
+export interface SqlStreamsArgs extends SqlStreamsBaseArgs {
   /** Extension point: called once after every poller exists (a dashboard, …). */
   dashboard?: (streams: SqlStreams) => void;
-  /**
-   * The operator dashboard as a Lambda function behind a Function URL with IAM auth
-   * (docs/guide/operations.md#dashboard): only principals allowed `lambda:InvokeFunctionUrl` open it.
-   * It reads the credentials secret and nothing else. `true` = read-only; `{ readOnly: false }`
-   * enables the actions (redrive, discard, pause, seek). Default: no dashboard.
-   */
-  dashboardFunction?: boolean | { handler?: string; readOnly?: boolean; memory?: `${number} MB`; timeout?: `${number} seconds` };
 }
+
 
 const pascal = (s: string) =>
   s
@@ -92,6 +34,24 @@ const pascal = (s: string) =>
     .filter(Boolean)
     .map((w) => w[0].toUpperCase() + w.slice(1))
     .join("");
+/** The app's own `function.link` and the database secret. */
+function withLink(own: sst.aws.FunctionArgs["link"], secret: sst.Linkable<{ arn: $util.Output<string> }>): sst.aws.FunctionArgs["link"] {
+  return own === undefined ? [secret] : $util.output(own).apply((l: unknown[]) => [...l, secret]);
+}
+
+/** The app's own `function.permissions` and one more statement. */
+function withPermission(own: sst.aws.FunctionArgs["permissions"], statement: { actions: string[]; resources: $util.Input<string>[] }): sst.aws.FunctionArgs["permissions"] {
+  return own === undefined ? [statement] : $util.output(own).apply((p: { actions: string[]; resources: $util.Input<string>[] }[]) => [...p, statement]);
+}
+
+/** The local scheduler's command: `npx sqlstreams dev` (never `--demo`), `--groups <path>` when given. */
+function devCommand(name: string, o: SqlStreamsArgs["devScheduler"]): string {
+  const command = typeof o === "object" && o.command ? o.command : "npx sqlstreams dev";
+  const groups = typeof o === "object" ? o.groups : undefined;
+  if (groups === undefined) return command;
+  if (!/^[A-Za-z0-9_./@-]+$/.test(groups)) throw new Error(`SqlStreams ${name}: devScheduler.groups ${JSON.stringify(groups)}: expected a plain relative path (letters, digits, _ . / @ -)`);
+  return `${command} --groups ${groups}`;
+}
 const seconds = (ms: number) => `${Math.ceil(ms / 1000)} seconds` as const;
 
 /** What the constructor's credential step made. */
@@ -120,12 +80,8 @@ function functionEnvironment(args: SqlStreamsArgs, connection: Record<string, $u
   };
 }
 
-/** The arguments every SQLStreams function shares (runtime, VPC, the credentials link, environment). */
-function sharedFunctionArgs(name: string, args: SqlStreamsArgs, environment: Record<string, $util.Input<string>>, secretArn: $util.Output<string>) {
-  const credentialsLink = new sst.Linkable(`${name}Secret`, {
-    properties: { arn: secretArn },
-    include: [sst.aws.permission({ actions: ["secretsmanager:GetSecretValue"], resources: [secretArn] })],
-  });
+/** The arguments every SQLStreams function shares (runtime, VPC, environment); credentials come per function. */
+function sharedFunctionArgs(args: SqlStreamsArgs, environment: Record<string, $util.Input<string>>) {
   const vpc = args.vpc
     ? { privateSubnets: args.vpc.privateSubnets, securityGroups: args.security ? [args.security.functions.id] : args.vpc.securityGroups }
     : undefined;
@@ -135,7 +91,6 @@ function sharedFunctionArgs(name: string, args: SqlStreamsArgs, environment: Rec
     runtime: "nodejs24.x",
     architecture: "arm64",
     ...(vpc ? { vpc } : {}),
-    link: [credentialsLink],
     // A failed invocation is not retried by Lambda: the next tick resumes from Postgres.
     retries: 0,
     nodejs: { format: "esm", minify: true, esbuild: { external: ["pg-native"] } },
@@ -164,6 +119,8 @@ interface Steps {
   name: string;
   args: SqlStreamsArgs;
   shared: ReturnType<typeof sharedFunctionArgs>;
+  /** The owner's credentials: a link to the database secret (migrate, maintain, `roles: false`). */
+  owner: Pick<sst.aws.FunctionArgs, "link">;
   afterMigration: ReturnType<typeof afterMigration>;
   /** `sst dev` with the local scheduler: no deployed schedules. */
   devScheduler: boolean;
@@ -192,7 +149,11 @@ export class SqlStreams extends $util.ComponentResource {
   readonly environment: Record<string, $util.Input<string>>;
   /** The dashboard function (`dashboardFunction`), with its IAM-authenticated URL in `.url`. */
   readonly dashboardFunction?: sst.aws.Function;
+  /** The worker and reader database users (`roles`), undefined with `roles: false`. */
+  readonly roles?: ResolvedRoles;
   private readonly wake: boolean;
+  /** The resource id IAM database tokens are scoped to (with `roles.iam`). */
+  private readonly iamResourceId?: $util.Output<string>;
 
   constructor(name: string, args: SqlStreamsArgs, opts?: $util.ComponentResourceOptions) {
     super("sqlstreams:aws:SqlStreams", name, {}, opts);
@@ -203,14 +164,30 @@ export class SqlStreams extends $util.ComponentResource {
     this.secretArn = credentials.secretArn;
     this.secret = credentials.secret;
     this.environment = functionEnvironment(args, credentials.connection, this.secretArn);
+    if (args.idleTimeout !== undefined && !(Number.isSafeInteger(args.idleTimeout) && args.idleTimeout >= 0)) {
+      throw new Error(`SqlStreams ${name}: idleTimeout ${JSON.stringify(args.idleTimeout)}: expected a whole number of milliseconds (0: keep the connection while the container lives)`);
+    }
+    // Roles with IAM need an RDS instance or cluster: a URL database, or SST's `dev` mode of
+    // sst.aws.Postgres/Aurora (a local database, no instance), has none.
+    this.roles = resolveRoles(name, args.roles, credentials.secret !== undefined);
+    if (this.roles?.iam) this.iamResourceId = iamResourceId(name, db as sst.aws.Postgres | sst.aws.Aurora);
     const network = this.secretsEndpoint(name, args);
-    const shared = sharedFunctionArgs(name, args, this.environment, this.secretArn);
+    const shared = sharedFunctionArgs(args, this.environment);
+    const secretLink = new sst.Linkable(`${name}Secret`, {
+      properties: { arn: this.secretArn },
+      include: [sst.aws.permission({ actions: ["secretsmanager:GetSecretValue"], resources: [this.secretArn] })],
+    });
+    const owner = { link: withLink(args.function?.link, secretLink) };
+    const roles = this.roles;
 
     // Migrate on every deploy, before any poller, schedule or the maintainer is updated.
     this.migrate = new sst.aws.Function(
       `${name}Migrate`,
       {
         ...shared,
+        ...owner,
+        // The migrate function creates the roles and grants them (rds_iam with `iam`).
+        ...(roles ? { environment: { ...shared.environment, SQLSTREAMS_DB_ROLES: JSON.stringify(roles) } } : {}),
         handler: args.handlers?.migrate ?? "functions/migrate.handler",
         timeout: "5 minutes",
         memory: "512 MB",
@@ -220,7 +197,7 @@ export class SqlStreams extends $util.ComponentResource {
     );
     const before = [...(credentials.secretValue ? [credentials.secretValue] : []), ...network, ...(db instanceof sst.Secret ? [] : [db])];
     this.migration = $dev ? undefined : this.migrateOnDeploy(name, before);
-    const steps: Steps = { name, args, shared, afterMigration: afterMigration(this.migration), devScheduler: $dev && args.devScheduler !== false };
+    const steps: Steps = { name, args, shared, owner, afterMigration: afterMigration(this.migration), devScheduler: $dev && args.devScheduler !== false };
     for (const g of args.groups) this.addPoller(steps, g);
     this.maintain = this.maintainer(steps, credentials.rdsManaged ? this.secretArn : undefined);
     if (args.dashboardFunction) this.dashboardFunction = this.dashboardFn(steps, args.dashboardFunction === true ? {} : args.dashboardFunction);
@@ -310,6 +287,7 @@ export class SqlStreams extends $util.ComponentResource {
       `${name}${id}Poller`,
       {
         ...st.shared,
+        ...this.access(st, this.roles?.worker, args.idleTimeout === undefined ? {} : { SQLSTREAMS_DB_IDLE_TIMEOUT_MS: String(args.idleTimeout) }),
         handler: g.function,
         timeout: seconds(r.timeout),
         memory: `${r.memory} MB`,
@@ -372,6 +350,8 @@ export class SqlStreams extends $util.ComponentResource {
       `${name}Maintainer`,
       {
         ...st.shared,
+        // The owner: maintenance creates and drops partitions.
+        ...st.owner,
         handler: args.handlers?.maintain ?? "functions/maintain.handler",
         timeout: "2 minutes",
         memory: "256 MB",
@@ -389,7 +369,7 @@ export class SqlStreams extends $util.ComponentResource {
       return fn;
     }
     const db = args.database;
-    const command = typeof args.devScheduler === "object" && args.devScheduler.command ? args.devScheduler.command : "npx sqlstreams dev";
+    const command = devCommand(name, args.devScheduler);
     new sst.x.DevCommand(
       `${name}Dev`,
       {
@@ -411,17 +391,37 @@ export class SqlStreams extends $util.ComponentResource {
       `${st.name}Dashboard`,
       {
         ...st.shared,
+        // The reader cannot write: a read-write dashboard (redrive, discard, pause, seek) is the worker.
+        ...this.access(st, readOnly ? this.roles?.reader : this.roles?.worker, { SQLSTREAMS_DASHBOARD_READ_ONLY: readOnly ? "1" : "0" }),
         handler: o.handler ?? "functions/dashboard.handler",
         timeout: o.timeout ?? "30 seconds",
         memory: o.memory ?? "256 MB",
         description: `SQLStreams operator dashboard (${readOnly ? "read-only" : "read-write"})`,
         // IAM-signed requests only: no browser origin gets CORS headers.
         url: { authorization: "iam", cors: false },
-        environment: { ...st.shared.environment, SQLSTREAMS_DASHBOARD_READ_ONLY: readOnly ? "1" : "0" },
         transform: { function: st.afterMigration },
       },
       { parent: this },
     );
+  }
+
+  /**
+   * How a function reaches the database: as `user` with an IAM token when the roles use IAM
+   * (`rds-db:connect` on that user only, no secret), else with the owner's secret.
+   */
+  private access(st: Steps, user: string | undefined, extra: Record<string, string>): Partial<Pick<sst.aws.FunctionArgs, "link" | "permissions" | "environment">> {
+    if (!user || !this.iamResourceId) return { ...st.owner, environment: { ...st.shared.environment, ...extra } };
+    return {
+      link: st.args.function?.link,
+      permissions: withPermission(st.args.function?.permissions, { actions: ["rds-db:connect"], resources: [dbUserArn(this.iamResourceId, user)] }),
+      environment: { ...this.iamEnvironment(st.shared.environment, user), ...extra },
+    };
+  }
+
+  /** `environment` without the secret, with the IAM user and the region tokens are signed for. */
+  private iamEnvironment(environment: Record<string, $util.Input<string>>, user: string): Record<string, $util.Input<string>> {
+    const { SQLSTREAMS_DB_SECRET_ARN: _secret, ...rest } = environment;
+    return { ...rest, SQLSTREAMS_DB_IAM_USER: user, SQLSTREAMS_DB_REGION: aws.getRegionOutput().region };
   }
 
   /** Alarms notify this topic when a group declares `alarms.email` (created on first use). */
@@ -472,15 +472,19 @@ export class SqlStreams extends $util.ComponentResource {
   /** @internal SST's link contract (its `Link.Definition`): what `link: [streams]` gives a function. */
   getSSTLink(): { properties: { secretArn: $util.Output<string>; pollers: Record<string, $util.Output<string>> }; include: { type: string; [key: string]: unknown }[] } {
     const pollers = Object.values(this.pollers).map((p) => p.function);
+    // A linked producer connects as the worker (IAM) when the roles use IAM, else with the secret.
+    const worker = this.roles && this.iamResourceId ? this.roles.worker : undefined;
     return {
       properties: { secretArn: this.secretArn, pollers: this.pollerNames },
       include: [
-        sst.aws.permission({ actions: ["secretsmanager:GetSecretValue"], resources: [this.secretArn] }),
+        worker && this.iamResourceId
+          ? sst.aws.permission({ actions: ["rds-db:connect"], resources: [dbUserArn(this.iamResourceId, worker)] })
+          : sst.aws.permission({ actions: ["secretsmanager:GetSecretValue"], resources: [this.secretArn] }),
         ...(this.wake && pollers.length > 0 ? [sst.aws.permission({ actions: ["lambda:InvokeFunction"], resources: pollers.map((f) => f.arn) })] : []),
         {
           type: "environment" as const,
           env: {
-            ...this.environment,
+            ...(worker ? this.iamEnvironment(this.environment, worker) : this.environment),
             // Wake on produce: the client of a linked producer invokes the pollers (wakerFromEnv).
             ...(this.wake ? { SQLSTREAMS_WAKE: "lambda", SQLSTREAMS_WAKE_FUNCTIONS: $jsonStringify(this.pollerNames) } : {}),
           },

@@ -29,6 +29,7 @@ declare const $jsonStringify: any;
 declare namespace sst {
   type Secret = any;
   const Secret: any;
+  type Linkable<_T = any> = any;
   const Linkable: any;
   namespace aws {
     type Vpc = any;
@@ -52,6 +53,8 @@ declare namespace sst {
 
 declare namespace aws {
   const getRegionOutput: any;
+  const getPartitionOutput: any;
+  const getCallerIdentityOutput: any;
   namespace cloudwatch {
     type MetricAlarm = any;
     const MetricAlarm: any;
@@ -73,6 +76,7 @@ declare namespace aws {
   namespace rds {
     type Instance = any;
     type Cluster = any;
+    type Proxy = any;
     type ParameterGroupArgs = any;
   }
   namespace scheduler {
