@@ -99,14 +99,7 @@ DECLARE
   v_role OID;
   v_sid BIGINT;
 BEGIN
-  PERFORM "sqlstreams".owner_only('grant produce');
-  v_role := "sqlstreams".role_oid(grant_produce.role);
-  -- Rows of dropped roles go, before an OID is reused by a new role.
-  DELETE FROM "sqlstreams".produce_grant g WHERE NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.oid = g.role_oid);
-  SELECT s.id INTO v_sid FROM "sqlstreams".stream_config s WHERE s.name = grant_produce.stream;
-  IF NOT FOUND THEN
-    PERFORM "sqlstreams".raise_coded('SQL0009', format('stream %s is not registered', to_jsonb(grant_produce.stream)), 'call stream.register() first', '42704');
-  END IF;
+  SELECT t.role_oid, t.stream_id INTO v_role, v_sid FROM "sqlstreams".produce_grant_target('grant produce', grant_produce.role, grant_produce.stream) t;
   INSERT INTO "sqlstreams".produce_grant (stream_id, role_oid) VALUES (v_sid, v_role) ON CONFLICT DO NOTHING;
   EXECUTE format('GRANT USAGE ON SCHEMA "sqlstreams" TO %I', grant_produce.role);
   EXECUTE format('GRANT EXECUTE ON FUNCTION "sqlstreams".produce(TEXT, JSONB, TEXT, TEXT, JSONB), "sqlstreams".produce_batch(TEXT, JSONB) TO %I',
@@ -335,6 +328,23 @@ BEGIN
 END
 $$;
 
+-- FUNCTION: produce_grant_target(text, text, text)
+
+CREATE FUNCTION sqlstreams.produce_grant_target(p_what text, p_role text, p_stream text, OUT role_oid oid, OUT stream_id bigint) RETURNS record
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  PERFORM "sqlstreams".owner_only(p_what);
+  role_oid := "sqlstreams".role_oid(p_role);
+  DELETE FROM "sqlstreams".produce_grant g WHERE NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.oid = g.role_oid);
+  SELECT s.id INTO stream_id FROM "sqlstreams".stream_config s WHERE s.name = p_stream;
+  IF NOT FOUND THEN
+    PERFORM "sqlstreams".raise_coded('SQL0009', format('stream %s is not registered', to_jsonb(p_stream)), 'call stream.register() first', '42704');
+  END IF;
+END
+$$;
+
 -- FUNCTION: raise_coded(text, text, text, text)
 
 CREATE FUNCTION sqlstreams.raise_coded(p_code text, p_message text, p_fix text, p_state text DEFAULT '22023'::text) RETURNS void
@@ -356,14 +366,7 @@ DECLARE
   v_role OID;
   v_sid BIGINT;
 BEGIN
-  PERFORM "sqlstreams".owner_only('revoke produce');
-  v_role := "sqlstreams".role_oid(revoke_produce.role);
-  -- Rows of dropped roles go, before an OID is reused by a new role.
-  DELETE FROM "sqlstreams".produce_grant g WHERE NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.oid = g.role_oid);
-  SELECT s.id INTO v_sid FROM "sqlstreams".stream_config s WHERE s.name = revoke_produce.stream;
-  IF NOT FOUND THEN
-    PERFORM "sqlstreams".raise_coded('SQL0009', format('stream %s is not registered', to_jsonb(revoke_produce.stream)), 'call stream.register() first', '42704');
-  END IF;
+  SELECT t.role_oid, t.stream_id INTO v_role, v_sid FROM "sqlstreams".produce_grant_target('revoke produce', revoke_produce.role, revoke_produce.stream) t;
   DELETE FROM "sqlstreams".produce_grant g WHERE g.stream_id = v_sid AND g.role_oid = v_role;
   IF NOT EXISTS (SELECT 1 FROM "sqlstreams".produce_grant g WHERE g.role_oid = v_role) THEN
     EXECUTE format('REVOKE EXECUTE ON FUNCTION "sqlstreams".produce(TEXT, JSONB, TEXT, TEXT, JSONB), "sqlstreams".produce_batch(TEXT, JSONB) FROM %I',
