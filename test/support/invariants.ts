@@ -95,11 +95,11 @@ export async function checkInvariants(t: TestClient, streamId: string | number, 
 
   // I9
   if (mode === "off") {
-    const dl = await t.sql(`SELECT * FROM ${S}.delivery_log_${n}`);
-    expect(dl, `I9 stream ${n}: mode off wrote delivery-log rows`).toEqual([]);
+    const deliveryLog = await t.sql(`SELECT * FROM ${S}.delivery_log_${n}`);
+    expect(deliveryLog, `I9 stream ${n}: mode off wrote delivery-log rows`).toEqual([]);
   } else if (mode === "failures") {
-    const dl = await t.sql(`SELECT * FROM ${S}.delivery_log_${n} WHERE status = 'success'`);
-    expect(dl, `I9 stream ${n}: mode failures wrote success rows`).toEqual([]);
+    const deliveryLog = await t.sql(`SELECT * FROM ${S}.delivery_log_${n} WHERE status = 'success'`);
+    expect(deliveryLog, `I9 stream ${n}: mode failures wrote success rows`).toEqual([]);
   }
 
   // I10

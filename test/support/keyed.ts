@@ -48,11 +48,11 @@ export async function snapshot(t: TestClient, n: string, gid: string): Promise<u
   const q = async (table: string, order: string) =>
     t.sql(`SELECT to_jsonb(x) - 'consumer_group_id' AS r FROM ${S}.${table}_${n} x WHERE consumer_group_id = $1 ORDER BY ${order}`, [gid]);
   return {
-    eq: await q("exception_queue", "message_id"),
-    dl: await q("delivery_log", "id"),
-    cur: await q("consumer_group_cursor", "consumer_group_id"),
-    cl: await q("claim_lease", "low"),
-    kl: await q("message_key_lease", "message_key"),
+    exceptionQueue: await q("exception_queue", "message_id"),
+    deliveryLog: await q("delivery_log", "id"),
+    groupCursor: await q("consumer_group_cursor", "consumer_group_id"),
+    claimLease: await q("claim_lease", "low"),
+    keyLease: await q("message_key_lease", "message_key"),
   };
 }
 

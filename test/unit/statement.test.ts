@@ -19,7 +19,7 @@ describe("defineStatement", () => {
     let built = 0;
     const s = defineStatement<{ a: number }>(["a"], (tt, p) => {
       built++;
-      return `SELECT ${p.a} FROM ${tt.ml}`;
+      return `SELECT ${p.a} FROM ${tt.messageLog}`;
     });
     expect(s.sql(t)).toBe(s.sql(t));
     expect(built).toBe(1);

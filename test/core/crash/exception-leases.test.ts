@@ -161,9 +161,9 @@ describe("exception-row leases across a crash", () => {
     expect(rows[0].last_error).toMatch(/^Error: first failure[\s\S]* \[killed: crash-loop hit max attempts\]$/);
     expect(rows[2].last_error).toBe(" [killed: crash-loop hit max attempts]");
     expect(Math.abs(rows[1].gap_ms - 2_000)).toBeLessThanOrEqual(250); // used a − d = 2 ⇒ n = 1 ⇒ 1 000 × 2
-    const dl = (await dlRows(t, n, gid)).filter((d) => d.attempt === 3);
-    expect(dl.map((d) => [d.message_id, d.status])).toEqual([["1", "killed"], ["2", "expired"], ["3", "killed"]]);
-    expect(dl[0].error).toBe(rows[0].last_error);
+    const deliveryLog = (await dlRows(t, n, gid)).filter((d) => d.attempt === 3);
+    expect(deliveryLog.map((d) => [d.message_id, d.status])).toEqual([["1", "killed"], ["2", "expired"], ["3", "killed"]]);
+    expect(deliveryLog[0].error).toBe(rows[0].last_error);
     expect(t.events.filter((e) => e.code === "SQL0038")).toHaveLength(2);
     await checkInvariants(t, n);
   });

@@ -317,9 +317,9 @@ describe("terminated and refused connections under running drains", () => {
     }
 
     // Ledger: every message ended delivered (a successful run, no row) or dead (Permanent).
-    const eq = await eqRows(t, n, gid);
-    const dead = new Map(eq.map((e) => [Number(e.message_id), e]));
-    for (const e of eq) expect(e.status, `row ${e.message_id}`).toBe("dead");
+    const exceptionQueue = await eqRows(t, n, gid);
+    const dead = new Map(exceptionQueue.map((e) => [Number(e.message_id), e]));
+    for (const e of exceptionQueue) expect(e.status, `row ${e.message_id}`).toBe("dead");
     const okIds = new Set(calls.filter((c) => c.ok).map((c) => c.id));
     for (let id = 1; id <= N1 + N2; id++) {
       if (id % 10 === 7) {
@@ -332,15 +332,15 @@ describe("terminated and refused connections under running drains", () => {
 
     // Recorded outcomes are written once: one Permanent failure per dead id, one first-delivery
     // failure per transient id, and no audit row twice.
-    const dl = await dlRows(t, n, gid);
-    const keys = dl.map((d) => `${d.message_id}/${d.attempt}/${d.status}/${d.error.split("\n")[0]}`);
+    const deliveryLog = await dlRows(t, n, gid);
+    const keys = deliveryLog.map((d) => `${d.message_id}/${d.attempt}/${d.status}/${d.error.split("\n")[0]}`);
     expect(keys.length - new Set(keys).size, "duplicated delivery-log rows").toBe(0);
     for (let id = 1; id <= N1 + N2; id++) {
-      const mine = dl.filter((d) => Number(d.message_id) === id);
+      const mine = deliveryLog.filter((d) => Number(d.message_id) === id);
       if (id % 10 === 7) expect(mine.filter((d) => d.error.startsWith("SQL0026")), `id ${id}`).toHaveLength(1);
       if (id % 10 === 3) expect(mine.filter((d) => d.error.startsWith(`Error: transient ${id}`)), `id ${id}`).toHaveLength(1);
     }
-    expect(dl.filter((d) => d.status === "success")).toEqual([]);
+    expect(deliveryLog.filter((d) => d.status === "success")).toEqual([]);
 
     // Duplicates: none among messages produced after the faults; before, bounded by the work
     // that failed polls and reclaims can repeat.

@@ -76,11 +76,11 @@ describe("quarantine of a range that keeps crashing the process", () => {
     expect(q.report).toMatchObject({ rangesReclaimed: 1, rangesQuarantined: 1, started: 0 });
     expect(q.codes).toEqual(expect.arrayContaining(["SQL0035", "SQL0036"]));
     expect(await count(t, `claim_lease_${n}`)).toBe(0);
-    const eq = await eqRows(t, n, gid);
-    expect(eq.map((e) => [e.message_id, e.status, e.attempts, e.delays, e.last_error, e.concurrency, e.lease_token])).toEqual(
+    const exceptionQueue = await eqRows(t, n, gid);
+    expect(exceptionQueue.map((e) => [e.message_id, e.status, e.attempts, e.delays, e.last_error, e.concurrency, e.lease_token])).toEqual(
       ["1", "2", "3", "4"].map((id) => [id, "ready", 0, 0, QUARANTINED, "parallel", null]),
     );
-    for (const e of eq) expect(Math.abs(e.gap_ms)).toBeLessThanOrEqual(250); // can_run_after now()
+    for (const e of exceptionQueue) expect(Math.abs(e.gap_ms)).toBeLessThanOrEqual(250); // can_run_after now()
     expect((await dlRows(t, n, gid)).map((d) => [d.message_id, d.attempt, d.status, d.error])).toEqual(
       ["1", "2", "3", "4"].map((id) => [id, 0, "failure", QUARANTINED]),
     );

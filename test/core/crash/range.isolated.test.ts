@@ -81,9 +81,9 @@ describe("range crash recovery with SIGKILLed pollers", () => {
         // The killed poller's token writes nothing any more: neither a lease extension nor a record.
         const ext = await t.pool.query(`UPDATE ${S}.claim_lease_${n} SET expires_at = now() + interval '1 hour' WHERE token = $1`, [l0.token]);
         expect(ext.rowCount).toBe(0);
-        const eq = JSON.stringify([{ message_id: 3, status: "dead", message_key: null, concurrency: "parallel", attempts: 0, delays: 0, run_after_ms: 0, last_error: "late" }]);
-        const dl = JSON.stringify([{ message_id: 3, attempt: 0, status: "failure", error: "late" }]);
-        staleRecord = (await t.sql<{ r: string | null }>(`SELECT ${S}.record_range_${n}($1, $2, NULL, NULL, $3::jsonb, $4::jsonb, NULL)::text AS r`, [gid, l0.token, eq, dl]))[0].r;
+        const exceptionQueue = JSON.stringify([{ message_id: 3, status: "dead", message_key: null, concurrency: "parallel", attempts: 0, delays: 0, run_after_ms: 0, last_error: "late" }]);
+        const deliveryLog = JSON.stringify([{ message_id: 3, attempt: 0, status: "failure", error: "late" }]);
+        staleRecord = (await t.sql<{ r: string | null }>(`SELECT ${S}.record_range_${n}($1, $2, NULL, NULL, $3::jsonb, $4::jsonb, NULL)::text AS r`, [gid, l0.token, exceptionQueue, deliveryLog]))[0].r;
       }
     }, { batchLimit: 4 });
     expect(during).toHaveLength(1);
@@ -262,9 +262,9 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     // chain's last record would have).
     expect(await cursor(t, n, gid)).toMatchObject({ claimed: "200", committed: "50" });
     // The five key leases are the running range's, under one token; the range claimed ahead took none.
-    const kl = await t.sql<{ message_key: string; token: string }>(`SELECT message_key, token::text FROM ${S}.message_key_lease_${n} ORDER BY message_key`);
-    expect(kl.map((r) => r.message_key)).toEqual(["k0", "k1", "k2", "k3", "k4"]);
-    expect(new Set(kl.map((r) => r.token)).size).toBe(1);
+    const keyLease = await t.sql<{ message_key: string; token: string }>(`SELECT message_key, token::text FROM ${S}.message_key_lease_${n} ORDER BY message_key`);
+    expect(keyLease.map((r) => r.message_key)).toEqual(["k0", "k1", "k2", "k3", "k4"]);
+    expect(new Set(keyLease.map((r) => r.token)).size).toBe(1);
     expect(started(child).map(Number).filter((id) => id > 150)).toEqual([]);
     expect(new Set(ended(child).map(Number).filter((id) => id <= 100)).size).toBe(100);
 

@@ -169,15 +169,15 @@ describe("the database server goes away under running drains", () => {
       const [{ n, gid }] = (await db.query<{ n: string; gid: string }>(
         `SELECT s.id::text AS n, g.id::text AS gid FROM sqlstreams.stream_config s JOIN sqlstreams.consumer_group_config g ON g.stream_id = s.id WHERE s.name = 'restart'`,
       )).rows;
-      const eq = (await db.query<{ id: number; status: string; last_error: string }>(`SELECT message_id::int AS id, status, last_error FROM sqlstreams.exception_queue_${n} WHERE consumer_group_id = $1`, [gid])).rows;
-      const dl = (await db.query<{ id: number; attempt: number; status: string; error: string }>(`SELECT message_id::int AS id, attempt, status, error FROM sqlstreams.delivery_log_${n} WHERE consumer_group_id = $1`, [gid])).rows;
-      const cur = (await db.query(`SELECT claimed::text, committed::text FROM sqlstreams.consumer_group_cursor_${n} WHERE consumer_group_id = $1`, [gid])).rows[0];
+      const exceptionQueue = (await db.query<{ id: number; status: string; last_error: string }>(`SELECT message_id::int AS id, status, last_error FROM sqlstreams.exception_queue_${n} WHERE consumer_group_id = $1`, [gid])).rows;
+      const deliveryLog = (await db.query<{ id: number; attempt: number; status: string; error: string }>(`SELECT message_id::int AS id, attempt, status, error FROM sqlstreams.delivery_log_${n} WHERE consumer_group_id = $1`, [gid])).rows;
+      const groupCursor = (await db.query(`SELECT claimed::text, committed::text FROM sqlstreams.consumer_group_cursor_${n} WHERE consumer_group_id = $1`, [gid])).rows[0];
       const leases = (await db.query(`SELECT 1 FROM sqlstreams.claim_lease_${n}`)).rows;
 
       // Every message: delivered (a successful run, no row) or dead (its Permanent outcome).
-      const dead = new Map(eq.map((e) => [e.id, e]));
+      const dead = new Map(exceptionQueue.map((e) => [e.id, e]));
       const okIds = new Set(calls.filter((c) => c.ok).map((c) => c.id));
-      for (const e of eq) expect(e.status, `row ${e.id}`).toBe("dead");
+      for (const e of exceptionQueue) expect(e.status, `row ${e.id}`).toBe("dead");
       for (let id = 1; id <= N1 + N2; id++) {
         if (id % 10 === 7) expect(dead.get(id)?.last_error, `id ${id}`).toMatch(/^SQL0026 permanent: Error: bad message/);
         else {
@@ -186,13 +186,13 @@ describe("the database server goes away under running drains", () => {
         }
       }
       // Recorded outcomes are there exactly once, across a crash of the server.
-      const keys = dl.map((d) => `${d.id}/${d.attempt}/${d.status}/${d.error.split("\n")[0]}`);
+      const keys = deliveryLog.map((d) => `${d.id}/${d.attempt}/${d.status}/${d.error.split("\n")[0]}`);
       expect(keys.length - new Set(keys).size, "duplicated delivery-log rows").toBe(0);
       for (let id = 1; id <= N1 + N2; id++) {
-        if (id % 10 === 7) expect(dl.filter((d) => d.id === id && d.error.startsWith("SQL0026")), `id ${id}`).toHaveLength(1);
-        if (id % 10 === 3) expect(dl.filter((d) => d.id === id && d.error.startsWith(`Error: transient ${id}`)), `id ${id}`).toHaveLength(1);
+        if (id % 10 === 7) expect(deliveryLog.filter((d) => d.id === id && d.error.startsWith("SQL0026")), `id ${id}`).toHaveLength(1);
+        if (id % 10 === 3) expect(deliveryLog.filter((d) => d.id === id && d.error.startsWith(`Error: transient ${id}`)), `id ${id}`).toHaveLength(1);
       }
-      expect(cur).toEqual({ claimed: String(N1 + N2), committed: String(N1 + N2) });
+      expect(groupCursor).toEqual({ claimed: String(N1 + N2), committed: String(N1 + N2) });
       expect(leases).toEqual([]);
     } finally {
       await db.end();

@@ -22,7 +22,7 @@ function expectGap(row: { gap_ms: number }, ms: number) {
 const row = (r: { message_id: string; status: string; attempts: number; delays: number; lease_token: string | null }) => ({
   message_id: r.message_id, status: r.status, attempts: r.attempts, delays: r.delays, lease_token: r.lease_token,
 });
-const dl = (rows: { message_id: string; attempt: number; status: string }[]) => rows.map((r) => [r.message_id, r.attempt, r.status]);
+const deliveryLog = (rows: { message_id: string; attempt: number; status: string }[]) => rows.map((r) => [r.message_id, r.attempt, r.status]);
 
 describe("retries and exhaustion (C3, C4, C5, C36)", () => {
   async function retryThenSuccess(stream: string, mode: "failures" | "all" | "off") {
@@ -37,11 +37,11 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
     };
     const r1 = await pollPastFence(g, h);
     expect(r1).toMatchObject({ started: 1, failed: 1, succeeded: 0, dead: 0 });
-    const eq = await eqRows(t, sid, gid);
-    expect(eq.map(row)).toEqual([{ message_id: "1", status: "ready", attempts: 1, delays: 0, lease_token: null }]);
-    expectGap(eq[0], 5_000);
-    expect(eq[0].last_error).toMatch(/^Error: first delivery fails\n {4}at /);
-    expect(eq[0].concurrency).toBe("parallel");
+    const exceptionQueue = await eqRows(t, sid, gid);
+    expect(exceptionQueue.map(row)).toEqual([{ message_id: "1", status: "ready", attempts: 1, delays: 0, lease_token: null }]);
+    expectGap(exceptionQueue[0], 5_000);
+    expect(exceptionQueue[0].last_error).toMatch(/^Error: first delivery fails\n {4}at /);
+    expect(exceptionQueue[0].concurrency).toBe("parallel");
     expect(await cursor(t, sid, gid)).toMatchObject({ claimed: "1", committed: "0" });
     await checkInvariants(t, sid);
 
@@ -63,21 +63,21 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
     expect(msgs[0].createdAt).toBeInstanceOf(Date);
     expect(msgs[1]).toEqual(msgs[0]);
     await checkInvariants(t, sid);
-    return { dl: await dlRows(t, sid, gid), eq };
+    return { deliveryLog: await dlRows(t, sid, gid), exceptionQueue };
   }
 
   it("C3: a failed first delivery is retried after the initial backoff, then succeeds", async () => {
-    const { dl: log, eq } = await retryThenSuccess("c3.retry", "failures");
-    expect(log).toEqual([{ message_id: "1", attempt: 0, status: "failure", error: eq[0].last_error }]);
+    const { deliveryLog: log, exceptionQueue } = await retryThenSuccess("c3.retry", "failures");
+    expect(log).toEqual([{ message_id: "1", attempt: 0, status: "failure", error: exceptionQueue[0].last_error }]);
   });
 
   it("C36: mode off writes the same exception rows and no delivery-log row", async () => {
-    const { dl: log } = await retryThenSuccess("c36.off", "off");
+    const { deliveryLog: log } = await retryThenSuccess("c36.off", "off");
     expect(log).toEqual([]);
   });
 
   it("C3 in mode all: the retry's success is logged at its attempt", async () => {
-    const { dl: log } = await retryThenSuccess("c3.all", "all");
+    const { deliveryLog: log } = await retryThenSuccess("c3.all", "all");
     expect(log.map((r) => [r.attempt, r.status])).toEqual([[0, "failure"], [1, "success"]]);
     expect(log[1].error).toBe("");
   });
@@ -93,12 +93,12 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
     await makeDue(t, sid);
     await g.poll(h);
     expect((await eqRows(t, sid, gid)).map(row)).toEqual([{ message_id: "1", status: "ready", attempts: 2, delays: 0, lease_token: null }]);
-    expect(dl(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"]]);
+    expect(deliveryLog(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"]]);
     await s.register({ deliveryLog: "all" });
     await makeDue(t, sid);
     await g.poll(h);
     expect(await eqRows(t, sid, gid)).toEqual([]);
-    expect(dl(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"], ["1", 2, "success"]]);
+    expect(deliveryLog(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"], ["1", 2, "success"]]);
     await checkInvariants(t, sid);
   });
 
@@ -140,7 +140,7 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
     ]);
     expect(row(final)).toEqual({ message_id: "1", status: "dead", attempts: 3, delays: 0, lease_token: null });
     expect(final.last_error).toMatch(/^Error: boom at attempt 3\n/);
-    expect(dl(log)).toEqual([["1", 0, "failure"], ["1", 1, "failure"], ["1", 2, "failure"], ["1", 3, "failure"]]);
+    expect(deliveryLog(log)).toEqual([["1", 0, "failure"], ["1", 1, "failure"], ["1", 2, "failure"], ["1", 3, "failure"]]);
     expect(log.map((r) => r.error.split("\n")[0])).toEqual([0, 1, 2, 3].map((a) => `Error: boom at attempt ${a}`));
     expect(t.events.filter((e) => e.code === "SQL0037" && e.stream === "c4.exhaust" && e.messageId === "1")).toHaveLength(1);
     // dead rows do not hold the cursor
@@ -179,7 +179,7 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
     const [e] = await eqRows(t, sid, gid);
     expect(row(e)).toEqual({ message_id: "1", status: "dead", attempts: 0, delays: 0, lease_token: null });
     expect(e.last_error).toMatch(/^Error: only chance\n/);
-    expect(dl(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"]]);
+    expect(deliveryLog(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"]]);
     expect((await cursor(t, sid, gid)).committed).toBe("1");
     await checkInvariants(t, sid);
   });
@@ -200,7 +200,7 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
     expect(r).toMatchObject({ started: 1, dead: 1 });
     expect((await eqRows(t, sid, gid)).map(row)).toEqual([{ message_id: "1", status: "dead", attempts: 1, delays: 1, lease_token: null }]);
     expect(calls).toEqual([[0, 0], [1, 1]]);
-    expect(dl(await dlRows(t, sid, gid))).toEqual([["1", 0, "delayed"], ["1", 1, "failure"]]);
+    expect(deliveryLog(await dlRows(t, sid, gid))).toEqual([["1", 0, "delayed"], ["1", 1, "failure"]]);
     await checkInvariants(t, sid);
   });
 });
@@ -280,7 +280,7 @@ describe("Permanent (C6)", () => {
     const [e] = await eqRows(t, sid, gid);
     expect(row(e)).toEqual({ message_id: "1", status: "dead", attempts: 2, delays: 0, lease_token: null });
     expect(e.last_error).toBe("SQL0026 permanent: non-error thrown: gave up");
-    expect(dl(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"], ["1", 1, "failure"], ["1", 2, "failure"]]);
+    expect(deliveryLog(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"], ["1", 1, "failure"], ["1", 2, "failure"]]);
     expect((await cursor(t, sid, gid)).committed).toBe("1");
     await checkInvariants(t, sid);
   });
@@ -335,7 +335,7 @@ describe("Delay (C7)", () => {
     const [e] = await eqRows(t, sid, gid);
     expect(e.last_error).toBe("SQL0025 delay limit reached: 2 delays");
     const log = await dlRows(t, sid, gid);
-    expect(dl(log)).toEqual([["1", 0, "delayed"], ["1", 1, "delayed"], ["1", 2, "failure"]]);
+    expect(deliveryLog(log)).toEqual([["1", 0, "delayed"], ["1", 1, "delayed"], ["1", 2, "failure"]]);
     expect(log[2].error).toBe("SQL0025 delay limit reached: 2 delays");
     expect((await cursor(t, sid, gid)).committed).toBe("1");
   });
@@ -429,7 +429,7 @@ describe("Delay (C7)", () => {
     ];
     expect(seen.map((x) => x.slice(0, 3))).toEqual(want.map((x) => x.slice(0, 3)));
     seen.forEach((x, i) => expect(Math.abs(x[3] - want[i][3])).toBeLessThanOrEqual(GAP_TOLERANCE));
-    expect(dl(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"], ["1", 1, "delayed"], ["1", 2, "failure"], ["1", 3, "failure"], ["1", 4, "failure"]]);
+    expect(deliveryLog(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"], ["1", 1, "delayed"], ["1", 2, "failure"], ["1", 3, "failure"], ["1", 4, "failure"]]);
     await checkInvariants(t, sid);
 
     // And the C7 sentence itself: Delay first, then a failure ⇒ initial backoff.
@@ -598,7 +598,7 @@ describe("timeouts and abandoned handlers (C9)", () => {
     await late.promise;
     await sleep(50);
     expect(await tableSnapshot(t, sid)).toEqual(before);
-    expect(dl(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"], ["1", 1, "failure"]]);
+    expect(deliveryLog(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"], ["1", 1, "failure"]]);
     await checkInvariants(t, sid);
   });
 
@@ -775,7 +775,7 @@ describe("exception rows of docs/protocol/exception-lifecycle.md#retries not cov
     gate.open();
     expect(await p).toMatchObject({ failed: 1, succeeded: 2 });
     expect((await eqRows(t, sid, gid)).map((x) => [x.message_id, x.status])).toEqual([["1", "ready"]]);
-    expect(dl(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"]]);
+    expect(deliveryLog(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"]]);
     await checkInvariants(t, sid);
   });
 

@@ -88,8 +88,8 @@ describe("C20 compaction", () => {
     const r = await g.poll((m: Message) => void seen.push(`${m.id}@${m.attempt}`));
     expect(seen).toEqual(["201@0", "202@0"]); // handler not called
     expect(r).toMatchObject({ superseded: 1, started: 0, committedAfter: "202" });
-    const eq = await eqRows(t, n, gid);
-    expect(eq.map((x) => [x.message_id, x.status, x.attempts, x.lease_token])).toEqual([["201", "superseded", 1, null]]);
+    const exceptionQueue = await eqRows(t, n, gid);
+    expect(exceptionQueue.map((x) => [x.message_id, x.status, x.attempts, x.lease_token])).toEqual([["201", "superseded", 1, null]]);
     expect((await dlRows(t, n, gid, "201")).map((x) => [x.attempt, x.status, x.error])).toEqual([
       [0, "failure", expect.stringMatching(/^Error: fails once/)],
       [1, "superseded", "superseded by 202"],

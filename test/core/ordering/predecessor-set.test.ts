@@ -22,9 +22,9 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
     await s.consumer("g").register({ concurrencyOverride: "ordered" });
     // Ids 1..30 in this order (one produce at a time, so ids follow the list).
     const keys = [
-      "eq", "eqdead", "f3", "f4", "f5", "f6", "f7", "f8", "f9", "f10",
+      "exceptionQueue", "eqdead", "f3", "f4", "f5", "f6", "f7", "f8", "f9", "f10",
       "lease", "f12", "f13", "f14", "f15", "excl", "unclaimed", "f18", "f19", "f20",
-      "eq", "eqdead", "unclaimed", "lease", "free", "busy", "expired", "excl", "f29", "f30",
+      "exceptionQueue", "eqdead", "unclaimed", "lease", "free", "busy", "expired", "excl", "f29", "f30",
     ];
     for (const [i, key] of keys.entries()) await s.produce({ i }, { key });
     const n = await streamIdOf(t, "ordered.set");
@@ -42,7 +42,7 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
     );
     await t.sql(
       `INSERT INTO ${S}.exception_queue_${n} (consumer_group_id, message_id, status, message_key, concurrency, attempts)
-       VALUES ($1, $2, 'ready', 'eq', 'ordered', 1), ($1, $3, 'dead', 'eqdead', 'ordered', 3)`,
+       VALUES ($1, $2, 'ready', 'exceptionQueue', 'ordered', 1), ($1, $3, 'dead', 'eqdead', 'ordered', 3)`,
       [g, id(1), id(2)],
     );
     await t.sql(
@@ -60,7 +60,7 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
     );
     expect(refused).toEqual([
       { k: "busy", kind: "busy", pred_id: null },
-      { k: "eq", kind: "pred", pred_id: id(1) },
+      { k: "exceptionQueue", kind: "pred", pred_id: id(1) },
       { k: "lease", kind: "pred", pred_id: id(11) },
       { k: "unclaimed", kind: "pred", pred_id: id(17) },
     ]);

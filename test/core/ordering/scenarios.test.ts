@@ -59,17 +59,17 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
 
     // Poll 1: claim (100, 104]; 101 runs under the key lease and throws; 102–104 never run.
     const calls: string[] = [];
-    let during: { lease: unknown; cur: unknown; keys: unknown } | null = null;
+    let during: { lease: unknown; groupCursor: unknown; keys: unknown } | null = null;
     const r1 = await pollPastFence(g, async (m: Message) => {
       calls.push(`${m.id}@${m.attempt}`);
       if (m.id === "101") {
-        during = { lease: await claimLeases(t, n, gid), cur: await cursor(t, n, gid), keys: await keyLeases(t, n, gid) };
+        during = { lease: await claimLeases(t, n, gid), groupCursor: await cursor(t, n, gid), keys: await keyLeases(t, n, gid) };
         throw new Error("ledger unavailable");
       }
     });
     expect(calls).toEqual(["101@0"]);
-    const d = during as unknown as { lease: Awaited<ReturnType<typeof claimLeases>>; cur: unknown; keys: Awaited<ReturnType<typeof keyLeases>> };
-    expect(d.cur).toMatchObject({ claimed: "104", committed: "100", settled_head: "104", pending_head: "104" });
+    const d = during as unknown as { lease: Awaited<ReturnType<typeof claimLeases>>; groupCursor: unknown; keys: Awaited<ReturnType<typeof keyLeases>> };
+    expect(d.groupCursor).toMatchObject({ claimed: "104", committed: "100", settled_head: "104", pending_head: "104" });
     expect(d.lease).toHaveLength(1);
     expect(d.lease[0]).toMatchObject({ low: "100", high: "104", reclaims: 0, released: false });
     expect(d.lease[0].lease_ms).toBeCloseTo(30_000 * 4 + 2_000, -1);
@@ -187,13 +187,13 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
     // 101 dead resolves it: its chain, 102–104, runs in the same poll.
     expect(seen).toEqual(["101", "102", "103", "104"]);
     expect(r3).toMatchObject({ dead: 1, succeeded: 3, committedAfter: "104" });
-    const eq = await eqRows(t, n, gid);
-    expect(eq.map(brief)[0]).toEqual(["101", "dead", KEY, "ordered", 1, 0]);
-    expect(eq[0].last_error?.startsWith("SQL0026 permanent: Error: account closed")).toBe(true);
-    expect(eq[0].lease_token).toBeNull();
-    const dl = await dlRows(t, n, gid, "101");
-    expect(dl.map((r) => [r.attempt, r.status])).toEqual([[0, "failure"], [1, "failure"]]);
-    expect(dl[1].error).toBe(eq[0].last_error);
+    const exceptionQueue = await eqRows(t, n, gid);
+    expect(exceptionQueue.map(brief)[0]).toEqual(["101", "dead", KEY, "ordered", 1, 0]);
+    expect(exceptionQueue[0].last_error?.startsWith("SQL0026 permanent: Error: account closed")).toBe(true);
+    expect(exceptionQueue[0].lease_token).toBeNull();
+    const deliveryLog = await dlRows(t, n, gid, "101");
+    expect(deliveryLog.map((r) => [r.attempt, r.status])).toEqual([[0, "failure"], [1, "failure"]]);
+    expect(deliveryLog[1].error).toBe(exceptionQueue[0].last_error);
     await checkInvariants(t, n);
 
     expect((await cursor(t, n, gid)).committed).toBe("104");
@@ -207,7 +207,7 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
     const f = await g.failures();
     expect(f).toHaveLength(1);
     expect(f[0]).toMatchObject({ messageId: "101", key: KEY, status: "dead", payload: { n: 101 }, attempts: 1 });
-    expect(f[0].lastError).toBe(eq[0].last_error);
+    expect(f[0].lastError).toBe(exceptionQueue[0].last_error);
     const op = await t.sql<{ message_id: string; payload: unknown; attempts: number; last_error: string }>(
       `SELECT d.message_id::text, m.payload, d.attempts, d.last_error, d.updated_at
          FROM sqlstreams.exception_queue_${n} d
@@ -216,7 +216,7 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
         WHERE g.name = '${GROUP}' AND g.stream_id = ${n} AND d.status = 'dead'
         ORDER BY d.updated_at DESC`,
     );
-    expect(op.map((r) => [r.message_id, r.payload, r.attempts, r.last_error])).toEqual([["101", { n: 101 }, 1, eq[0].last_error]]);
+    expect(op.map((r) => [r.message_id, r.payload, r.attempts, r.last_error])).toEqual([["101", { n: 101 }, 1, exceptionQueue[0].last_error]]);
   });
 
   it("dead variant with the default budget: a handler that keeps throwing ends 101 dead at attempts 3, then 102–104 run", async () => {
@@ -260,15 +260,15 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
     });
     expect(seen).toEqual(["101@1"]);
     expect(r3).toMatchObject({ delayed: 1, committedAfter: "100" });
-    const eq = await eqRows(t, n, gid);
-    expect(eq.map(brief)).toEqual([
+    const exceptionQueue = await eqRows(t, n, gid);
+    expect(exceptionQueue.map(brief)).toEqual([
       ["101", "ready", KEY, "ordered", 2, 1],
       ["102", "deferred", KEY, "ordered", 0, 0],
       ["103", "deferred", KEY, "ordered", 0, 0],
       ["104", "deferred", KEY, "ordered", 0, 0],
     ]);
-    expect(eq[0].gap_ms).toBeCloseTo(60_000, 0);
-    expect(eq[0].last_error).toBe("SQL0025 delayed: run again in 60000 ms");
+    expect(exceptionQueue[0].gap_ms).toBeCloseTo(60_000, 0);
+    expect(exceptionQueue[0].last_error).toBe("SQL0025 delayed: run again in 60000 ms");
     expect((await dlRows(t, n, gid, "101")).map((r) => [r.attempt, r.status])).toEqual([[0, "failure"], [1, "delayed"]]);
     await checkInvariants(t, n);
 
@@ -682,7 +682,7 @@ describe("concurrency > 1 inside one poll", () => {
 
   it("in the exception phase too: a key's due and deferred rows run as one chain per poll, in order, other keys alongside", async () => {
     const t = testClient(url());
-    const s = t.client.stream<{ i: number }>("ordered.concurrent.eq");
+    const s = t.client.stream<{ i: number }>("ordered.concurrent.exceptionQueue");
     await s.register();
     const g = s.consumer("ord");
     await g.register({ concurrencyOverride: "ordered", exceptionInitialBackoff: 0 });
@@ -691,8 +691,8 @@ describe("concurrency > 1 inside one poll", () => {
     const ids = (await s.produceBatch(items)).map((r) => BigInt(r.id));
     const byKey = new Map<string, bigint[]>();
     items.forEach((it, i) => byKey.set(it.key, [...(byKey.get(it.key) ?? []), ids[i]]));
-    const n = await streamIdOf(t, "ordered.concurrent.eq");
-    const gid = await groupIdOf(t, "ord", "ordered.concurrent.eq");
+    const n = await streamIdOf(t, "ordered.concurrent.exceptionQueue");
+    const gid = await groupIdOf(t, "ord", "ordered.concurrent.exceptionQueue");
     // First delivery: the first message of every key fails, so each key's chain defers the rest.
     await pollPastFence(g, (m: Message) => {
       if (m.attempt === 0 && ["1", "2", "3"].includes(m.id)) throw new Error("first fails");

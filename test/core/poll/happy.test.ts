@@ -52,8 +52,8 @@ describe("happy path (C1, C2, C17)", () => {
     await g.drain(() => {});
     const sid = await streamIdOf(t, "audit.all");
     const gid = await groupIdOf(t, "g", "audit.all");
-    const dl = await dlRows(t, sid, gid);
-    expect(dl.map((r) => [r.message_id, r.attempt, r.status, r.error])).toEqual([
+    const deliveryLog = await dlRows(t, sid, gid);
+    expect(deliveryLog.map((r) => [r.message_id, r.attempt, r.status, r.error])).toEqual([
       ["1", 0, "success", ""], ["2", 0, "success", ""], ["3", 0, "success", ""],
     ]);
   });

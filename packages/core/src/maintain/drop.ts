@@ -114,12 +114,12 @@ async function partitionExpired(db: Db, streamId: string, k: bigint, retentionMs
  * waited for: two deleters that each wait on rows the other locked first deadlock.
  */
 async function deleteDeliveryLogBatch(db: Db, streamId: string, lo: bigint, hi: bigint): Promise<number> {
-  const dl = table(db.q, streamId, "delivery_log");
+  const deliveryLog = table(db.q, streamId, "delivery_log");
   const r = await query(
     db,
     db.pool,
-    `DELETE FROM ${dl} WHERE id IN (
-       SELECT d.id FROM ${dl} d WHERE d.message_id >= $1 AND d.message_id < $2 LIMIT ${BATCH} FOR UPDATE SKIP LOCKED)`,
+    `DELETE FROM ${deliveryLog} WHERE id IN (
+       SELECT d.id FROM ${deliveryLog} d WHERE d.message_id >= $1 AND d.message_id < $2 LIMIT ${BATCH} FOR UPDATE SKIP LOCKED)`,
     [String(lo), String(hi)],
   );
   return r.rowCount ?? 0;
@@ -151,15 +151,15 @@ async function dropPartitionTx(
 ): Promise<{ outcome: DropOutcome; exceptionRows: number; deliveryLogRows: number; headsEmptied: number }> {
   const none = { exceptionRows: 0, deliveryLogRows: 0, headsEmptied: 0 };
   const p = partitionName(db.q, streamId, k);
-  const ml = table(db.q, streamId, "message_log");
-  const eq = table(db.q, streamId, "exception_queue");
-  const dl = table(db.q, streamId, "delivery_log");
-  const ch = table(db.q, streamId, "compaction_head");
+  const messageLog = table(db.q, streamId, "message_log");
+  const exceptionQueue = table(db.q, streamId, "exception_queue");
+  const deliveryLog = table(db.q, streamId, "delivery_log");
+  const compactionHead = table(db.q, streamId, "compaction_head");
   const lo = k * partitionSize;
   const hi = (k + 1n) * partitionSize;
   await query(db, c, `SET LOCAL lock_timeout = '${LOCK_TIMEOUT}'`);
   if (!(await tryXactLock(db, c, retentionLockKey(db, streamId)))) return { outcome: "busy", ...none };
-  await query(db, c, `LOCK TABLE ONLY ${ml} IN ACCESS EXCLUSIVE MODE`);
+  await query(db, c, `LOCK TABLE ONLY ${messageLog} IN ACCESS EXCLUSIVE MODE`);
   // Checked only now: taking a table lock makes this backend read the catalog changes other
   // sessions committed (a partition another maintain() dropped a moment ago).
   const exists = await query<{ ok: boolean }>(db, c, "SELECT to_regclass($1) IS NOT NULL AS ok", [p]);
@@ -170,19 +170,19 @@ async function dropPartitionTx(
     `SELECT array_agg(id::text) AS ids FROM ${db.q}.consumer_group_config WHERE stream_id = $1`,
     [streamId],
   );
-  const del = await query<{ eq: string; dl: string; ch: string }>(
+  const del = await query<{ exception_rows: string; delivery_rows: string; heads_emptied: string }>(
     db,
     c,
     `WITH e AS (
-       DELETE FROM ${eq} WHERE consumer_group_id = ANY($3::bigint[]) AND message_id >= $1 AND message_id < $2
+       DELETE FROM ${exceptionQueue} WHERE consumer_group_id = ANY($3::bigint[]) AND message_id >= $1 AND message_id < $2
           AND status IN ('dead', 'superseded') RETURNING 1
      ), d AS (
-       DELETE FROM ${dl} WHERE message_id >= $1 AND message_id < $2 RETURNING 1
+       DELETE FROM ${deliveryLog} WHERE message_id >= $1 AND message_id < $2 RETURNING 1
      ), h AS (
-       UPDATE ${ch} SET message_id = NULL, compaction_rank = NULL, updated_at = now()
+       UPDATE ${compactionHead} SET message_id = NULL, compaction_rank = NULL, updated_at = now()
         WHERE message_id >= $1 AND message_id < $2 RETURNING 1
      )
-     SELECT (SELECT count(*) FROM e)::text AS eq, (SELECT count(*) FROM d)::text AS dl, (SELECT count(*) FROM h)::text AS ch`,
+     SELECT (SELECT count(*) FROM e)::text AS exception_rows, (SELECT count(*) FROM d)::text AS delivery_rows, (SELECT count(*) FROM h)::text AS heads_emptied`,
     [String(lo), String(hi), groups.rows[0].ids ?? []],
   );
   const f = await floorOf(db, streamId, c);
@@ -191,8 +191,8 @@ async function dropPartitionTx(
   await query(db, c, `DROP TABLE ${p}`);
   return {
     outcome: "dropped",
-    exceptionRows: Number(del.rows[0].eq),
-    deliveryLogRows: Number(del.rows[0].dl),
-    headsEmptied: Number(del.rows[0].ch),
+    exceptionRows: Number(del.rows[0].exception_rows),
+    deliveryLogRows: Number(del.rows[0].delivery_rows),
+    headsEmptied: Number(del.rows[0].heads_emptied),
   };
 }

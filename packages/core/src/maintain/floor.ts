@@ -32,9 +32,9 @@ export interface Floor {
  * One read-only statement.
  */
 export async function floorOf(db: Db, streamId: string, on: Queryable = db.pool): Promise<Floor> {
-  const ml = table(db.q, streamId, "message_log");
-  const eq = table(db.q, streamId, "exception_queue");
-  const cur = table(db.q, streamId, "consumer_group_cursor");
+  const messageLog = table(db.q, streamId, "message_log");
+  const exceptionQueue = table(db.q, streamId, "exception_queue");
+  const groupCursor = table(db.q, streamId, "consumer_group_cursor");
   const r = await query<{
     head: string;
     groups: string[] | null;
@@ -49,13 +49,13 @@ export async function floorOf(db: Db, streamId: string, on: Queryable = db.pool)
     on,
     `WITH g AS (
        SELECT cfg.id, cfg.name, cfg.paused, COALESCE(c.committed, 0) AS committed,
-              (SELECT min(e.message_id) FROM ${eq} e
+              (SELECT min(e.message_id) FROM ${exceptionQueue} e
                 WHERE e.consumer_group_id = cfg.id AND e.status IN ('ready', 'inflight', 'deferred')) AS unresolved
          FROM ${db.q}.consumer_group_config cfg
-         LEFT JOIN ${cur} c ON c.consumer_group_id = cfg.id
+         LEFT JOIN ${groupCursor} c ON c.consumer_group_id = cfg.id
         WHERE cfg.stream_id = $1
      )
-     SELECT (SELECT COALESCE(max(m.id), 0) FROM ${ml} m)::text AS head,
+     SELECT (SELECT COALESCE(max(m.id), 0) FROM ${messageLog} m)::text AS head,
             (SELECT array_agg(g.id::text ORDER BY g.id) FROM g) AS groups,
             f.id::text, f.name, f.paused, f.committed::text, f.unresolved::text, f.floor::text
        FROM (SELECT 1) one
@@ -86,12 +86,12 @@ export async function floorOf(db: Db, streamId: string, on: Queryable = db.pool)
 
 /** Whether the lowest message above the floor (and below `below`) is already past retention. */
 export async function expiredAboveFloor(db: Db, streamId: string, floor: bigint, below: bigint, retentionMs: bigint): Promise<boolean> {
-  const ml = table(db.q, streamId, "message_log");
+  const messageLog = table(db.q, streamId, "message_log");
   const r = await query<{ expired: boolean }>(
     db,
     db.pool,
     `SELECT COALESCE((SELECT m.created_at < now() - $3::bigint * interval '1 millisecond'
-                        FROM ${ml} m WHERE m.id > $1 AND m.id < $2 ORDER BY m.id LIMIT 1), false) AS expired`,
+                        FROM ${messageLog} m WHERE m.id > $1 AND m.id < $2 ORDER BY m.id LIMIT 1), false) AS expired`,
     [String(floor), String(below), String(retentionMs)],
   );
   return r.rows[0].expired;
@@ -115,13 +115,13 @@ export interface RetentionStatus {
 /** Two read-only statements. */
 export async function retentionStatus(db: Db, streamId: string, on: Queryable = db.pool): Promise<RetentionStatus> {
   const f = await floorOf(db, streamId, on);
-  const ml = table(db.q, streamId, "message_log");
+  const messageLog = table(db.q, streamId, "message_log");
   const r = await query<{ retention_ms: string; over_ms: number | null }>(
     db,
     on,
     `SELECT s.retention_ms::text,
             (SELECT EXTRACT(EPOCH FROM (now() - s.retention_ms * interval '1 millisecond' - m.created_at)) * 1000
-               FROM ${ml} m WHERE m.id > $2 ORDER BY m.id LIMIT 1)::float8 AS over_ms
+               FROM ${messageLog} m WHERE m.id > $2 ORDER BY m.id LIMIT 1)::float8 AS over_ms
        FROM ${db.q}.stream_config s WHERE s.id = $1`,
     [streamId, String(f.floor)],
   );

@@ -14,14 +14,14 @@ interface PartitionState {
 
 /** Sequence position and existing partitions, in one statement. */
 async function partitionState(db: Db, streamId: string): Promise<PartitionState> {
-  const ml = table(db.q, streamId, "message_log");
+  const messageLog = table(db.q, streamId, "message_log");
   const r = await query<{ next: string; parts: string[] | null }>(
     db,
     db.pool,
-    `SELECT (SELECT CASE WHEN s.is_called THEN s.last_value + 1 ELSE s.last_value END FROM ${ml}_id_seq s)::text AS next,
+    `SELECT (SELECT CASE WHEN s.is_called THEN s.last_value + 1 ELSE s.last_value END FROM ${messageLog}_id_seq s)::text AS next,
             ARRAY(SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
                    WHERE i.inhparent = to_regclass($1)) AS parts`,
-    [ml],
+    [messageLog],
   );
   const prefix = `message_log_${streamId}_`;
   const partitions = (r.rows[0].parts ?? [])

@@ -51,13 +51,13 @@ interface SweepWindow {
 }
 
 async function sweepWindow(db: Db, streamId: string, after: bigint, limit: bigint, retentionMs: bigint): Promise<SweepWindow> {
-  const ml = table(db.q, streamId, "message_log");
+  const messageLog = table(db.q, streamId, "message_log");
   const r = await query<{ id: string; message_key: string | null; compacted: boolean; expired: boolean }>(
     db,
     db.pool,
     `SELECT m.id::text, m.message_key, m.compaction_rank IS NOT NULL AS compacted,
             m.created_at < now() - $3::bigint * interval '1 millisecond' AS expired
-       FROM ${ml} m WHERE m.id > $1 AND m.id <= $2 ORDER BY m.id LIMIT ${BATCH}`,
+       FROM ${messageLog} m WHERE m.id > $1 AND m.id <= $2 ORDER BY m.id LIMIT ${BATCH}`,
     [String(after), String(limit), String(retentionMs)],
   );
   if (r.rows.length === 0) return { last: null, expired: [] };
@@ -80,10 +80,10 @@ async function sweepBatchTx(
   streamId: string,
   candidates: SweepWindow["expired"],
 ): Promise<{ messages: number; exceptionRows: number; deliveryLogRows: number; headsEmptied: number } | null> {
-  const ml = table(db.q, streamId, "message_log");
-  const eq = table(db.q, streamId, "exception_queue");
-  const dl = table(db.q, streamId, "delivery_log");
-  const ch = table(db.q, streamId, "compaction_head");
+  const messageLog = table(db.q, streamId, "message_log");
+  const exceptionQueue = table(db.q, streamId, "exception_queue");
+  const deliveryLog = table(db.q, streamId, "delivery_log");
+  const compactionHead = table(db.q, streamId, "compaction_head");
   await query(db, c, `SET LOCAL lock_timeout = '${LOCK_TIMEOUT}'`);
   if (!(await tryXactLock(db, c, retentionLockKey(db, streamId)))) return null;
   const ids = candidates.map((x) => x.id);
@@ -92,7 +92,7 @@ async function sweepBatchTx(
   const rows = await query<{ message_id: string; status: string }>(
     db,
     c,
-    `SELECT e.message_id::text, e.status FROM ${eq} e
+    `SELECT e.message_id::text, e.status FROM ${exceptionQueue} e
       WHERE e.consumer_group_id IN (SELECT id FROM ${db.q}.consumer_group_config WHERE stream_id = $1)
         AND e.message_id = ANY($2::bigint[])
       ORDER BY e.consumer_group_id, e.message_id FOR UPDATE OF e`,
@@ -109,10 +109,10 @@ async function sweepBatchTx(
       db,
       c,
       `WITH h AS (
-         SELECT compaction_key, message_id FROM ${ch}
+         SELECT compaction_key, message_id FROM ${compactionHead}
           WHERE compaction_key = ANY($1::text[]) AND message_id = ANY($2::bigint[])
        ), l AS MATERIALIZED (
-         SELECT compaction_key FROM ${ch}
+         SELECT compaction_key FROM ${compactionHead}
           WHERE compaction_key = ANY($1::text[]) AND message_id = ANY($2::bigint[])
           ORDER BY compaction_key FOR UPDATE SKIP LOCKED
        )
@@ -132,15 +132,15 @@ async function sweepBatchTx(
     db,
     c,
     `WITH m AS (
-       DELETE FROM ${ml} WHERE id = ANY($2::bigint[]) RETURNING 1
+       DELETE FROM ${messageLog} WHERE id = ANY($2::bigint[]) RETURNING 1
      ), e AS (
-       DELETE FROM ${eq}
+       DELETE FROM ${exceptionQueue}
         WHERE consumer_group_id IN (SELECT id FROM ${db.q}.consumer_group_config WHERE stream_id = $1)
           AND message_id = ANY($2::bigint[]) AND status IN ('dead', 'superseded') RETURNING 1
      ), d AS (
-       DELETE FROM ${dl} WHERE message_id = ANY($2::bigint[]) RETURNING 1
+       DELETE FROM ${deliveryLog} WHERE message_id = ANY($2::bigint[]) RETURNING 1
      ), h AS (
-       UPDATE ${ch} SET message_id = NULL, compaction_rank = NULL, updated_at = now()
+       UPDATE ${compactionHead} SET message_id = NULL, compaction_rank = NULL, updated_at = now()
         WHERE compaction_key = ANY($3::text[]) AND message_id = ANY($2::bigint[]) RETURNING 1
      )
      SELECT (SELECT count(*) FROM m)::text AS m, (SELECT count(*) FROM e)::text AS e,

@@ -23,12 +23,12 @@ export async function deleteIdempotencyKeys(db: Db, streamId: string, ttlMs: big
 
 /** Deletes one batch of expired message key leases (docs/protocol/retention.md#maintain step 5). */
 export async function deleteExpiredKeyLeases(db: Db, streamId: string): Promise<number> {
-  const kl = table(db.q, streamId, "message_key_lease");
+  const keyLease = table(db.q, streamId, "message_key_lease");
   const r = await query(
     db,
     db.pool,
-    `DELETE FROM ${kl} WHERE (consumer_group_id, message_key) IN (
-       SELECT k.consumer_group_id, k.message_key FROM ${kl} k WHERE k.expires_at < now()
+    `DELETE FROM ${keyLease} WHERE (consumer_group_id, message_key) IN (
+       SELECT k.consumer_group_id, k.message_key FROM ${keyLease} k WHERE k.expires_at < now()
         LIMIT ${BATCH} FOR UPDATE SKIP LOCKED)`,
   );
   return r.rowCount ?? 0;
@@ -36,12 +36,12 @@ export async function deleteExpiredKeyLeases(db: Db, streamId: string): Promise<
 
 /** Deletes one batch of compaction heads left empty for over an hour (docs/protocol/retention.md#maintain step 6). */
 export async function deleteEmptyHeads(db: Db, streamId: string): Promise<number> {
-  const ch = table(db.q, streamId, "compaction_head");
+  const compactionHead = table(db.q, streamId, "compaction_head");
   const r = await query(
     db,
     db.pool,
-    `DELETE FROM ${ch} WHERE compaction_key IN (
-       SELECT h.compaction_key FROM ${ch} h
+    `DELETE FROM ${compactionHead} WHERE compaction_key IN (
+       SELECT h.compaction_key FROM ${compactionHead} h
         WHERE h.message_id IS NULL AND h.updated_at < now() - interval '${EMPTY_HEAD_IDLE}'
         ORDER BY h.updated_at LIMIT ${BATCH} FOR UPDATE SKIP LOCKED)`,
   );

@@ -43,7 +43,7 @@ export async function seek(ref: GroupRef, to: SeekTarget, opts: { force?: boolea
   const db = ref.client.db;
   const { t, groupId } = await lookupGroup(ref);
   const out = await transaction(db, async (c) => {
-    const cur = await query<{ claimed: string; committed: string }>(db, c, Admin.lockCursor(t), [groupId]);
+    const groupCursor = await query<{ claimed: string; committed: string }>(db, c, Admin.lockCursor(t), [groupId]);
     const head = BigInt((await query<{ head: string }>(db, c, Admin.visibleHead(t))).rows[0].head);
     let p: bigint;
     if (byId !== null) {
@@ -63,7 +63,7 @@ export async function seek(ref: GroupRef, to: SeekTarget, opts: { force?: boolea
     if (opts.force) for (const s of Admin.forceRelease(t)) await query(db, c, s, [groupId]);
     const del = await query(db, c, Admin.deleteRowsAbove(t), [groupId, p.toString()]);
     const r = await query<{ claimed: string; committed: string }>(db, c, Admin.seekCursor(t), [groupId, p.toString()]);
-    return { ...r.rows[0], previous: cur.rows[0], deletedRows: del.rowCount ?? 0 };
+    return { ...r.rows[0], previous: groupCursor.rows[0], deletedRows: del.rowCount ?? 0 };
   });
   db.events.emit({
     level: "info", code: "SEEK", message: `seek moved ${ref.stream}/${ref.group} from claimed ${out.previous.claimed}/committed ${out.previous.committed} to claimed ${out.claimed}/committed ${out.committed}; ${out.deletedRows} exception row(s) deleted`,

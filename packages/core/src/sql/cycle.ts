@@ -23,10 +23,10 @@ export interface ClaimedMessageRow extends MessageRow {
 }
 
 /** The messages of (low, high] a group would deliver (the compaction read filter). */
-const deliverable = (t: { ml: string; ch: string }, low: string, high: string): string => `FROM ${t.ml} m
+const deliverable = (t: { messageLog: string; compactionHead: string }, low: string, high: string): string => `FROM ${t.messageLog} m
            WHERE m.id > ${low} AND m.id <= ${high}
              AND (m.compaction_rank IS NULL OR EXISTS (
-                   SELECT 1 FROM ${t.ch} h WHERE h.compaction_key = m.message_key AND h.message_id = m.id))`;
+                   SELECT 1 FROM ${t.compactionHead} h WHERE h.compaction_key = m.message_key AND h.message_id = m.id))`;
 
 /*
  * The rules of what is due, said once for the statements here (claim_N and reserve_exceptions_N
@@ -66,18 +66,18 @@ export const load = defineStatement<{ streamId: string; group: string }, LoadRow
        c.claimed::text, c.committed::text, c.settled_head::text, c.pending_head::text,
        h.head::text AS head,
        c.consumer_group_id IS NOT NULL AS has_cursor,
-       EXISTS (SELECT 1 FROM ${t.cl} l WHERE l.consumer_group_id = g.id AND ${rangeExpired("l")}) AS reclaimable,
-       EXISTS (SELECT 1 FROM ${t.eq} e WHERE e.consumer_group_id = g.id AND ${runExpired("e")}) AS expirable,
-       EXISTS (SELECT 1 FROM ${t.eq} e WHERE e.consumer_group_id = g.id
+       EXISTS (SELECT 1 FROM ${t.claimLease} l WHERE l.consumer_group_id = g.id AND ${rangeExpired("l")}) AS reclaimable,
+       EXISTS (SELECT 1 FROM ${t.exceptionQueue} e WHERE e.consumer_group_id = g.id AND ${runExpired("e")}) AS expirable,
+       EXISTS (SELECT 1 FROM ${t.exceptionQueue} e WHERE e.consumer_group_id = g.id
                   AND ${rowDue("e")}) AS reservable,
        ${t.fn("cursor_target")}(g.id)::text AS target,
        (CASE WHEN g.paused OR c.consumer_group_id IS NULL
                   OR (h.head <= c.settled_head AND c.pending_head <= c.settled_head AND c.claimed = c.settled_head)
              THEN '0'::xid8 ELSE pg_current_xact_id() END)::text AS obs
-  FROM ${t.q}.stream_config s
-  JOIN ${t.q}.consumer_group_config g ON g.stream_id = s.id AND g.name = ${p.group}
-  LEFT JOIN ${t.cur} c ON c.consumer_group_id = g.id
-  CROSS JOIN LATERAL (SELECT COALESCE(max(m.id), 0) AS head FROM ${t.ml} m) h
+  FROM ${t.schema}.stream_config s
+  JOIN ${t.schema}.consumer_group_config g ON g.stream_id = s.id AND g.name = ${p.group}
+  LEFT JOIN ${t.groupCursor} c ON c.consumer_group_id = g.id
+  CROSS JOIN LATERAL (SELECT COALESCE(max(m.id), 0) AS head FROM ${t.messageLog} m) h
  WHERE s.id = ${p.streamId}`);
 
 export const advance = defineStatement<{ groupId: string }, { committed: string }>(["groupId"], (t, p) =>
@@ -175,8 +175,8 @@ export const claimRead = defineStatement<{ groupId: string; token: string; batch
   ["groupId", "token", "batchLimit"], (t, p) =>
     `SELECT m.id::text AS id, m.message_key, m.compaction_rank::text AS compaction_rank, m.payload::text AS payload,
                  m.options, date_part('epoch', m.created_at) * 1000 AS created_at
-            ${deliverable(t, `(SELECT l.low FROM ${t.cl} l WHERE l.consumer_group_id = ${p.groupId} AND l.token = ${p.token})`,
-    `(SELECT l.high FROM ${t.cl} l WHERE l.consumer_group_id = ${p.groupId} AND l.token = ${p.token})`)}
+            ${deliverable(t, `(SELECT l.low FROM ${t.claimLease} l WHERE l.consumer_group_id = ${p.groupId} AND l.token = ${p.token})`,
+    `(SELECT l.high FROM ${t.claimLease} l WHERE l.consumer_group_id = ${p.groupId} AND l.token = ${p.token})`)}
            ORDER BY m.id
            LIMIT ${p.batchLimit}`);
 
@@ -256,16 +256,16 @@ export const takeKeys = defineStatement<TakeKeysParams, KeyRefusalRow>(["groupId
 /** Keeps an abandoned run's key lease alive. */
 export const renewKeyLease = defineStatement<{ groupId: string; key: string; keyToken: string; ms: number }, { "?column?": number }>(
   ["groupId", "key", "keyToken", "ms"], (t, p) =>
-    `UPDATE ${t.kl} SET expires_at = now() + ${p.ms} * interval '1 millisecond'
+    `UPDATE ${t.keyLease} SET expires_at = now() + ${p.ms} * interval '1 millisecond'
            WHERE consumer_group_id = ${p.groupId} AND message_key = ${p.key} AND token = ${p.keyToken} RETURNING 1`);
 
 /** Releases one key lease if it is still held under the token. */
 export const releaseKeyLease = defineStatement<{ groupId: string; key: string; keyToken: string }>(["groupId", "key", "keyToken"], (t, p) =>
-  `DELETE FROM ${t.kl} WHERE consumer_group_id = ${p.groupId} AND message_key = ${p.key} AND token = ${p.keyToken}`);
+  `DELETE FROM ${t.keyLease} WHERE consumer_group_id = ${p.groupId} AND message_key = ${p.key} AND token = ${p.keyToken}`);
 
 export const extendRange = defineStatement<{ groupId: string; token: string; ms: number }, { "?column?": number }>(
   ["groupId", "token", "ms"], (t, p) =>
-    `UPDATE ${t.cl} SET expires_at = now() + ${p.ms} * interval '1 millisecond'
+    `UPDATE ${t.claimLease} SET expires_at = now() + ${p.ms} * interval '1 millisecond'
            WHERE consumer_group_id = ${p.groupId} AND token = ${p.token} RETURNING 1`);
 
 /** A range lease row: its bounds, how often it was reclaimed, and whether it was released unstarted. */
@@ -278,7 +278,7 @@ export interface LeaseRow {
 }
 
 export const lockExpiredRange = defineStatement<{ groupId: string }, LeaseRow>(["groupId"], (t, p) =>
-  `SELECT l.token::text, l.low::text, l.high::text, l.reclaims, l.released FROM ${t.cl} l
+  `SELECT l.token::text, l.low::text, l.high::text, l.reclaims, l.released FROM ${t.claimLease} l
            WHERE l.consumer_group_id = ${p.groupId} AND ${rangeExpired("l")}
            ORDER BY l.low LIMIT 1 FOR UPDATE SKIP LOCKED`);
 
@@ -296,7 +296,7 @@ export const leaseByToken = defineStatement<{ groupId: string; token: string }, 
   ["groupId", "token"], (t, p) =>
     `SELECT low::text, high::text, reclaims, released,
                  GREATEST(0, date_part('epoch', expires_at - now()) * 1000)::float8 AS left_ms
-            FROM ${t.cl} WHERE consumer_group_id = ${p.groupId} AND token = ${p.token}`);
+            FROM ${t.claimLease} WHERE consumer_group_id = ${p.groupId} AND token = ${p.token}`);
 
 /** The ids (and what the lease and quarantine need) of (low, high], without payloads. */
 export const readRangeIds = defineStatement<{ low: string; high: string }, Omit<MessageRow, "payload" | "created_at">>(["low", "high"], (t, p) =>
@@ -313,19 +313,19 @@ export const takeOverRange = defineStatement<
   LeaseParams & { groupId: string; oldToken: string; token: string; reclaims: number; timeoutMax: number; size: number },
   { lease_ms: number }
 >(["groupId", "oldToken", "token", "reclaims", "timeoutMax", "size", "concurrency", "recordMargin", "leaseCapMs"], (t, p) =>
-  `UPDATE ${t.cl} l SET token = ${p.token}, reclaims = ${p.reclaims}, released = false,
+  `UPDATE ${t.claimLease} l SET token = ${p.token}, reclaims = ${p.reclaims}, released = false,
                  expires_at = now() + x.ms * interval '1 millisecond'
             FROM (SELECT ${t.fn("lease_ms")}(${p.timeoutMax}::bigint, ${p.size}::bigint, ${p.concurrency}::integer, ${p.recordMargin}::bigint, ${p.leaseCapMs}::bigint) AS ms) x
            WHERE l.consumer_group_id = ${p.groupId} AND l.token = ${p.oldToken}
        RETURNING x.ms::float8 AS lease_ms`);
 
 export const deleteRange = defineStatement<{ groupId: string; token: string }>(["groupId", "token"], (t, p) =>
-  `DELETE FROM ${t.cl} WHERE consumer_group_id = ${p.groupId} AND token = ${p.token}`);
+  `DELETE FROM ${t.claimLease} WHERE consumer_group_id = ${p.groupId} AND token = ${p.token}`);
 
 /** Quarantine rows: `rows` is a JSON array of {message_id, message_key, concurrency}. */
 export const quarantineRows = defineStatement<{ groupId: string; rows: string; error: string }, { message_id: string }>(
   ["groupId", "rows", "error"], (t, p) =>
-    `INSERT INTO ${t.eq} (consumer_group_id, message_id, status, message_key, concurrency, attempts, delays, can_run_after, last_error)
+    `INSERT INTO ${t.exceptionQueue} (consumer_group_id, message_id, status, message_key, concurrency, attempts, delays, can_run_after, last_error)
           SELECT ${p.groupId}, r.message_id, 'ready', r.message_key, r.concurrency, 0, 0, now(), ${p.error}
             FROM jsonb_to_recordset(${p.rows}::jsonb) AS r(message_id BIGINT, message_key TEXT, concurrency TEXT)
           ON CONFLICT DO NOTHING
@@ -333,7 +333,7 @@ export const quarantineRows = defineStatement<{ groupId: string; rows: string; e
 
 /** Delivery-log rows: `rows` is a JSON array of {message_id, attempt, status, error}. */
 export const insertDeliveryLog = defineStatement<{ groupId: string; rows: string }>(["groupId", "rows"], (t, p) =>
-  `INSERT INTO ${t.dl} (consumer_group_id, message_id, attempt, status, error)
+  `INSERT INTO ${t.deliveryLog} (consumer_group_id, message_id, attempt, status, error)
           SELECT ${p.groupId}, r.message_id, r.attempt, r.status, r.error
             FROM jsonb_to_recordset(${p.rows}::jsonb) AS r(message_id BIGINT, attempt INTEGER, status TEXT, error TEXT)`);
 
@@ -351,14 +351,14 @@ export interface ExpiredRunRow {
 export const lockExpiredRuns = defineStatement<{ groupId: string }, ExpiredRunRow>(["groupId"], (t, p) =>
   `SELECT e.message_id::text AS message_id, e.attempts, e.delays, e.last_error, e.message_key,
                  m.options, m.compaction_rank IS NOT NULL AS compacted
-            FROM ${t.eq} e LEFT JOIN ${t.ml} m ON m.id = e.message_id
+            FROM ${t.exceptionQueue} e LEFT JOIN ${t.messageLog} m ON m.id = e.message_id
            WHERE e.consumer_group_id = ${p.groupId} AND ${runExpired("e")}
            ORDER BY e.message_id LIMIT 1000
            FOR UPDATE OF e SKIP LOCKED`);
 
 /** Applies expiry outcomes: `rows` is a JSON array of {message_id, status, attempts, run_after_ms, last_error}. */
 export const applyExpired = defineStatement<{ groupId: string; rows: string }>(["groupId", "rows"], (t, p) =>
-  `UPDATE ${t.eq} e
+  `UPDATE ${t.exceptionQueue} e
              SET status = r.status, attempts = r.attempts,
                  can_run_after = CASE WHEN r.run_after_ms IS NULL THEN e.can_run_after
                                       ELSE now() + r.run_after_ms * interval '1 millisecond' END,
@@ -424,5 +424,5 @@ export const exceptionStep = defineStatement<{ groupId: string; token: string; o
             FROM ${t.fn("exception_step")}(${p.groupId}, ${p.token}, ${p.outcomes}::jsonb, ${p.starts}::jsonb)`);
 
 export const releaseReservations = defineStatement<{ groupId: string; token: string }>(["groupId", "token"], (t, p) =>
-  `UPDATE ${t.eq} SET lease_token = NULL, lease_expires_at = NULL
+  `UPDATE ${t.exceptionQueue} SET lease_token = NULL, lease_expires_at = NULL
            WHERE consumer_group_id = ${p.groupId} AND lease_token = ${p.token} AND status IN ('ready', 'deferred')`);

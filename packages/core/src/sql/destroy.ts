@@ -27,8 +27,8 @@ export function groupNames(q: string): string {
 /** The live work of one group ($1 group id), or of every group of the stream ($1 stream id). */
 export function liveWork(q: string, streamId: string, of: "group" | "stream"): string {
   const groups = of === "group" ? "= $1" : `IN (SELECT id FROM ${q}.consumer_group_config WHERE stream_id = $1)`;
-  const eq = table(q, streamId, "exception_queue");
-  const count = (status: string) => `(SELECT count(*) FROM ${eq} e WHERE e.consumer_group_id ${groups} AND e.status = '${status}')::int AS ${status}`;
+  const exceptionQueue = table(q, streamId, "exception_queue");
+  const count = (status: string) => `(SELECT count(*) FROM ${exceptionQueue} e WHERE e.consumer_group_id ${groups} AND e.status = '${status}')::int AS ${status}`;
   return `SELECT
       (SELECT count(*) FROM ${table(q, streamId, "claim_lease")} l WHERE l.consumer_group_id ${groups})::int AS range_leases,
       (SELECT count(*) FROM ${table(q, streamId, "message_key_lease")} k WHERE k.consumer_group_id ${groups} AND k.expires_at > now())::int AS key_leases,

@@ -29,20 +29,20 @@ export function fenceHolders(q: string, streamId: string): string {
  * last $2 ms the quarantined rows (count, the first ten ids) and kill-backstop deaths.
  */
 export function leaseHealth(q: string, streamId: string): string {
-  const cl = table(q, streamId, "claim_lease");
-  const eq = table(q, streamId, "exception_queue");
-  const dl = table(q, streamId, "delivery_log");
+  const claimLease = table(q, streamId, "claim_lease");
+  const exceptionQueue = table(q, streamId, "exception_queue");
+  const deliveryLog = table(q, streamId, "delivery_log");
   const recent = "$2 * interval '1 millisecond'";
   return `SELECT g.name AS "group",
-                 (SELECT count(*)::int FROM ${cl} l WHERE l.consumer_group_id = g.id AND l.expires_at < now() AND NOT l.released) AS expired_ranges,
-                 (SELECT (EXTRACT(EPOCH FROM now() - min(l.expires_at)) * 1000)::float8 FROM ${cl} l
+                 (SELECT count(*)::int FROM ${claimLease} l WHERE l.consumer_group_id = g.id AND l.expires_at < now() AND NOT l.released) AS expired_ranges,
+                 (SELECT (EXTRACT(EPOCH FROM now() - min(l.expires_at)) * 1000)::float8 FROM ${claimLease} l
                    WHERE l.consumer_group_id = g.id AND l.expires_at < now() AND NOT l.released) AS oldest_range_ms,
-                 (SELECT count(*)::int FROM ${eq} e WHERE e.consumer_group_id = g.id AND e.status = 'inflight' AND e.lease_expires_at < now()) AS expired_rows,
-                 (SELECT count(*)::int FROM ${eq} e WHERE e.consumer_group_id = g.id AND e.last_error LIKE 'quarantined:%'
+                 (SELECT count(*)::int FROM ${exceptionQueue} e WHERE e.consumer_group_id = g.id AND e.status = 'inflight' AND e.lease_expires_at < now()) AS expired_rows,
+                 (SELECT count(*)::int FROM ${exceptionQueue} e WHERE e.consumer_group_id = g.id AND e.last_error LIKE 'quarantined:%'
                      AND e.created_at > now() - ${recent}) AS quarantined,
-                 (SELECT array_agg(x.message_id::text) FROM (SELECT e.message_id FROM ${eq} e WHERE e.consumer_group_id = g.id
+                 (SELECT array_agg(x.message_id::text) FROM (SELECT e.message_id FROM ${exceptionQueue} e WHERE e.consumer_group_id = g.id
                      AND e.last_error LIKE 'quarantined:%' AND e.created_at > now() - ${recent} ORDER BY e.message_id LIMIT 10) x) AS quarantined_ids,
-                 (SELECT count(*)::int FROM ${dl} d WHERE d.consumer_group_id = g.id AND d.status = 'killed'
+                 (SELECT count(*)::int FROM ${deliveryLog} d WHERE d.consumer_group_id = g.id AND d.status = 'killed'
                      AND d.attempted_at > now() - ${recent}) AS killed
             FROM ${q}.consumer_group_config g WHERE g.stream_id = $1 ORDER BY g.name`;
 }

@@ -18,26 +18,26 @@ export function sampleProgress(q: string, n: string): string {
 
 function insertSamples(q: string, n: string): string {
   const ph = table(q, n, "progress_history");
-  const ml = table(q, n, "message_log");
-  const eq = table(q, n, "exception_queue");
-  const cur = table(q, n, "consumer_group_cursor");
+  const messageLog = table(q, n, "message_log");
+  const exceptionQueue = table(q, n, "exception_queue");
+  const groupCursor = table(q, n, "consumer_group_cursor");
   return `INSERT INTO ${ph} AS p (consumer_group_id, head, committed, lag, ready, deferred, inflight, dead, superseded, oldest_unresolved_ms)
   SELECT g.id, h.head, c.committed, GREATEST(h.head - c.committed, 0),
          e.ready, e.deferred, e.inflight, e.dead, e.superseded,
          (EXTRACT(EPOCH FROM (now() - LEAST(
-            (SELECT m.created_at FROM ${ml} m WHERE m.id > c.committed ORDER BY m.id LIMIT 1),
-            (SELECT min(m.created_at) FROM ${eq} x JOIN ${ml} m ON m.id = x.message_id
+            (SELECT m.created_at FROM ${messageLog} m WHERE m.id > c.committed ORDER BY m.id LIMIT 1),
+            (SELECT min(m.created_at) FROM ${exceptionQueue} x JOIN ${messageLog} m ON m.id = x.message_id
               WHERE x.consumer_group_id = g.id AND x.status IN ('ready', 'deferred', 'inflight')))) * 1000))::bigint
     FROM ${q}.consumer_group_config g
-    JOIN ${cur} c ON c.consumer_group_id = g.id
-    CROSS JOIN LATERAL (SELECT COALESCE(max(m.id), 0) AS head FROM ${ml} m) h
+    JOIN ${groupCursor} c ON c.consumer_group_id = g.id
+    CROSS JOIN LATERAL (SELECT COALESCE(max(m.id), 0) AS head FROM ${messageLog} m) h
     CROSS JOIN LATERAL (
       SELECT count(*) FILTER (WHERE x.status = 'ready')::int AS ready,
              count(*) FILTER (WHERE x.status = 'deferred')::int AS deferred,
              count(*) FILTER (WHERE x.status = 'inflight')::int AS inflight,
              count(*) FILTER (WHERE x.status = 'dead')::int AS dead,
              count(*) FILTER (WHERE x.status = 'superseded')::int AS superseded
-        FROM ${eq} x WHERE x.consumer_group_id = g.id) e
+        FROM ${exceptionQueue} x WHERE x.consumer_group_id = g.id) e
    WHERE g.stream_id = $1
   ON CONFLICT (consumer_group_id, sampled_at) DO NOTHING`;
 }

@@ -17,14 +17,15 @@ export type FamilyTable = (typeof FAMILY_TABLES)[number];
 /** The quoted names of one stream's tables and functions (docs/protocol/data-model.md#names), built once per (schema, stream id). */
 export interface Tables {
   /** The quoted schema. */
-  q: string;
-  ml: string;
-  eq: string;
-  dl: string;
-  cur: string;
-  cl: string;
-  kl: string;
-  ch: string;
+  schema: string;
+  /** message_log_N (partitioned by id). */
+  messageLog: string;
+  exceptionQueue: string;
+  deliveryLog: string;
+  groupCursor: string;
+  claimLease: string;
+  keyLease: string;
+  compactionHead: string;
   fn: (name: string) => string;
 }
 
@@ -36,14 +37,14 @@ export function tables(q: string, n: string): Tables {
   let t = cache.get(k);
   if (!t) {
     t = {
-      q,
-      ml: table(q, n, "message_log"),
-      eq: table(q, n, "exception_queue"),
-      dl: table(q, n, "delivery_log"),
-      cur: table(q, n, "consumer_group_cursor"),
-      cl: table(q, n, "claim_lease"),
-      kl: table(q, n, "message_key_lease"),
-      ch: table(q, n, "compaction_head"),
+      schema: q,
+      messageLog: table(q, n, "message_log"),
+      exceptionQueue: table(q, n, "exception_queue"),
+      deliveryLog: table(q, n, "delivery_log"),
+      groupCursor: table(q, n, "consumer_group_cursor"),
+      claimLease: table(q, n, "claim_lease"),
+      keyLease: table(q, n, "message_key_lease"),
+      compactionHead: table(q, n, "compaction_head"),
       fn: (name) => table(q, n, name),
     };
     cache.set(k, t);

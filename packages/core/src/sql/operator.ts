@@ -5,7 +5,7 @@ import type { Tables } from "./cycle.js";
 /** Messages by id ($1) or by key ($2), newest first, at most $3. */
 export function messagesById(t: Tables): string {
   return `SELECT m.id::text AS id, m.message_key, m.compaction_rank::text AS compaction_rank, m.payload, m.options, m.created_at
-            FROM ${t.ml} m WHERE ($1::bigint IS NOT NULL AND m.id = $1::bigint)
+            FROM ${t.messageLog} m WHERE ($1::bigint IS NOT NULL AND m.id = $1::bigint)
                               OR ($2::text IS NOT NULL AND m.message_key = $2::text)
            ORDER BY m.id DESC LIMIT $3`;
 }
@@ -16,8 +16,8 @@ export function groupStates(q: string, t: Tables): string {
                  e.status, e.attempts, e.delays, e.can_run_after, e.last_error, e.lease_expires_at, e.concurrency,
                  e.created_at AS row_created_at, e.updated_at AS row_updated_at
             FROM ${q}.consumer_group_config g
-            JOIN ${t.cur} c ON c.consumer_group_id = g.id
-            LEFT JOIN ${t.eq} e ON e.consumer_group_id = g.id AND e.message_id = $2
+            JOIN ${t.groupCursor} c ON c.consumer_group_id = g.id
+            LEFT JOIN ${t.exceptionQueue} e ON e.consumer_group_id = g.id AND e.message_id = $2
            WHERE g.stream_id = $1
            ORDER BY g.name`;
 }
@@ -25,7 +25,7 @@ export function groupStates(q: string, t: Tables): string {
 /** The delivery_log rows of message $1, oldest first. */
 export function timeline(t: Tables): string {
   return `SELECT consumer_group_id::text AS group_id, attempt, status, error, attempted_at
-            FROM ${t.dl} WHERE message_id = $1 ORDER BY id`;
+            FROM ${t.deliveryLog} WHERE message_id = $1 ORDER BY id`;
 }
 
 /**
@@ -41,7 +41,7 @@ export function filteredRows(t: Tables, keyset: "after" | "before" | null = null
   return `SELECT e.message_id::text AS message_id, e.message_key, e.status, m.payload, e.attempts, e.delays, e.last_error,
                  e.can_run_after, m.created_at, e.updated_at,
                  to_char(e.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '~' || e.message_id::text AS cursor
-            FROM ${t.eq} e JOIN ${t.ml} m ON m.id = e.message_id
+            FROM ${t.exceptionQueue} e JOIN ${t.messageLog} m ON m.id = e.message_id
            WHERE e.consumer_group_id = $1 AND e.status = $2 ${seek}
              AND ($4::text IS NULL OR strpos(lower(COALESCE(e.last_error, '')), lower($4::text)) > 0)
              AND ($5::text IS NULL OR e.message_key = $5::text)
@@ -59,7 +59,7 @@ export function filteredRows(t: Tables, keyset: "after" | "before" | null = null
 export function countRows(t: Tables): string {
   return `SELECT count(*)::int AS n FROM (
             SELECT 1
-              FROM ${t.eq} e JOIN ${t.ml} m ON m.id = e.message_id
+              FROM ${t.exceptionQueue} e JOIN ${t.messageLog} m ON m.id = e.message_id
              WHERE e.consumer_group_id = $1 AND e.status = $2
                AND ($3::text IS NULL OR strpos(lower(COALESCE(e.last_error, '')), lower($3::text)) > 0)
                AND ($4::text IS NULL OR e.message_key = $4::text)
@@ -84,7 +84,7 @@ export function selectDead(t: Tables, byIds: boolean): string {
        AND e.message_id > $8::bigint`;
   return `SELECT e.message_id::text AS message_id, e.attempts, e.message_key, m.id IS NOT NULL AS exists,
                  m.options, m.compaction_rank IS NOT NULL AS compacted
-            FROM ${t.eq} e LEFT JOIN ${t.ml} m ON m.id = e.message_id
+            FROM ${t.exceptionQueue} e LEFT JOIN ${t.messageLog} m ON m.id = e.message_id
            WHERE e.consumer_group_id = $1 AND e.status = 'dead' AND ${where}
            ORDER BY e.message_id
            ${byIds ? "" : "LIMIT $5"}
@@ -94,9 +94,9 @@ export function selectDead(t: Tables, byIds: boolean): string {
 /** Deletes the dead rows $2 (bigint[]) of group $1 and writes their 'discarded' audit rows ($3 reason). */
 export function discardRows(t: Tables): string {
   return `WITH gone AS (
-            DELETE FROM ${t.eq} e WHERE e.consumer_group_id = $1 AND e.message_id = ANY($2::bigint[]) AND e.status = 'dead'
+            DELETE FROM ${t.exceptionQueue} e WHERE e.consumer_group_id = $1 AND e.message_id = ANY($2::bigint[]) AND e.status = 'dead'
             RETURNING e.message_id, e.attempts)
-          INSERT INTO ${t.dl} (consumer_group_id, message_id, attempt, status, error)
+          INSERT INTO ${t.deliveryLog} (consumer_group_id, message_id, attempt, status, error)
           SELECT $1, message_id, attempts, 'discarded', 'discarded: ' || $3::text FROM gone
           RETURNING message_id::text`;
 }
@@ -111,15 +111,15 @@ export function discardRows(t: Tables): string {
 export function blockedRows(t: Tables, group: string): string {
   return `SELECT b.* FROM (
     SELECT e.message_key AS key, e.message_id, e.status, e.updated_at AS since, e.can_run_after, e.attempts,
-           (SELECT count(*) FROM ${t.eq} w
+           (SELECT count(*) FROM ${t.exceptionQueue} w
              WHERE w.consumer_group_id = e.consumer_group_id AND w.message_key = e.message_key AND w.message_id > e.message_id
                AND w.status IN ('ready', 'deferred', 'inflight'))
-         + (SELECT count(*) FROM ${t.ml} m WHERE m.message_key = e.message_key AND m.id > c.claimed) AS waiting
-      FROM ${t.eq} e
-      JOIN ${t.cur} c ON c.consumer_group_id = e.consumer_group_id
+         + (SELECT count(*) FROM ${t.messageLog} m WHERE m.message_key = e.message_key AND m.id > c.claimed) AS waiting
+      FROM ${t.exceptionQueue} e
+      JOIN ${t.groupCursor} c ON c.consumer_group_id = e.consumer_group_id
      WHERE e.consumer_group_id = ${group} AND e.message_key IS NOT NULL AND e.concurrency = 'ordered'
        AND e.status IN ('ready', 'deferred', 'inflight')
-       AND NOT EXISTS (SELECT 1 FROM ${t.eq} p
+       AND NOT EXISTS (SELECT 1 FROM ${t.exceptionQueue} p
                         WHERE p.consumer_group_id = e.consumer_group_id AND p.message_key = e.message_key
                           AND p.message_id < e.message_id AND p.status IN ('ready', 'deferred', 'inflight'))
   ) b WHERE b.waiting > 0`;

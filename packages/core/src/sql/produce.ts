@@ -6,9 +6,9 @@
 import { table } from "./names.js";
 
 function headUpsert(q: string, n: string, source: string): string {
-  const ch = table(q, n, "compaction_head");
+  const compactionHead = table(q, n, "compaction_head");
   return `head AS (
-    INSERT INTO ${ch} AS h (compaction_key, message_id, compaction_rank, schema_version)
+    INSERT INTO ${compactionHead} AS h (compaction_key, message_id, compaction_rank, schema_version)
     ${source}
     ON CONFLICT (compaction_key) DO UPDATE
        SET message_id = EXCLUDED.message_id, compaction_rank = EXCLUDED.compaction_rank,
@@ -20,10 +20,10 @@ function headUpsert(q: string, n: string, source: string): string {
 
 /** One message: $1 key, $2 rank, $3 payload text, $4 options text. Returns id. */
 export function produceOne(q: string, n: string): string {
-  const ml = table(q, n, "message_log");
+  const messageLog = table(q, n, "message_log");
   return `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid),
   ins AS (
-    INSERT INTO ${ml} (message_key, compaction_rank, payload, options)
+    INSERT INTO ${messageLog} (message_key, compaction_rank, payload, options)
     SELECT $1::text, $2::bigint, $3::jsonb, $4::jsonb FROM x
     RETURNING id, message_key, compaction_rank
   ),
@@ -39,12 +39,12 @@ export function produceOne(q: string, n: string): string {
  * caller then reads the winner (docs/guide/producing.md#idempotency-keys).
  */
 export function produceIdempotent(q: string, n: string): string {
-  const ml = table(q, n, "message_log");
+  const messageLog = table(q, n, "message_log");
   const ik = table(q, n, "idempotency_key");
   return `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid),
   seen AS MATERIALIZED (SELECT e.message_id FROM ${ik} e WHERE e.idempotency_key = $5::uuid),
   ins AS (
-    INSERT INTO ${ml} (message_key, compaction_rank, payload, options)
+    INSERT INTO ${messageLog} (message_key, compaction_rank, payload, options)
     SELECT $1::text, $2::bigint, $3::jsonb, $4::jsonb FROM x WHERE NOT EXISTS (SELECT 1 FROM seen)
     RETURNING id, message_key, compaction_rank
   ),
@@ -74,10 +74,10 @@ export function idempotencyLookup(q: string, n: string): string {
  * Ids are drawn in item order; same-key compacted items are reduced to their winner.
  */
 export function produceBatch(q: string, n: string): string {
-  const ml = table(q, n, "message_log");
+  const messageLog = table(q, n, "message_log");
   return `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid),
   ins AS (
-    INSERT INTO ${ml} (message_key, compaction_rank, payload, options)
+    INSERT INTO ${messageLog} (message_key, compaction_rank, payload, options)
     SELECT t.e->>'k', (t.e->>'r')::bigint, t.e->'p', NULLIF(t.e->'o', 'null'::jsonb)
       FROM x, jsonb_array_elements($1::jsonb) WITH ORDINALITY AS t(e, ord)
      ORDER BY t.ord
@@ -103,14 +103,14 @@ export function produceBatch(q: string, n: string): string {
  * Ids are drawn in item order.
  */
 export function produceBatchArrays(q: string, n: string, meta: boolean): string {
-  const ml = table(q, n, "message_log");
+  const messageLog = table(q, n, "message_log");
   const from = meta
     ? "ROWS FROM (jsonb_array_elements($1::jsonb), jsonb_array_elements_text($2::jsonb), jsonb_array_elements($3::jsonb)) WITH ORDINALITY AS u(p, k, o, i)"
     : "jsonb_array_elements($1::jsonb) WITH ORDINALITY AS u(p, i)";
   const sel = meta ? "u.k, u.p, NULLIF(u.o, 'null'::jsonb)" : "NULL, u.p, NULL";
   return `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid),
   ins AS (
-    INSERT INTO ${ml} (message_key, payload, options)
+    INSERT INTO ${messageLog} (message_key, payload, options)
     SELECT ${sel} FROM x, ${from}
      ORDER BY u.i
     RETURNING id

@@ -132,8 +132,8 @@ async function quarantine<T>(ctx: PollContext<T>, c: pg.PoolClient, msgs: statem
   const rows = msgs.map((m) => ({ message_id: m.id, message_key: m.message_key, concurrency: resolve(ctx, m).concurrency }));
   const ins = await statements.quarantineRows.query(db, c, t, { groupId, rows: JSON.stringify(rows), error: QUARANTINE_TEXT });
   if (ctx.mode !== "off" && ins.rows.length > 0) {
-    const dl = ins.rows.map((r) => ({ message_id: r.message_id, attempt: 0, status: "failure", error: QUARANTINE_TEXT }));
-    await statements.insertDeliveryLog.query(db, c, t, { groupId, rows: JSON.stringify(dl) });
+    const deliveryLog = ins.rows.map((r) => ({ message_id: r.message_id, attempt: 0, status: "failure", error: QUARANTINE_TEXT }));
+    await statements.insertDeliveryLog.query(db, c, t, { groupId, rows: JSON.stringify(deliveryLog) });
   }
   ctx.report.rangesQuarantined++;
   db.events.emit({ level: "warn", code: "SQL0036", message: `range quarantined into ${ins.rows.length} exception row(s)`, stream: ctx.stream, group: ctx.group, ids: ins.rows.map((r) => r.message_id) });
