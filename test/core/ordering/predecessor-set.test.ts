@@ -22,9 +22,9 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
     await s.consumer("g").register({ concurrencyOverride: "ordered" });
     // Ids 1..30 in this order (one produce at a time, so ids follow the list).
     const keys = [
-      "exceptionQueue", "eqdead", "f3", "f4", "f5", "f6", "f7", "f8", "f9", "f10",
+      "eq", "eqdead", "f3", "f4", "f5", "f6", "f7", "f8", "f9", "f10",
       "lease", "f12", "f13", "f14", "f15", "excl", "unclaimed", "f18", "f19", "f20",
-      "exceptionQueue", "eqdead", "unclaimed", "lease", "free", "busy", "expired", "excl", "f29", "f30",
+      "eq", "eqdead", "unclaimed", "lease", "free", "busy", "expired", "excl", "f29", "f30",
     ];
     for (const [i, key] of keys.entries()) await s.produce({ i }, { key });
     const n = await streamIdOf(t, "ordered.set");
@@ -60,7 +60,7 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
     );
     expect(refused).toEqual([
       { k: "busy", kind: "busy", pred_id: null },
-      { k: "exceptionQueue", kind: "pred", pred_id: id(1) },
+      { k: "eq", kind: "pred", pred_id: id(1) },
       { k: "lease", kind: "pred", pred_id: id(11) },
       { k: "unclaimed", kind: "pred", pred_id: id(17) },
     ]);
