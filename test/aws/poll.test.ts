@@ -316,6 +316,17 @@ describe("createMaintainHandler and createMigrateHandler", () => {
     });
     await expect(migrate({}, localContext(60_000))).rejects.toMatchObject({ code: "SQL0013" });
   });
+
+  it("a declaration's keyConcurrency is stored for an exclusive group and refused (SQL0014) for an ordered one", async () => {
+    const decl = (config: ConsumerConfig) => createMigrateHandler({
+      groups: [{ stream: "kc.config", group: "g", function: "functions/handlers/g.handler", schedule: "rate(1 minute)", config }],
+      database: database(),
+      log: () => {},
+    });
+    await expect(decl({ concurrencyOverride: "ordered", keyConcurrency: 2 })({}, localContext(60_000))).rejects.toMatchObject({ code: "SQL0014" });
+    await decl({ concurrencyOverride: "exclusive", keyConcurrency: 3 })({}, localContext(60_000));
+    expect((await admin.stream("kc.config").consumer("g").progress()).concurrency.perKey).toBe(3);
+  });
 });
 
 describe("functions/", () => {

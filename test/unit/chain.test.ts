@@ -86,6 +86,15 @@ describe("a range's chains", () => {
     const units = chains([m("1", "a", "ordered"), m("2", null), m("3", "a", "ordered"), m("4", "b", "parallel"), m("5", "b", "exclusive"), m("6", "b", "exclusive")]);
     expect(units.map((u) => u.map((x) => x.id))).toEqual([["1", "3"], ["2"], ["4"], ["5", "6"]]);
   });
+
+  it("with keyConcurrency n, an exclusive key's members are dealt round-robin to n chains; a key with an ordered member keeps one", () => {
+    const msgs = [m("1", "a", "exclusive"), m("2", "a", "exclusive"), m("3", null), m("4", "a", "exclusive"), m("5", "a", "exclusive"),
+      m("6", "b", "ordered"), m("7", "b", "exclusive"), m("8", "a", "exclusive"), m("9", "b", "exclusive")];
+    const ids = (n: number) => chains(msgs, n).map((u) => u.map((x) => x.id));
+    expect(ids(1)).toEqual([["1", "2", "4", "5", "8"], ["3"], ["6", "7", "9"]]);
+    expect(ids(2)).toEqual([["1", "4", "8"], ["2", "5"], ["3"], ["6", "7", "9"]]);
+    expect(ids(3)).toEqual([["1", "5"], ["2", "8"], ["3"], ["4"], ["6", "7", "9"]]);
+  });
 });
 
 describe("the key leases a record releases", () => {

@@ -27,6 +27,8 @@ export interface ConsumerConfig {
   maxRangeReclaims?: number;
   /** Drains of the group running at once across every process and invocation (docs/guide/configuration.md#maxconcurrency). */
   maxConcurrency?: number;
+  /** Exclusive groups: messages of one key running at once, default 1 (docs/guide/configuration.md#keyconcurrency). */
+  keyConcurrency?: number;
 }
 export interface StreamOptions {
   partitionSize?: number;
@@ -85,6 +87,7 @@ const GROUP_RULES = {
   exceptionInitialBackoff: R(0, 604_800_000),
   maxRangeReclaims: R(1, 100),
   maxConcurrency: R(1, 1_000),
+  keyConcurrency: R(1, 1_000),
 };
 const STREAM_RULES: Record<Exclude<keyof StreamOptions, "deliveryLog">, NumRule> = {
   partitionSize: R(2, 1e12),
@@ -187,12 +190,24 @@ function cmpValue(f: NumField, v: number): number {
   return f === "maxDelays" && v === 0 ? Infinity : v;
 }
 
+/**
+ * keyConcurrency above 1 only for a group whose policy is exclusive (docs/guide/configuration.md#keyconcurrency):
+ * an ordered key runs one message at a time by definition, a parallel one has no per-key bound.
+ */
+function checkKeyConcurrency(c: ConsumerConfig): void {
+  if (c.keyConcurrency === undefined || c.keyConcurrency === 1) return;
+  const policy = c.concurrencyOverride ?? c.message?.concurrency ?? DEFAULT_MESSAGE.concurrency;
+  if (policy === "exclusive") return;
+  fail("SQL0014", "keyConcurrency", c.keyConcurrency,
+    `needs an exclusive group, and this group's policy is ${policy}: set concurrencyOverride: "exclusive" (or message.concurrency: "exclusive"), or drop keyConcurrency`);
+}
+
 /** Validates a whole ConsumerConfig (docs/guide/configuration.md#the-stored-document) and returns the sparse document to store. */
 export function validateConsumerConfig(v: unknown): ConsumerConfig {
   if (v === undefined) return {};
   if (!isPlainObject(v)) fail("SQL0013", "config", v, "must be an object");
   checkKeys("SQL0013", "", v, [
-    "message", "messageMin", "messageMax", "concurrencyOverride", "start", "exceptionInitialBackoff", "maxRangeReclaims", "maxConcurrency",
+    "message", "messageMin", "messageMax", "concurrencyOverride", "start", "exceptionInitialBackoff", "maxRangeReclaims", "maxConcurrency", "keyConcurrency",
   ]);
   const out: ConsumerConfig = {};
   if (v.message !== undefined) out.message = validateMessageOptions(v.message, "message");
@@ -208,9 +223,10 @@ export function validateConsumerConfig(v: unknown): ConsumerConfig {
     if (v.start !== "beginning" && v.start !== "head") fail("SQL0013", "start", v.start, "must be 'beginning' or 'head'");
     out.start = v.start;
   }
-  for (const k of ["exceptionInitialBackoff", "maxRangeReclaims", "maxConcurrency"] as const) {
+  for (const k of ["exceptionInitialBackoff", "maxRangeReclaims", "maxConcurrency", "keyConcurrency"] as const) {
     if (v[k] !== undefined) out[k] = checkNumber("SQL0013", k, v[k], GROUP_RULES[k]);
   }
+  checkKeyConcurrency(out);
   // Bounds: messageMin <= group default <= messageMax, per field, where set.
   const gd = overlay(DEFAULT_MESSAGE, out.message);
   if (gd.maxDelay < gd.baseDelay) {
@@ -348,6 +364,8 @@ export interface GroupResolution {
   min: MessageOptions; // floors, sparse
   exceptionInitialBackoff: number;
   maxRangeReclaims: number;
+  /** Messages of one exclusive key a holder of its lease runs at once (docs/protocol/ordering.md#key-concurrency). */
+  keyConcurrency: number;
 }
 
 export function groupResolution(config: ConsumerConfig): GroupResolution {
@@ -359,6 +377,7 @@ export function groupResolution(config: ConsumerConfig): GroupResolution {
     min: config.messageMin ?? {},
     exceptionInitialBackoff: config.exceptionInitialBackoff ?? DEFAULT_EXCEPTION_INITIAL_BACKOFF,
     maxRangeReclaims: config.maxRangeReclaims ?? DEFAULT_MAX_RANGE_RECLAIMS,
+    keyConcurrency: config.keyConcurrency ?? 1,
   };
 }
 

@@ -107,7 +107,9 @@ export function abandon<T>(ctx: PollContext<T>, run: AbandonedRun): void {
       const left = (byKey.get(k) ?? 1) - 1;
       if (left > 0) byKey.set(k, left);
       else byKey.delete(k);
-      if (run.token === null || db.closed) return;
+      // Another unsettled abandoned run of the key (one per chain of the key, with keyConcurrency)
+      // still holds the lease: the last one to settle releases it.
+      if (run.token === null || db.closed || left > 0) return;
       try {
         await statements.releaseKeyLease.retry(db, t, { groupId, key: run.key, keyToken: run.token });
       } catch {

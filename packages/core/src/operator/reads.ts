@@ -16,7 +16,7 @@ export async function progress(ref: GroupRef): Promise<Progress> {
   const r = await queryRetry<{
     paused: boolean; claimed: string; committed: string; head: string; open_leases: number; expired_leases: number;
     counts: Partial<Record<ExceptionStatus, number>>; oldest_ms: number | null;
-    max_concurrency: number | null; drains_running: number; capped: number; blocked_keys: number;
+    max_concurrency: number | null; key_concurrency: number; drains_running: number; capped: number; blocked_keys: number;
   }>(db, Admin.progress(db.q, t), [id, ref.group]);
   if (r.rowCount === 0) throw groupNotRegistered(ref.stream, ref.group);
   const x = r.rows[0];
@@ -28,7 +28,7 @@ export async function progress(ref: GroupRef): Promise<Progress> {
     exceptions: { ready: 0, deferred: 0, inflight: 0, dead: 0, superseded: 0, ...x.counts },
     oldestUnresolvedAgeMs: x.oldest_ms === null ? null : Math.max(0, Math.round(x.oldest_ms)),
     retention: { floor: ret.floor.toString(), heldBy: ret.held ? ret.heldBy?.group ?? null : null, held: ret.held, heldForMs: ret.heldForMs },
-    concurrency: { max: x.max_concurrency, running: x.drains_running, capped: x.capped },
+    concurrency: { max: x.max_concurrency, running: x.drains_running, capped: x.capped, perKey: x.key_concurrency },
     blockedKeys: x.blocked_keys,
   };
 }

@@ -23,9 +23,10 @@ export interface Progress {
   retention: { floor: string; heldBy: string | null; held: boolean; heldForMs: number | null };
   /**
    * maxConcurrency (docs/guide/configuration.md#maxconcurrency): the limit (null: unlimited),
-   * the drains holding a live slot now, and the polls that found the group at its cap, ever.
+   * the drains holding a live slot now, and the polls that found the group at its cap, ever;
+   * `perKey` is keyConcurrency (docs/guide/configuration.md#keyconcurrency), 1 unless set.
    */
-  concurrency: { max: number | null; running: number; capped: number };
+  concurrency: { max: number | null; running: number; capped: number; perKey: number };
   /** How many keys blockedKeys() would list without a limit (docs/guide/operations.md#blocked-keys). */
   blockedKeys: number;
 }

@@ -31,6 +31,7 @@ export function progress(q: string, t: Tables): string {
           (SELECT min(m.created_at) FROM ${t.exceptionQueue} e JOIN ${t.messageLog} m ON m.id = e.message_id
             WHERE e.consumer_group_id = g.id AND e.status IN ('ready', 'deferred', 'inflight'))))) * 1000)::float8 AS oldest_ms,
        (g.config->>'maxConcurrency')::int AS max_concurrency,
+       COALESCE((g.config->>'keyConcurrency')::int, 1) AS key_concurrency,
        (SELECT count(*)::int FROM ${q}.group_slot s WHERE s.group_id = g.id AND s.expires_at > now()) AS drains_running,
        COALESCE((SELECT f.capped FROM ${q}.group_flow f WHERE f.group_id = g.id), 0)::float8 AS capped,
        (SELECT count(*)::int FROM (${blockedRows(t, "g.id")}) bk) AS blocked_keys

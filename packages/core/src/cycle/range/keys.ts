@@ -163,8 +163,8 @@ export class KeyLeases<T> {
     const k = m.message_key as string;
     const ks: KeyState = this.states.get(k) ?? { held: false, expiry: 0 as MonotonicMs, result: { kind: "busy" } };
     this.states.set(k, ks);
-    const ms = runLeaseMs(ctx, m.resolved.timeout);
     const at = now();
+    const ms = this.covering(ks, runLeaseMs(ctx, m.resolved.timeout), at);
     const r = await statements.takeKey.retry(ctx.db, ctx.tables, {
       groupId: ctx.groupId, key: k, keyToken: this.token as string, ms, messageId: m.id,
       ordered: m.resolved.concurrency === "ordered", low, high, compacted: m.compaction_rank !== null,
@@ -177,6 +177,15 @@ export class KeyLeases<T> {
     }
     this.cap(rangeExpiry);
     return res;
+  }
+
+  /**
+   * A renewal's length: one run's, or with keyConcurrency > 1 at least what the lease has left, since
+   * other chains of the key may be running under it (docs/protocol/ordering.md#key-concurrency).
+   */
+  private covering(ks: KeyState, ms: number, at: MonotonicMs): number {
+    if (this.ctx.resolution.keyConcurrency === 1 || !ks.held) return ms;
+    return Math.max(ms, Math.ceil(ks.expiry - at));
   }
 
   /**

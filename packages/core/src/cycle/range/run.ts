@@ -21,24 +21,38 @@ export interface LeasedRange {
   msgs: MessageRow[] | ClaimedMessageRow[];
 }
 
-/** Same-key exclusive/ordered messages form serial chains; everything else runs alone (docs/protocol/ordering.md#chains-inside-a-range). */
-export function chains(msgs: RangeMessage[]): RangeMessage[][] {
+/**
+ * Same-key exclusive/ordered messages form serial chains; everything else runs alone
+ * (docs/protocol/ordering.md#chains-inside-a-range). With keyConcurrency n > 1 an exclusive key's
+ * members are dealt round-robin to up to n chains that run side by side under the key's one lease
+ * (docs/protocol/ordering.md#key-concurrency); a key with an ordered member in the range keeps one chain.
+ */
+export function chains(msgs: RangeMessage[], n = 1): RangeMessage[][] {
   const units: RangeMessage[][] = [];
-  const byKey = new Map<string, RangeMessage[]>();
+  const byKey = new Map<string, { chains: RangeMessage[][]; dealt: number }>();
+  const single = n > 1 ? orderedKeys(msgs) : null;
   for (const m of msgs) {
     if (!keyedMember(m)) {
       units.push([m]);
       continue;
     }
-    const chain = byKey.get(m.message_key);
-    if (chain) chain.push(m);
-    else {
+    let key = byKey.get(m.message_key);
+    if (key === undefined) byKey.set(m.message_key, (key = { chains: [], dealt: 0 }));
+    const width = single === null || single.has(m.message_key) ? 1 : n;
+    if (key.chains.length < width) {
       const fresh = [m];
-      byKey.set(m.message_key, fresh);
+      key.chains.push(fresh);
       units.push(fresh);
-    }
+    } else key.chains[key.dealt++ % width].push(m);
   }
   return units;
+}
+
+/** The keys with an ordered member: their chain is never split, so the chain orders them. */
+function orderedKeys(msgs: RangeMessage[]): Set<string> {
+  const out = new Set<string>();
+  for (const m of msgs) if (m.message_key !== null && m.resolved.concurrency === "ordered") out.add(m.message_key);
+  return out;
 }
 
 export class RangeRun<T> {
@@ -70,7 +84,7 @@ export class RangeRun<T> {
   ) {
     this.msgs = range.msgs as RangeMessage[];
     for (const m of this.msgs) m.resolved = resolve(ctx, m);
-    this.units = chains(this.msgs);
+    this.units = chains(this.msgs, ctx.resolution.keyConcurrency);
     this.keys = new KeyLeases(ctx, this.msgs.some(keyedMember));
     this.leaseExpiry = after(sentAt, range.leaseMs);
     this.slack = Math.min(250, ctx.options.recordMargin / 4);
