@@ -242,6 +242,20 @@ describe("scheduled delivery", () => {
     expect((await s.inspect({ id: seen[0].find((x) => x.i === 2)!.id }))[0].payload).toEqual({ i: 2 });
   });
 
+  it("a delay counts from the database's now(), the clock retries' can_run_after uses too", async () => {
+    const { s } = await setup("sched.clock", []);
+    const c = await t.pool.connect();
+    try {
+      await c.query("BEGIN");
+      const [{ now }] = (await c.query<{ now: Date }>("SELECT now()")).rows;
+      const r = await s.produceInTx(c, { i: 1 }, { delay: 5_000 });
+      expect(r.deliverAt!.getTime()).toBe(now.getTime() + 5_000);
+      await c.query("COMMIT");
+    } finally {
+      c.release();
+    }
+  });
+
   it("a poll without scheduled messages sends no mover statement", async () => {
     const { s, gs } = await setup("sched.quiet", ["a"]);
     await s.produce({ i: 1 });
