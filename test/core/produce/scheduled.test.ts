@@ -256,6 +256,15 @@ describe("scheduled delivery", () => {
     }
   });
 
+  it("destroy() counts waiting messages as messages: refused without force, dropped with it", async () => {
+    const { s, n } = await setup("sched.destroy", []);
+    await s.produce({ i: 1 }, { delay: 60_000 });
+    expect((await codedError(s.destroy())).code).toBe("SQL0042");
+    await s.destroy({ force: true });
+    const [{ left }] = await t.sql<{ left: string | null }>("SELECT to_regclass($1)::text AS left", [`${S}.scheduled_message_${n}`]);
+    expect(left).toBeNull();
+  });
+
   it("a poll without scheduled messages sends no mover statement", async () => {
     const { s, gs } = await setup("sched.quiet", ["a"]);
     await s.produce({ i: 1 });
