@@ -256,6 +256,23 @@ describe("scheduled delivery", () => {
     }
   });
 
+  it("a move that reaches the end of a partition continues in the next one, created by the poll when missing", async () => {
+    const s = t.client.stream<{ i: number }>("sched.partitions");
+    await s.register({ partitionSize: 10 });
+    const g = s.consumer("a");
+    await g.register();
+    const n = await streamIdOf(t, "sched.partitions");
+    await s.produceBatch(Array.from({ length: 25 }, (_, i) => ({ payload: { i: i + 1 }, delay: 100 })));
+    const [{ parts }] = await t.sql<{ parts: number }>(`SELECT count(*)::int AS parts FROM pg_inherits WHERE inhparent = $1::regclass`, [`${S}.message_log_${n}`]);
+    expect(parts).toBe(1);
+    const seen: { i: number; id: string; at: number }[][] = [[]];
+    await pollUntil([g], seen, () => seen[0].length === 25);
+    expect(seen[0].map((x) => x.i).sort((a, b) => a - b)).toEqual(Array.from({ length: 25 }, (_, i) => i + 1));
+    expect(await count(t, `scheduled_message_${n}`)).toBe(0);
+    const [{ after }] = await t.sql<{ after: number }>(`SELECT count(*)::int AS after FROM pg_inherits WHERE inhparent = $1::regclass`, [`${S}.message_log_${n}`]);
+    expect(after).toBeGreaterThanOrEqual(3);
+  });
+
   it("destroy() counts waiting messages as messages: refused without force, dropped with it", async () => {
     const { s, n } = await setup("sched.destroy", []);
     await s.produce({ i: 1 }, { delay: 60_000 });

@@ -1,5 +1,6 @@
 // One bounded claim cycle (docs/protocol/poll-cycle.md): load → range phase → exception phase → cursor advance.
-import type { Runtime } from "../runtime.js";
+import type { Runtime, StreamInfo } from "../runtime.js";
+import { PartitionUpkeep } from "../produce/partitions.js";
 import { groupResolution } from "../config.js";
 import { withBudget } from "../db.js";
 import { SqlStreamsError, groupNotRegistered, isSqlStreamsError } from "../errors.js";
@@ -46,7 +47,7 @@ async function cycle<T>(
     let load = await loadGroup(client, t, info.id, stream, group);
     // Scheduled messages are due (docs/protocol/poll-cycle.md#scheduled-messages): move them to the
     // log, then load again so that this poll claims them.
-    if (load.scheduled_due && (await moveDue(client, t, stream)) > 0) load = await loadGroup(client, t, info.id, stream, group);
+    if (load.scheduled_due && (await moveDue(client, t, info)) > 0) load = await loadGroup(client, t, info.id, stream, group);
     if (!load.has_cursor) throw new SqlStreamsError("SQL0010", `consumer group ${group} has no cursor on stream ${stream}`, { stream, group });
     report.committedBefore = report.committedAfter = load.committed;
     if (load.paused) {
@@ -112,10 +113,17 @@ async function loadGroup(client: Runtime, t: statements.Tables, streamId: string
   return loaded.rows[0];
 }
 
-/** Runs the scheduled-message mover once; the stream's groups are woken when it moved any. */
-async function moveDue(client: Runtime, t: statements.Tables, stream: string): Promise<number> {
-  const moved = (await moveScheduled.retry(client.db, t, { limit: MOVE_LIMIT })).rows[0].moved;
-  if (moved > 0) await client.afterProduce(stream);
+/**
+ * Runs the scheduled-message mover; when the log's next partition is missing it is created (as a
+ * producer would) and the mover runs once more. The stream's groups are woken when it moved any.
+ */
+async function moveDue(client: Runtime, t: statements.Tables, info: StreamInfo): Promise<number> {
+  let moved = (await moveScheduled.retry(client.db, t, { limit: MOVE_LIMIT })).rows[0].moved;
+  if (moved < 0) {
+    await new PartitionUpkeep(client.db).recover(info, MOVE_LIMIT);
+    moved = (await moveScheduled.retry(client.db, t, { limit: MOVE_LIMIT })).rows[0].moved;
+  }
+  if (moved > 0) await client.afterProduce(info.name);
   return moved;
 }
 
