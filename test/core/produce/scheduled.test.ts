@@ -3,7 +3,8 @@
 // and every group sees it once, never before.
 import { setTimeout as sleep } from "node:timers/promises";
 import { beforeAll, describe, expect, it } from "vitest";
-import type { Consumer, Message } from "@sqlstreams/core";
+import pg from "pg";
+import { SqlStreams, type Consumer, type Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { S, type TestClient, codedError, count, streamIdOf, testClient } from "../../support/streams.js";
 
@@ -271,6 +272,29 @@ describe("scheduled delivery", () => {
     expect(await count(t, `scheduled_message_${n}`)).toBe(0);
     const [{ after }] = await t.sql<{ after: number }>(`SELECT count(*)::int AS after FROM pg_inherits WHERE inhparent = $1::regclass`, [`${S}.message_log_${n}`]);
     expect(after).toBeGreaterThanOrEqual(3);
+  });
+
+  it("with a waker, a scheduled produce wakes nobody; the poll that moves it wakes the stream's groups", async () => {
+    await setup("sched.wake");
+    const pool = new pg.Pool({ connectionString: url(), max: 2 });
+    const wakes: { stream: string; group: string }[] = [];
+    const c = new SqlStreams({ pool, wakeWindow: 100, waker: { wake: (w) => void wakes.push(w) } });
+    try {
+      await c.stream("sched.wake").produce({ i: 1 }, { delay: 300 });
+      expect(wakes).toEqual([]);
+      const g = c.stream<{ i: number }>("sched.wake").consumer("a");
+      const got: number[] = [];
+      const end = Date.now() + 10_000;
+      while (got.length === 0 && Date.now() < end) {
+        await g.poll((m) => void got.push(m.payload.i));
+        await sleep(25);
+      }
+      expect(got).toEqual([1]);
+      expect(wakes.map((w) => w.group).sort()).toEqual(["a", "b"]);
+    } finally {
+      await c.close();
+      await pool.end();
+    }
   });
 
   it("destroy() counts waiting messages as messages: refused without force, dropped with it", async () => {
