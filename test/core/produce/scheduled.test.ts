@@ -134,6 +134,12 @@ describe("scheduled delivery", () => {
     // An immediate produce with the same key is the same message too.
     const plain = await s.produce({ i: 98 }, { idempotencyKey: "order-1" });
     expect(plain).toEqual({ id: first.id, duplicate: true, scheduled: true });
+    // Concurrent first uses of one key park one message.
+    const many = await Promise.all(Array.from({ length: 8 }, (_, i) => s.produce({ i: 10 + i }, { delay: 60_000, idempotencyKey: "order-2" })));
+    expect(new Set(many.map((m) => m.id)).size).toBe(1);
+    expect(many.filter((m) => !m.duplicate)).toHaveLength(1);
+    expect(many.every((m) => m.scheduled)).toBe(true);
+    await s.cancelScheduled(many[0].id);
     // The key's TTL does not run while the message waits.
     await t.sql(`UPDATE ${S}.idempotency_key_${n} SET created_at = now() - interval '1 hour'`);
     await s.maintain();
