@@ -270,6 +270,60 @@ CREATE FUNCTION sqlstreams.lease_ms_1(p_tmax bigint, p_n bigint, p_concurrency i
                            COALESCE(p_cap, 9223372036854775807)))
 $$;
 
+-- FUNCTION: move_scheduled_1(integer)
+
+CREATE FUNCTION sqlstreams.move_scheduled_1(p_limit integer) RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  v_next BIGINT;
+  v_size BIGINT := 1000000;
+  v_room BIGINT;
+  v_id BIGINT;
+  v_moved INTEGER := 0;
+  r RECORD;
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM "sqlstreams".scheduled_message_1 s WHERE s.due_at <= now()) THEN
+    RETURN 0;
+  END IF;
+  PERFORM pg_current_xact_id();
+  SELECT CASE WHEN q.is_called THEN q.last_value + 1 ELSE q.last_value END INTO v_next
+    FROM "sqlstreams".message_log_1_id_seq q;
+  IF to_regclass(format('%s.%I', '"sqlstreams"', 'message_log_1_' || (v_next / v_size)::TEXT)) IS NULL THEN
+    RETURN -1;
+  END IF;
+  v_room := (v_next / v_size + 1) * v_size - v_next;
+  FOR r IN
+    SELECT s.* FROM "sqlstreams".scheduled_message_1 s
+     WHERE s.due_at <= now()
+     ORDER BY s.due_at, s.id
+     LIMIT LEAST(p_limit, v_room)
+       FOR UPDATE SKIP LOCKED
+  LOOP
+    DELETE FROM "sqlstreams".scheduled_message_1 s WHERE s.id = r.id;
+    INSERT INTO "sqlstreams".message_log_1 (message_key, compaction_rank, payload, options)
+      VALUES (r.message_key, r.compaction_rank, r.payload, r.options)
+      RETURNING id INTO v_id;
+    IF r.compaction_rank IS NOT NULL THEN
+      INSERT INTO "sqlstreams".compaction_head_1 AS h (compaction_key, message_id, compaction_rank, schema_version)
+        VALUES (r.message_key, v_id, r.compaction_rank, 1)
+        ON CONFLICT (compaction_key) DO UPDATE
+           SET message_id = EXCLUDED.message_id, compaction_rank = EXCLUDED.compaction_rank,
+               schema_version = 1, updated_at = now()
+         WHERE h.message_id IS NULL
+            OR (h.compaction_rank, h.message_id) < (EXCLUDED.compaction_rank, EXCLUDED.message_id);
+    END IF;
+    IF r.idempotency_key IS NOT NULL THEN
+      UPDATE "sqlstreams".idempotency_key_1 k SET message_id = v_id, created_at = now()
+       WHERE k.idempotency_key = r.idempotency_key AND k.message_id = -r.id;
+    END IF;
+    v_moved := v_moved + 1;
+  END LOOP;
+  RETURN v_moved;
+END
+$$;
+
 -- FUNCTION: ordered_pred_1(bigint, text, bigint, bigint, bigint)
 
 CREATE FUNCTION sqlstreams.ordered_pred_1(p_group bigint, p_key text, p_message_id bigint, p_own_low bigint, p_own_high bigint) RETURNS bigint
@@ -956,6 +1010,32 @@ CREATE TABLE sqlstreams.progress_history_1 (
     oldest_unresolved_ms bigint
 );
 
+-- TABLE: scheduled_message_1
+
+CREATE TABLE sqlstreams.scheduled_message_1 (
+    id bigint NOT NULL,
+    message_key text,
+    compaction_rank bigint,
+    payload jsonb NOT NULL,
+    options jsonb,
+    idempotency_key uuid,
+    due_at timestamp with time zone NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+-- SEQUENCE: scheduled_message_1_id_seq
+
+CREATE SEQUENCE sqlstreams.scheduled_message_1_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+-- SEQUENCE OWNED BY: scheduled_message_1_id_seq
+
+ALTER SEQUENCE sqlstreams.scheduled_message_1_id_seq OWNED BY sqlstreams.scheduled_message_1.id;
+
 -- TABLE ATTACH: message_log_1_0
 
 ALTER TABLE ONLY sqlstreams.message_log_1 ATTACH PARTITION sqlstreams.message_log_1_0 FOR VALUES FROM ('0') TO ('1000000');
@@ -967,6 +1047,10 @@ ALTER TABLE ONLY sqlstreams.delivery_log_1 ALTER COLUMN id SET DEFAULT nextval('
 -- DEFAULT: message_log_1 id
 
 ALTER TABLE ONLY sqlstreams.message_log_1 ALTER COLUMN id SET DEFAULT nextval('sqlstreams.message_log_1_id_seq'::regclass);
+
+-- DEFAULT: scheduled_message_1 id
+
+ALTER TABLE ONLY sqlstreams.scheduled_message_1 ALTER COLUMN id SET DEFAULT nextval('sqlstreams.scheduled_message_1_id_seq'::regclass);
 
 -- CONSTRAINT: claim_lease_1 claim_lease_1_pkey
 
@@ -1018,6 +1102,11 @@ ALTER TABLE ONLY sqlstreams.message_log_1_0
 ALTER TABLE ONLY sqlstreams.progress_history_1
     ADD CONSTRAINT progress_history_1_pkey PRIMARY KEY (consumer_group_id, sampled_at);
 
+-- CONSTRAINT: scheduled_message_1 scheduled_message_1_pkey
+
+ALTER TABLE ONLY sqlstreams.scheduled_message_1
+    ADD CONSTRAINT scheduled_message_1_pkey PRIMARY KEY (id);
+
 -- INDEX: claim_lease_1_expiry
 
 CREATE INDEX claim_lease_1_expiry ON sqlstreams.claim_lease_1 USING btree (consumer_group_id, expires_at);
@@ -1057,6 +1146,14 @@ CREATE INDEX message_log_1_message_key ON ONLY sqlstreams.message_log_1 USING bt
 -- INDEX: message_log_1_0_message_key_id_idx
 
 CREATE INDEX message_log_1_0_message_key_id_idx ON sqlstreams.message_log_1_0 USING btree (message_key, id) WHERE (message_key IS NOT NULL);
+
+-- INDEX: scheduled_message_1_due
+
+CREATE INDEX scheduled_message_1_due ON sqlstreams.scheduled_message_1 USING btree (due_at, id);
+
+-- INDEX: scheduled_message_1_key
+
+CREATE INDEX scheduled_message_1_key ON sqlstreams.scheduled_message_1 USING btree (message_key, due_at) WHERE (message_key IS NOT NULL);
 
 -- INDEX ATTACH: message_log_1_0_message_key_id_idx
 

@@ -165,6 +165,7 @@ DECLARE
   v_next BIGINT;
   v_size BIGINT;
   v_found BOOLEAN;
+  v_due TIMESTAMPTZ;
   k TEXT;
 BEGIN
   -- Arguments, in the library's order (docs/guide/producing.md#validation).
@@ -174,8 +175,8 @@ BEGIN
       PERFORM "sqlstreams".raise_coded('SQL0015', 'options must be an object', 'correct the argument as the message says');
     END IF;
     FOR k IN SELECT jsonb_object_keys(v_opts) LOOP
-      IF k NOT IN ('message', 'compaction') THEN
-        PERFORM "sqlstreams".raise_coded('SQL0015', format('options.%s: unknown key; allowed: message, compaction (key and idempotency_key are arguments)', k),
+      IF k NOT IN ('message', 'compaction', 'deliverAt', 'delay') THEN
+        PERFORM "sqlstreams".raise_coded('SQL0015', format('options.%s: unknown key; allowed: message, compaction, deliverAt, delay (key and idempotency_key are arguments)', k),
           'correct the argument as the message says');
       END IF;
     END LOOP;
@@ -226,6 +227,7 @@ BEGIN
     END IF;
     v_rank := COALESCE((v_opts -> 'compaction' ->> 'rank')::NUMERIC, 0)::BIGINT;
   END IF;
+  v_due := "sqlstreams".schedule_due(v_opts);
 
   SELECT s.id, s.max_payload_bytes, s.partition_size INTO v_sid, v_max, v_size FROM "sqlstreams".stream_config s WHERE s.name = v_stream;
   v_found := FOUND;
@@ -244,6 +246,28 @@ BEGIN
   IF v_bytes > v_max THEN
     PERFORM "sqlstreams".raise_coded('SQL0017', format('payload is %s bytes of JSON; stream %s accepts at most %s', v_bytes, v_stream, v_max),
       'store large data elsewhere and send a reference, or raise maxPayloadBytes');
+  END IF;
+
+  IF v_due IS NOT NULL THEN
+    -- Parked until its due time; its idempotency key, if any, holds the scheduled id negated.
+    IF v_uuid IS NOT NULL THEN
+      EXECUTE format('INSERT INTO "sqlstreams".idempotency_key_%s (idempotency_key, message_id)
+                      VALUES ($1, -nextval(''"sqlstreams".scheduled_message_%s_id_seq''))
+                      ON CONFLICT (idempotency_key) DO NOTHING RETURNING message_id', v_sid, v_sid)
+        INTO v_id USING v_uuid;
+      IF v_id IS NULL THEN
+        EXECUTE format('SELECT message_id FROM "sqlstreams".idempotency_key_%s WHERE idempotency_key = $1', v_sid) INTO v_id USING v_uuid;
+        RETURN v_id;
+      END IF;
+      EXECUTE format('INSERT INTO "sqlstreams".scheduled_message_%s (id, message_key, compaction_rank, payload, options, idempotency_key, due_at)
+                      VALUES ($1, $2, $3, $4, $5, $6, $7)', v_sid)
+        USING -v_id, v_key, v_rank, v_payload, v_message, v_uuid, v_due;
+      RETURN v_id;
+    END IF;
+    EXECUTE format('INSERT INTO "sqlstreams".scheduled_message_%s (message_key, compaction_rank, payload, options, due_at)
+                    VALUES ($1, $2, $3, $4, $5) RETURNING id', v_sid)
+      INTO v_id USING v_key, v_rank, v_payload, v_message, v_due;
+    RETURN -v_id;
   END IF;
 
   -- The transaction id before the message id (docs/guide/producing.md#the-xid-before-id-rule).
@@ -390,6 +414,37 @@ BEGIN
       'create it first (CREATE ROLE name LOGIN), or pass the exact, case-sensitive name', '42704');
   END IF;
   RETURN v_oid;
+END
+$$;
+
+-- FUNCTION: schedule_due(jsonb)
+
+CREATE FUNCTION sqlstreams.schedule_due(p_opts jsonb) RETURNS timestamp with time zone
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  fix CONSTANT TEXT := 'correct the argument as the message says';
+  v JSONB;
+BEGIN
+  IF p_opts IS NULL OR NOT (p_opts ? 'deliverAt' OR p_opts ? 'delay') THEN
+    RETURN NULL;
+  END IF;
+  IF p_opts ? 'deliverAt' AND p_opts ? 'delay' THEN
+    PERFORM "sqlstreams".raise_coded('SQL0015', 'options: give deliverAt or delay, not both', fix);
+  END IF;
+  IF p_opts ? 'deliverAt' THEN
+    v := p_opts -> 'deliverAt';
+    IF jsonb_typeof(v) <> 'number' OR v::NUMERIC < 0 OR v::NUMERIC > 8640000000000000 THEN
+      PERFORM "sqlstreams".raise_coded('SQL0015', format('options.deliverAt must be epoch milliseconds (a finite number from 0 to 8.64e15), got %s', v), fix);
+    END IF;
+    RETURN to_timestamp(v::NUMERIC::FLOAT8 / 1000);
+  END IF;
+  v := p_opts -> 'delay';
+  IF jsonb_typeof(v) <> 'number' OR v::NUMERIC < 0 OR v::NUMERIC > 8640000000000000 THEN
+    PERFORM "sqlstreams".raise_coded('SQL0015', format('options.delay must be a finite number of milliseconds >= 0, got %s', v), fix);
+  END IF;
+  RETURN now() + v::NUMERIC::FLOAT8 * interval '1 millisecond';
 END
 $$;
 

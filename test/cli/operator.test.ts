@@ -233,6 +233,23 @@ describe("operator tools (CLI and library)", () => {
     expect(extra.stderr).toMatch(/SQL0015: unexpected argument "more"/);
   });
 
+  it("produce --delay / --deliver-at schedules the message; status counts it; a bad or doubled flag is refused", async () => {
+    const d = await cli(["produce", STREAM, '{"n":200}', "--delay", "2d"]);
+    expect(d.code, d.stderr).toBe(0);
+    expect(d.stdout).toMatch(/^orders.placed: scheduled message \d+, due \d{4}-.*Z \(cancel with/);
+    const at = await cli(["produce", STREAM, '{"n":201}', "--deliver-at", "2099-01-01T00:00:00Z", "--json"]);
+    expect(at.json()).toMatchObject({ scheduled: true, deliverAt: "2099-01-01T00:00:00.000Z" });
+    const st = await cli(["status", "--stream", STREAM, "--json"]);
+    expect((st.json() as { groups: { scheduled: { waiting: number } }[] }).groups[0].scheduled.waiting).toBe(2);
+    const plain = await cli(["status", "--stream", STREAM]);
+    expect(plain.stdout).toContain("SCHEDULED");
+    expect((await cli(["produce", STREAM, "{}", "--delay", "soon"])).stderr).toMatch(/--delay must be a duration/);
+    expect((await cli(["produce", STREAM, "{}", "--delay", "1s", "--deliver-at", "0"])).stderr).toMatch(/SQL0015: options: give deliverAt or delay, not both/);
+    const s = t.client.stream(STREAM);
+    await s.cancelScheduled((d.stdout.match(/scheduled message (\d+)/) ?? [])[1]);
+    await s.cancelScheduled((at.json() as { id: string }).id);
+  });
+
   it("status --check / --max-age: exit code 2 on dead letters or an old unresolved message; --watch refreshes (JSON lines)", async () => {
     const plain = await cli(["status", "--stream", STREAM]);
     expect(plain.code).toBe(0);

@@ -18,8 +18,11 @@
 -- which a SECURITY DEFINER function cannot see: SET ROLE narrows nothing the session could not
 -- RESET, so the login role's memberships are what the session can act as.
 --
--- One message. options: {"message": {timeout, concurrency, retry}, "compaction": {"rank": n}}.
--- Returns the new message's id; for an idempotency key already stored, the first message's id.
+-- One message. options: {"message": {timeout, concurrency, retry}, "compaction": {"rank": n},
+-- "deliverAt": epoch ms | "delay": ms}. Returns the new message's id; for an idempotency key already
+-- stored, the first message's id. A message with deliverAt or delay waits in scheduled_message_N
+-- (docs/guide/producing.md#scheduled-delivery) and its scheduled id is returned negated (-42 for
+-- scheduled id 42), which no log id can be; so is a key's first message while it still waits.
 CREATE OR REPLACE FUNCTION __SCHEMA__.produce(
   stream TEXT, payload JSONB, key TEXT DEFAULT NULL, idempotency_key TEXT DEFAULT NULL, options JSONB DEFAULT NULL)
 RETURNS BIGINT
@@ -43,6 +46,7 @@ DECLARE
   v_next BIGINT;
   v_size BIGINT;
   v_found BOOLEAN;
+  v_due TIMESTAMPTZ;
   k TEXT;
 BEGIN
   -- Arguments, in the library's order (docs/guide/producing.md#validation).
@@ -52,8 +56,8 @@ BEGIN
       PERFORM __SCHEMA__.raise_coded('SQL0015', 'options must be an object', 'correct the argument as the message says');
     END IF;
     FOR k IN SELECT jsonb_object_keys(v_opts) LOOP
-      IF k NOT IN ('message', 'compaction') THEN
-        PERFORM __SCHEMA__.raise_coded('SQL0015', format('options.%s: unknown key; allowed: message, compaction (key and idempotency_key are arguments)', k),
+      IF k NOT IN ('message', 'compaction', 'deliverAt', 'delay') THEN
+        PERFORM __SCHEMA__.raise_coded('SQL0015', format('options.%s: unknown key; allowed: message, compaction, deliverAt, delay (key and idempotency_key are arguments)', k),
           'correct the argument as the message says');
       END IF;
     END LOOP;
@@ -104,6 +108,7 @@ BEGIN
     END IF;
     v_rank := COALESCE((v_opts -> 'compaction' ->> 'rank')::NUMERIC, 0)::BIGINT;
   END IF;
+  v_due := __SCHEMA__.schedule_due(v_opts);
 
   SELECT s.id, s.max_payload_bytes, s.partition_size INTO v_sid, v_max, v_size FROM __SCHEMA__.stream_config s WHERE s.name = v_stream;
   v_found := FOUND;
@@ -122,6 +127,28 @@ BEGIN
   IF v_bytes > v_max THEN
     PERFORM __SCHEMA__.raise_coded('SQL0017', format('payload is %s bytes of JSON; stream %s accepts at most %s', v_bytes, v_stream, v_max),
       'store large data elsewhere and send a reference, or raise maxPayloadBytes');
+  END IF;
+
+  IF v_due IS NOT NULL THEN
+    -- Parked until its due time; its idempotency key, if any, holds the scheduled id negated.
+    IF v_uuid IS NOT NULL THEN
+      EXECUTE format('INSERT INTO __SCHEMA__.idempotency_key_%s (idempotency_key, message_id)
+                      VALUES ($1, -nextval(''__SCHEMA__.scheduled_message_%s_id_seq''))
+                      ON CONFLICT (idempotency_key) DO NOTHING RETURNING message_id', v_sid, v_sid)
+        INTO v_id USING v_uuid;
+      IF v_id IS NULL THEN
+        EXECUTE format('SELECT message_id FROM __SCHEMA__.idempotency_key_%s WHERE idempotency_key = $1', v_sid) INTO v_id USING v_uuid;
+        RETURN v_id;
+      END IF;
+      EXECUTE format('INSERT INTO __SCHEMA__.scheduled_message_%s (id, message_key, compaction_rank, payload, options, idempotency_key, due_at)
+                      VALUES ($1, $2, $3, $4, $5, $6, $7)', v_sid)
+        USING -v_id, v_key, v_rank, v_payload, v_message, v_uuid, v_due;
+      RETURN v_id;
+    END IF;
+    EXECUTE format('INSERT INTO __SCHEMA__.scheduled_message_%s (message_key, compaction_rank, payload, options, due_at)
+                    VALUES ($1, $2, $3, $4, $5) RETURNING id', v_sid)
+      INTO v_id USING v_key, v_rank, v_payload, v_message, v_due;
+    RETURN -v_id;
   END IF;
 
   -- The transaction id before the message id (docs/guide/producing.md#the-xid-before-id-rule).

@@ -140,16 +140,18 @@ SQL0058 when the stream has no such message (never produced, or removed by reten
   },
   produce: {
     summary: "produce one message to a stream (payload as an argument, from a file, or stdin)",
-    usage: "sqlstreams produce <stream> ['<json payload>' | --file PATH | < payload.json] [--key K] [--idempotency-key K] [--message '<json>'] [--rank N]",
+    usage: "sqlstreams produce <stream> ['<json payload>' | --file PATH | < payload.json] [--key K] [--idempotency-key K] [--message '<json>'] [--rank N] [--delay D | --deliver-at TIME]",
     help: `Produces one JSON payload. Without an argument or --file, reads it from stdin (--file - too).
   --key K              the message key
   --idempotency-key K  a repeat with the same key writes nothing and returns the first id
   --message JSON       message options, e.g. '{"concurrency":"ordered","maxAttempts":3}'
   --rank N             compaction rank (compacts by key; --compaction for an automatic rank)
+  --delay D            deliver no earlier than D from now (e.g. 90s, 15m, 2d): it waits, scheduled
+  --deliver-at TIME    deliver no earlier than TIME (ISO 8601 or epoch ms); prints the scheduled id
 SQL0062 when the payload or --message is not valid JSON.`,
     options: {
       file: { type: "string" }, key: { type: "string" }, "idempotency-key": { type: "string" }, message: { type: "string" },
-      rank: { type: "string" }, compaction: { type: "boolean" }, ...STREAM,
+      rank: { type: "string" }, compaction: { type: "boolean" }, delay: { type: "string" }, "deliver-at": { type: "string" }, ...STREAM,
     },
     positionals: 2,
     run: (ctx, v, p) => O.produce(ctx, v, p),

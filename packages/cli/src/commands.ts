@@ -82,6 +82,7 @@ async function statusOnce(ctx: Ctx, stream: string | undefined, group: string | 
       notes.push(`${p.stream}/${p.group} holds the stream's retention${since}: expired messages above its position (floor ${p.retention.floor}) cannot be removed until it catches up`);
     }
     if (p.blockedKeys > 0) notes.push(`${p.stream}/${p.group}: ${p.blockedKeys} key(s) wait behind an unresolved earlier message; see \`sqlstreams blocked --stream ${p.stream} --group ${p.group}\``);
+    if (p.scheduled.overdue > 0) notes.push(`${p.stream}: ${p.scheduled.overdue} scheduled message(s) past their due time, not yet moved to the log; the next poll of any group (or maintain) moves them`);
     if (p.expiredLeases > 0) notes.push(`${p.stream}/${p.group}: ${p.expiredLeases} expired lease(s) — a poll crashed or timed out; the next poll reclaims them`);
   }
   const alerts = alert === null ? [] : alertsOf(progress, alert);
@@ -98,17 +99,17 @@ async function statusOnce(ctx: Ctx, stream: string | undefined, group: string | 
     const c = ctx.colour;
     out.push(
     table(
-      ["STREAM", "GROUP", "HEAD", "COMMITTED", "LAG", "LEASES", "READY", "DEFERRED", "INFLIGHT", "DEAD", "SUPERSEDED", "OLDEST", "PAUSED", "DRAINS", "BLOCKED"],
+      ["STREAM", "GROUP", "HEAD", "COMMITTED", "LAG", "LEASES", "READY", "DEFERRED", "INFLIGHT", "DEAD", "SUPERSEDED", "OLDEST", "PAUSED", "DRAINS", "BLOCKED", "SCHEDULED"],
       progress.map((p) => [
         p.stream, p.group, p.head, p.committed, p.lag, `${p.openLeases}/${p.expiredLeases}`,
         String(p.exceptions.ready), String(p.exceptions.deferred), String(p.exceptions.inflight),
         p.exceptions.dead > 0 ? paint(c, "red", String(p.exceptions.dead)) : String(p.exceptions.dead),
         String(p.exceptions.superseded), age(p.oldestUnresolvedAgeMs), p.paused ? paint(c, "yellow", "yes") : yesNo(p.paused),
-        drains(p), p.blockedKeys > 0 ? paint(c, "yellow", String(p.blockedKeys)) : "0",
+        drains(p), p.blockedKeys > 0 ? paint(c, "yellow", String(p.blockedKeys)) : "0", String(p.scheduled.waiting),
       ]),
     ),
     );
-    out.push("LEASES = open/expired claim leases; OLDEST = age of the oldest unresolved message; DRAINS = running/maxConcurrency (capped polls); BLOCKED = keys waiting behind an unresolved message");
+    out.push("LEASES = open/expired claim leases; OLDEST = age of the oldest unresolved message; DRAINS = running/maxConcurrency (capped polls); BLOCKED = keys waiting behind an unresolved message; SCHEDULED = the stream's messages waiting for their due time");
     for (const n of notes) out.push(`note: ${n}`);
   }
   for (const a of alerts) out.push(paint(ctx.colour, "red", `alert: ${a}`));

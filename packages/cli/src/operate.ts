@@ -7,7 +7,7 @@ import { undisplayablePayload } from "@sqlstreams/core/internal";
 import type { Ctx, Values } from "./context.js";
 import { usageError } from "./errors.js";
 import { required, str } from "./args.js";
-import { age, escapeControls, paint, table, truncate } from "./format.js";
+import { age, escapeControls, paint, parseDuration, table, truncate } from "./format.js";
 
 
 export function intOption(v: Values, name: string, command: string, min: number, max: number): number | undefined {
@@ -223,9 +223,27 @@ export async function produce(ctx: Ctx, v: Values, positionals: string[]): Promi
   } else if (v.compaction === true) {
     opts.compaction = {};
   }
+  scheduleFlags(v, opts);
   const r = await ctx.client().stream(stream).produce(payload, opts);
   if (ctx.json) ctx.printJson({ stream, ...r });
+  else if (r.scheduled) ctx.print(`${stream}: ${r.duplicate ? "duplicate of " : ""}scheduled message ${r.id}${r.deliverAt ? `, due ${r.deliverAt.toISOString()}` : ""} (cancel with stream.cancelScheduled("${r.id}"))`);
   else ctx.print(`${stream}: ${r.duplicate ? `duplicate of message ${r.id} (idempotency key seen before; nothing written)` : `produced message ${r.id}`}`);
+}
+
+/** --delay and --deliver-at (docs/guide/producing.md#scheduled-delivery); produce() checks the pair. */
+function scheduleFlags(v: Values, opts: ProduceOptions): void {
+  const delay = str(v, "delay");
+  if (delay !== undefined) {
+    const ms = parseDuration(delay);
+    if (ms === null) throw usageError(`--delay must be a duration such as 90s, 15m or 2d, got ${JSON.stringify(delay)}`, "produce");
+    opts.delay = ms;
+  }
+  const at = str(v, "deliver-at");
+  if (at !== undefined) {
+    const ms = /^[0-9]+$/.test(at) ? Number(at) : Date.parse(at);
+    if (Number.isNaN(ms)) throw usageError(`--deliver-at must be an ISO 8601 time or epoch ms, got ${JSON.stringify(at)}`, "produce");
+    opts.deliverAt = ms;
+  }
 }
 
 async function stdin(ctx: Ctx): Promise<string> {

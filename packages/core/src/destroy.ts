@@ -203,6 +203,7 @@ export async function destroyStream(client: Runtime, stream: string, opts: Destr
       // runs again.)
       await query(db, c, Destroy.lockLog(db.q, streamId));
       hadMessages = (await query<{ any: boolean }>(db, c, Destroy.logHasMessages(db.q, streamId))).rows[0].any;
+      hadMessages = (await hasScheduled(db, c, streamId)) || hadMessages;
     }
     const groups = await query<{ name: string }>(db, c, Destroy.groupNames(db.q), [streamId]);
     if (!force) {
@@ -234,4 +235,12 @@ export async function destroyStream(client: Runtime, stream: string, opts: Destr
     false,
   );
   return result;
+}
+
+/** Locks the stream's scheduled table (a family older than stream migration 3 has none) and says whether a message waits in it. */
+async function hasScheduled(db: Db, c: pg.PoolClient, streamId: string): Promise<boolean> {
+  const t = table(db.q, streamId, "scheduled_message");
+  if (!(await query<{ ok: boolean }>(db, c, Destroy.relationExists, [t])).rows[0].ok) return false;
+  await query(db, c, Destroy.lockScheduled(db.q, streamId));
+  return (await query<{ any: boolean }>(db, c, Destroy.scheduledHasMessages(db.q, streamId))).rows[0].any;
 }

@@ -1,6 +1,6 @@
 // The public exports of @sqlstreams/core.
 export { SqlStreams, type SqlStreamsOptions } from "./client.js";
-export { Stream, type ProduceOptions, type ProduceResult, type BatchItem } from "./stream.js";
+export { Stream, type ProduceOptions, type ProduceResult, type BatchItem, type ScheduleOptions, type CancelledScheduled, type ScheduledMessage } from "./stream.js";
 export { type TxExecutor, type Transactional, type PostgresJsTx, type PrismaTx, fromPostgresJs, fromPrisma } from "./executor.js";
 export {
   Consumer, type Progress, type ProgressSample, type FailureRow, type RedriveSelector, type DeadSelector, type FailureFilter, type BatchOptions, type SeekTarget, type ExceptionStatus, type BlockedKey,

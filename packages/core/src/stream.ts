@@ -12,10 +12,12 @@ import { PartitionUpkeep } from "./produce/partitions.js";
 import { type BatchItem, type ProduceOptions, type ProduceResult, prepare, prepareBatch, typedItems, typedPayload } from "./produce/prepare.js";
 import { type ProduceTarget, produceMany, produceManyInTx, produceOne, produceOneInTx } from "./produce/produce.js";
 import { registerStream } from "./produce/register.js";
+import { type CancelledScheduled, cancelScheduled } from "./produce/scheduled.js";
 import type { StandardSchema } from "./typed.js";
 import { validateGroupName } from "./validate.js";
 
-export type { BatchItem, ProduceOptions, ProduceResult } from "./produce/prepare.js";
+export type { BatchItem, ProduceOptions, ProduceResult, ScheduleOptions } from "./produce/prepare.js";
+export type { CancelledScheduled, ScheduledMessage } from "./produce/scheduled.js";
 
 export class Stream<T = unknown> {
   private readonly target: ProduceTarget;
@@ -77,6 +79,15 @@ export class Stream<T = unknown> {
       const prepared = prepareBatch(this.schema ? await typedItems(this.schema, this.name, items) : items);
       return prepared.length === 0 ? [] : produceManyInTx(this.target, ex, prepared);
     });
+  }
+
+  /**
+   * Cancels a message that waits for its due time (docs/guide/producing.md#scheduled-delivery), by the
+   * scheduled id produce returned with `scheduled: true`: no group will see it. SQL0071 when none
+   * with that id waits (delivered or cancelled already, or never issued).
+   */
+  cancelScheduled(id: string | number | bigint): Promise<CancelledScheduled> {
+    return atEdge(`cancelScheduled() of stream ${this.name}`, () => cancelScheduled(this.client, this.name, id));
   }
 
   /** Runs maintenance for this stream. */

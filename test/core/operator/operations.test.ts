@@ -421,6 +421,7 @@ describe("inspection (C34)", () => {
       // no retention configured: nothing is held; the floor is where every group has resolved to
       retention: { floor: "3", heldBy: null, held: false, heldForMs: null },
       concurrency: { max: null, running: 0, capped: 0, perKey: 1 }, blockedKeys: 0,
+      scheduled: { waiting: 0, overdue: 0, nextDueAt: null },
     });
     const f = await g.failures();
     expect(f).toHaveLength(1);

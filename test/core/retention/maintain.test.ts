@@ -164,17 +164,17 @@ describe("maintain() (docs/protocol/retention.md)", () => {
     expect(r.errors).toEqual([]);
     expect(r.partitionsCreated + r.partitionsDropped + r.rowsSwept + r.idempotencyKeysDeleted).toBe(0);
     // settings, sequence + partitions, floor, (a sweep window when a partition lies below the
-    // floor), the held-retention probe, three TTL/lease deletes that find nothing, and the
-    // progress sample (docs/protocol/data-model.md#progress-history).
-    expect(sent.length).toBeLessThanOrEqual(9);
+    // floor), the held-retention probe, the scheduled-message mover that finds nothing due, three
+    // TTL/lease deletes that find nothing, and the progress sample (docs/protocol/data-model.md#progress-history).
+    expect(sent.length).toBeLessThanOrEqual(10);
     expect(sent.filter((x) => /^\s*(BEGIN|DROP|CREATE|LOCK)/.test(x))).toEqual([]);
-    // Retention off: six statements (the last one the progress sample).
+    // Retention off: seven statements (the last one the progress sample).
     const off = t.client.stream("idle.off");
     await off.register();
     await off.maintain();
     const b2 = t.statements.length;
     await off.maintain();
-    expect(t.statements.length - b2).toBe(6);
+    expect(t.statements.length - b2).toBe(7);
   });
 
   it("a drop that cannot get the log's lock within 2 s is skipped with SQL0041, then done on the next run", async () => {

@@ -24,6 +24,7 @@ import { DemoProducer } from "./producer.js";
 import { type Job, Scheduler, describeSchedule, makeJobs } from "./scheduler.js";
 import { View, rel, snapshot, summary } from "./view.js";
 import { listenForWakes } from "./wake.js";
+import { DueWakes } from "./due.js";
 
 export async function dev(ctx: Ctx, v: Values): Promise<number> {
   const run = new DevRun(ctx, devOptions(v));
@@ -53,6 +54,11 @@ class DevRun {
   private server: EmbeddedServer | undefined;
   private dashboard: import("node:http").Server | undefined;
   private listener: pg.Client | undefined;
+  /** Wakes a stream's groups when its earliest scheduled message comes due. */
+  private readonly due = new DueWakes((stream) => {
+    if (this.stopping) return;
+    for (const j of this.jobs) if (j.group?.declaration.stream === stream && this.scheduler.wake(stream, j.group.declaration.group)) this.view.emit("dev.wake", { stream, group: j.group.declaration.group });
+  });
   private where = "";
   // Stopping: the first signal asks, the second abandons running invocations, the third exits.
   private stopRequested: ((why: string) => void) | undefined;
@@ -216,6 +222,7 @@ class DevRun {
         try {
           j.progress = await this.ctx.client().stream(j.group.declaration.stream).consumer(j.group.declaration.group).progress();
           j.progressAt = at;
+          this.due.arm(j.group.declaration.stream, j.progress.scheduled.nextDueAt);
         } catch (e) {
           j.progressAt = undefined;
           j.lastError = this.describe(e);
@@ -272,6 +279,7 @@ class DevRun {
   private async shutdown(): Promise<void> {
     this.stopping = true;
     this.scheduler.stop();
+    this.due.stop();
     await this.listener?.end().catch(() => {});
     this.listener = undefined;
     await this.producer.finished();

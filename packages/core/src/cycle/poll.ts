@@ -1,9 +1,11 @@
 // One bounded claim cycle (docs/protocol/poll-cycle.md): load → range phase → exception phase → cursor advance.
-import type { Runtime } from "../runtime.js";
+import type { Runtime, StreamInfo } from "../runtime.js";
+import { PartitionUpkeep } from "../produce/partitions.js";
 import { groupResolution } from "../config.js";
 import { withBudget } from "../db.js";
 import { SqlStreamsError, groupNotRegistered, isSqlStreamsError } from "../errors.js";
 import * as statements from "../sql/cycle.js";
+import { MOVE_LIMIT, moveScheduled } from "../sql/scheduled.js";
 import { type PollContext, type PollOptions, aborted, big } from "./context.js";
 import { expirePhase, exceptionPhase } from "./exceptions.js";
 import { Chain, type RangeFacts, STEADY_CHAIN_MS, claimPhase } from "./range/chain.js";
@@ -42,12 +44,10 @@ async function cycle<T>(
   try {
     const info = await client.streamInfo(stream);
     const t = statements.tables(db.q, info.id);
-    const loaded = await statements.load.retry(db, t, { streamId: info.id, group });
-    if (loaded.rowCount === 0) {
-      await client.streamInfo(stream, true); // throws SQL0009 when the stream is gone
-      throw groupNotRegistered(stream, group);
-    }
-    const load = loaded.rows[0];
+    let load = await loadGroup(client, t, info.id, stream, group);
+    // Scheduled messages are due (docs/protocol/poll-cycle.md#scheduled-messages): move them to the
+    // log, then load again so that this poll claims them.
+    if (load.scheduled_due && (await moveDue(client, t, info)) > 0) load = await loadGroup(client, t, info.id, stream, group);
     if (!load.has_cursor) throw new SqlStreamsError("SQL0010", `consumer group ${group} has no cursor on stream ${stream}`, { stream, group });
     report.committedBefore = report.committedAfter = load.committed;
     if (load.paused) {
@@ -102,6 +102,29 @@ async function cycle<T>(
   } finally {
     if (own) await own.release();
   }
+}
+
+async function loadGroup(client: Runtime, t: statements.Tables, streamId: string, stream: string, group: string): Promise<statements.LoadRow> {
+  const loaded = await statements.load.retry(client.db, t, { streamId, group });
+  if (loaded.rowCount === 0) {
+    await client.streamInfo(stream, true); // throws SQL0009 when the stream is gone
+    throw groupNotRegistered(stream, group);
+  }
+  return loaded.rows[0];
+}
+
+/**
+ * Runs the scheduled-message mover; when the log's next partition is missing it is created (as a
+ * producer would) and the mover runs once more. The stream's groups are woken when it moved any.
+ */
+async function moveDue(client: Runtime, t: statements.Tables, info: StreamInfo): Promise<number> {
+  let moved = (await moveScheduled.retry(client.db, t, { limit: MOVE_LIMIT })).rows[0].moved;
+  if (moved < 0) {
+    await new PartitionUpkeep(client.db).recover(info, MOVE_LIMIT);
+    moved = (await moveScheduled.retry(client.db, t, { limit: MOVE_LIMIT })).rows[0].moved;
+  }
+  if (moved > 0) await client.afterProduce(info.name);
+  return moved;
 }
 
 function finish(r: CycleReport, started: number): CycleReport {

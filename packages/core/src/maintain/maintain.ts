@@ -8,6 +8,8 @@ import type { Runtime } from "../runtime.js";
 import { type Db, query } from "../db.js";
 import { SqlStreamsError } from "../errors.js";
 import * as History from "../sql/history.js";
+import { tables } from "../sql/names.js";
+import { MOVE_LIMIT, moveScheduled } from "../sql/scheduled.js";
 import { validateStreamName } from "../validate.js";
 import { monotonicDeadline } from "../clock.js";
 import { dropExpired } from "./drop.js";
@@ -84,6 +86,13 @@ export async function maintainStream(client: Runtime, streamName: string, opts: 
   return maintainOne(client, s, opts.deadline);
 }
 
+/** One mover call (a missing partition counts as none moved: the next maintain creates it first). */
+async function moveDue(client: Runtime, s: MaintainedStream): Promise<number> {
+  const moved = (await moveScheduled.query(client.db, client.db.pool, tables(client.db.q, s.id), { limit: MOVE_LIMIT })).rows[0].moved;
+  if (moved > 0) await client.afterProduce(s.name);
+  return Math.max(0, moved);
+}
+
 function checkDeadline(deadline: unknown): void {
   if (deadline !== undefined && (typeof deadline !== "number" || !Number.isFinite(deadline))) {
     throw new SqlStreamsError("SQL0015", "maintain({ deadline }) must be epoch milliseconds (a finite number)", { deadline });
@@ -95,13 +104,15 @@ async function maintainOne(client: Runtime, s: MaintainedStream, deadline: numbe
   // The deadline moves onto the monotonic clock once (docs/protocol/poll-cycle.md#options).
   const run = new MaintainRun(client, s, deadline === undefined ? undefined : monotonicDeadline(deadline));
   await run.step("partitions", () => createAhead(run));
+  const r = run.report;
   if (s.retentionMs > 0n && run.stateKnown) {
     await run.step("drop", () => dropExpired(run));
     await run.step("sweep", () => sweep(run));
     await run.step("floor", () => noteHeldRetention(run));
   }
+  // Due scheduled messages, after the partitions they need (docs/guide/producing.md#scheduled-delivery).
+  await run.batches("scheduled", () => moveDue(client, s), (n) => (r.scheduledMoved += n));
   // 4.–6. TTL and lease sweeps, in batches until a batch comes back short.
-  const r = run.report;
   await run.batches("idempotencyKeys", () => deleteIdempotencyKeys(db, s.id, s.idempotencyKeyTtlMs), (n) => (r.idempotencyKeysDeleted += n));
   await run.batches("keyLeases", () => deleteExpiredKeyLeases(db, s.id), (n) => (r.keyLeasesDeleted += n));
   await run.batches("emptyHeads", () => deleteEmptyHeads(db, s.id), (n) => (r.emptyHeadsDeleted += n));

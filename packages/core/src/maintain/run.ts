@@ -37,6 +37,8 @@ export interface MaintainReport {
   idempotencyKeysDeleted: number;
   keyLeasesDeleted: number;
   emptyHeadsDeleted: number;
+  /** Scheduled messages moved to the log because they were due (docs/guide/producing.md#scheduled-delivery). */
+  scheduledMoved: number;
   /** The retention floor (docs/protocol/retention.md#the-floor) when retention is on, else null. */
   floor: string | null;
   /**
@@ -68,6 +70,7 @@ function emptyMaintainReport(stream: string): MaintainReport {
     idempotencyKeysDeleted: 0,
     keyLeasesDeleted: 0,
     emptyHeadsDeleted: 0,
+    scheduledMoved: 0,
     floor: null,
     retentionHeldBy: null,
     retentionHeldMs: null,

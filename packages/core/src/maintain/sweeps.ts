@@ -7,14 +7,18 @@ import { BATCH } from "./run.js";
 /** Empty compaction heads idle for this long are deleted (docs/protocol/ordering.md#compaction). */
 const EMPTY_HEAD_IDLE = "1 hour";
 
-/** Deletes one batch of idempotency keys older than the stream's TTL (docs/protocol/retention.md#maintain step 4). */
+/**
+ * Deletes one batch of idempotency keys older than the stream's TTL (docs/protocol/retention.md#maintain step 4).
+ * A key of a message still scheduled (message_id -scheduled id) stays until the message is moved,
+ * which restarts its TTL (docs/guide/producing.md#scheduled-delivery).
+ */
 export async function deleteIdempotencyKeys(db: Db, streamId: string, ttlMs: bigint): Promise<number> {
   const ik = table(db.q, streamId, "idempotency_key");
   const r = await query(
     db,
     db.pool,
     `DELETE FROM ${ik} WHERE idempotency_key IN (
-       SELECT k.idempotency_key FROM ${ik} k WHERE k.created_at < now() - $1::bigint * interval '1 millisecond'
+       SELECT k.idempotency_key FROM ${ik} k WHERE k.created_at < now() - $1::bigint * interval '1 millisecond' AND k.message_id > 0
         ORDER BY k.created_at LIMIT ${BATCH} FOR UPDATE SKIP LOCKED)`,
     [String(ttlMs)],
   );

@@ -6,6 +6,7 @@ import type { Runtime } from "../runtime.js";
 import { tables } from "../sql/cycle.js";
 import * as OperatorSql from "../sql/operator.js";
 import { validateKey } from "../validate.js";
+import { type ScheduledMessage, readScheduled } from "../produce/scheduled.js";
 
 /**
  * Where a message stands for one group: `waiting` (above the claimed cursor, not yet reached),
@@ -52,19 +53,27 @@ export interface InspectedMessage<T = unknown> {
   options: Record<string, unknown> | null;
   createdAt: Date;
   groups: GroupView[];
+  /**
+   * A message that waits for its due time (docs/guide/producing.md#scheduled-delivery): `id` is
+   * its scheduled id, no group has seen it (`groups` is empty), and it enters the log at `deliverAt`.
+   */
+  scheduled?: { deliverAt: Date };
 }
 
 export interface InspectTarget {
   id?: string | number | bigint;
   key?: string;
+  /** A waiting scheduled message by its scheduled id (what produce returned with scheduled: true). */
+  scheduled?: string | number | bigint;
   /** With `key`: how many of the key's messages, newest first (1 … 100, default 10). */
   limit?: number;
 }
 
 export async function inspectMessages<T>(rt: Runtime, stream: string, target: InspectTarget): Promise<InspectedMessage<T>[]> {
-  if (typeof target !== "object" || target === null || (target.id === undefined) === (target.key === undefined)) {
-    throw new SqlStreamsError("SQL0015", "inspect() takes exactly one of { id } or { key }");
+  if (typeof target !== "object" || target === null || [target.id, target.key, target.scheduled].filter((x) => x !== undefined).length !== 1) {
+    throw new SqlStreamsError("SQL0015", "inspect() takes exactly one of { id }, { key } or { scheduled }");
   }
+  if (target.scheduled !== undefined) return inspectScheduled<T>(rt, stream, target.scheduled);
   let id: string | null = null;
   if (target.id !== undefined) {
     const s = typeof target.id === "bigint" || typeof target.id === "number" ? String(target.id) : target.id;
@@ -80,14 +89,16 @@ export async function inspectMessages<T>(rt: Runtime, stream: string, target: In
   const msgs = await query<{
     id: string; message_key: string | null; compaction_rank: string | null; payload: T; options: Record<string, unknown> | null; created_at: Date;
   }>(db, db.pool, OperatorSql.messagesById(t), [id, key, id !== null ? 1 : limit]);
-  if (msgs.rows.length === 0) {
+  // A key's messages still waiting for their due time come first: they are the key's latest.
+  const waiting = key === null ? [] : (await readScheduled<T>(rt, stream, { key, limit })).map((m) => scheduledView(stream, m));
+  if (msgs.rows.length === 0 && waiting.length === 0) {
     throw new SqlStreamsError(
       "SQL0058",
       id !== null ? `stream ${stream} has no message ${id}` : `stream ${stream} has no message with key ${JSON.stringify(key)}`,
       { stream, id, key },
     );
   }
-  const out: InspectedMessage<T>[] = [];
+  const out: InspectedMessage<T>[] = waiting;
   for (const m of msgs.rows) {
     const groups = await query<{
       group_id: string; name: string; paused: boolean; claimed: string; committed: string; status: ExceptionStatus | null;
@@ -113,4 +124,16 @@ export async function inspectMessages<T>(rt: Runtime, stream: string, target: In
     });
   }
   return out;
+}
+
+function scheduledView<T>(stream: string, m: ScheduledMessage<T>): InspectedMessage<T> {
+  return { stream, id: m.id, key: m.key, compactionRank: null, payload: m.payload, options: m.options, createdAt: m.createdAt, groups: [], scheduled: { deliverAt: m.deliverAt } };
+}
+
+async function inspectScheduled<T>(rt: Runtime, stream: string, id: string | number | bigint): Promise<InspectedMessage<T>[]> {
+  const found = await readScheduled<T>(rt, stream, { id, limit: 1 });
+  if (found.length === 0) {
+    throw new SqlStreamsError("SQL0058", `stream ${stream} has no scheduled message ${String(id)} waiting (delivered, cancelled, or never issued)`, { stream, scheduled: String(id) });
+  }
+  return found.map((m) => scheduledView(stream, m));
 }

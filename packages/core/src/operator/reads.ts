@@ -5,6 +5,7 @@ import { retentionStatus } from "../maintain/floor.js";
 import * as Admin from "../sql/admin.js";
 import * as History from "../sql/history.js";
 import * as OperatorSql from "../sql/operator.js";
+import * as Scheduled from "../sql/scheduled.js";
 import { type GroupRef, lookupGroup, streamTables } from "./group.js";
 import type { BlockedKey, ExceptionStatus, FailureFilter, FailureRow, Progress, ProgressSample } from "./types.js";
 import { validateFailureFilter } from "./validate.js";
@@ -21,6 +22,7 @@ export async function progress(ref: GroupRef): Promise<Progress> {
   if (r.rowCount === 0) throw groupNotRegistered(ref.stream, ref.group);
   const x = r.rows[0];
   const ret = await retentionStatus(db, id);
+  const sch = (await Scheduled.scheduledSummary.retry(db, t, {})).rows[0];
   const lag = BigInt(x.head) - BigInt(x.committed);
   return {
     stream: ref.stream, group: ref.group, paused: x.paused, head: x.head, claimed: x.claimed, committed: x.committed,
@@ -30,6 +32,7 @@ export async function progress(ref: GroupRef): Promise<Progress> {
     retention: { floor: ret.floor.toString(), heldBy: ret.held ? ret.heldBy?.group ?? null : null, held: ret.held, heldForMs: ret.heldForMs },
     concurrency: { max: x.max_concurrency, running: x.drains_running, capped: x.capped, perKey: x.key_concurrency },
     blockedKeys: x.blocked_keys,
+    scheduled: { waiting: Number(sch.waiting), overdue: Number(sch.overdue), nextDueAt: sch.next_due_at },
   };
 }
 

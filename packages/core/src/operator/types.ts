@@ -29,6 +29,11 @@ export interface Progress {
   concurrency: { max: number | null; running: number; capped: number; perKey: number };
   /** How many keys blockedKeys() would list without a limit (docs/guide/operations.md#blocked-keys). */
   blockedKeys: number;
+  /**
+   * The stream's messages waiting for their due time (docs/guide/producing.md#scheduled-delivery),
+   * the same for every group of the stream: not in `head` or `lag` until they are moved to the log.
+   */
+  scheduled: { waiting: number; overdue: number; nextDueAt: Date | null };
 }
 
 /**

@@ -6,21 +6,33 @@ import { SqlStreamsError } from "../errors.js";
 import { type StandardSchema, checkProduced } from "../typed.js";
 import { encodePayload, idempotencyUuid, validateKey } from "../validate.js";
 
-export interface ProduceOptions {
+/** When a message may first be delivered (docs/guide/producing.md#scheduled-delivery): one of the two. */
+export interface ScheduleOptions {
+  /** No group sees the message before this instant (a Date or epoch ms). */
+  deliverAt?: Date | number;
+  /** No group sees the message before this many ms after the database's now(). */
+  delay?: number;
+}
+export interface ProduceOptions extends ScheduleOptions {
   key?: string;
   idempotencyKey?: string;
   compaction?: { rank?: number };
   message?: MessageOptions;
 }
-export interface BatchItem<T> {
+export interface BatchItem<T> extends ScheduleOptions {
   payload: T;
   key?: string;
   compaction?: { rank?: number };
   message?: MessageOptions;
 }
 export interface ProduceResult {
+  /** The message id; with `scheduled`, the scheduled id (what cancelScheduled takes), not a log id. */
   id: string;
   duplicate: boolean;
+  /** True when the message waits for its due time: `id` is then its scheduled id. */
+  scheduled?: boolean;
+  /** A waiting message's due time (database clock). */
+  deliverAt?: Date;
 }
 
 /** One message as it is sent: the payload's JSON text and the stored columns. */
@@ -31,9 +43,13 @@ export interface Prepared {
   rank: string | null;
   options: string | null;
   idempotency: string | null;
+  /** A scheduled message's due time: epoch ms, or ms after the database's now() (null: append now). */
+  schedule: { at: number | null; delay: number | null } | null;
 }
 
-const PRODUCE_KEYS = ["key", "idempotencyKey", "compaction", "message"];
+const PRODUCE_KEYS = ["key", "idempotencyKey", "compaction", "message", "deliverAt", "delay"];
+/** The latest instant a Date holds, in ms from the epoch; also the longest delay. */
+const MAX_MS = 8.64e15;
 const MAX_BATCH = 1_000;
 
 /** Validates one produce call, before any statement. */
@@ -63,7 +79,29 @@ export function prepare(payload: unknown, opts: unknown, allowIdempotency: boole
     rank: compactionRank(o.compaction, key, message.concurrency === "ordered"),
     options: Object.keys(message).length === 0 ? null : JSON.stringify(message),
     idempotency: idem,
+    schedule: scheduleOf(o.deliverAt, o.delay, where),
   };
+}
+
+/** The schedule of deliverAt / delay (SQL0015 for a bad or doubled one); null when neither is given. */
+export function scheduleOf(deliverAt: unknown, delay: unknown, where = "options"): Prepared["schedule"] {
+  if (deliverAt !== undefined && delay !== undefined) {
+    throw new SqlStreamsError("SQL0015", `${where}: give deliverAt or delay, not both`, { path: `${where}.deliverAt` });
+  }
+  if (deliverAt !== undefined) {
+    const at = deliverAt instanceof Date ? deliverAt.getTime() : deliverAt;
+    if (typeof at !== "number" || !Number.isFinite(at) || at < 0 || at > MAX_MS) {
+      throw new SqlStreamsError("SQL0015", `${where}.deliverAt must be a valid Date or epoch milliseconds (a finite number from 0 to 8.64e15), got ${String(deliverAt)}`, { path: `${where}.deliverAt` });
+    }
+    return { at, delay: null };
+  }
+  if (delay !== undefined) {
+    if (typeof delay !== "number" || !Number.isFinite(delay) || delay < 0 || delay > MAX_MS) {
+      throw new SqlStreamsError("SQL0015", `${where}.delay must be a finite number of milliseconds >= 0, got ${String(delay)}`, { path: `${where}.delay` });
+    }
+    return { at: null, delay };
+  }
+  return null;
 }
 
 /** The compaction rank as text (null without compaction); SQL0020/SQL0021 for a bad combination. */

@@ -6,6 +6,8 @@ import { compareIds } from "../ids.js";
 import { type ProduceTrace, startProduce, withTraceparent } from "../otel.js";
 import type { TxExecutor } from "../executor.js";
 import * as ProduceSql from "../sql/produce.js";
+import { tables } from "../sql/names.js";
+import { produceScheduled } from "../sql/scheduled.js";
 import type { PartitionUpkeep } from "./partitions.js";
 import { type Prepared, type ProduceResult, checkSize } from "./prepare.js";
 import { batchStatement, sendInTx, sendOn, sendProduce } from "./send.js";
@@ -48,9 +50,44 @@ async function inSpan<R extends ProduceResult | ProduceResult[]>(trace: ProduceT
 }
 
 function singleStatement(q: string, info: StreamInfo, p: Prepared): { text: string; values: unknown[] } {
+  if (p.schedule) {
+    const params = { key: p.key, rank: p.rank, payload: p.payload, options: p.options, idempotency: p.idempotency, ...p.schedule };
+    return { text: produceScheduled.sql(tables(q, info.id)), values: produceScheduled.values(params) };
+  }
   const values: unknown[] = [p.key, p.rank, p.payload, p.options];
   if (p.idempotency) values.push(p.idempotency);
   return { text: p.idempotency ? ProduceSql.produceIdempotent(q, info.id) : ProduceSql.produceOne(q, info.id), values };
+}
+
+type SingleRow = { id: string; duplicate: boolean; scheduled?: boolean; due_at?: Date | null };
+type BatchRow = { id: string; scheduled?: boolean; due_at?: Date | null };
+
+/**
+ * A produce's answer. An idempotency key stored for a message still scheduled holds its scheduled
+ * id negated (docs/guide/producing.md#scheduled-delivery): it answers that scheduled id.
+ */
+function resultOf(r: SingleRow): ProduceResult {
+  const negative = r.id.startsWith("-");
+  const out: ProduceResult = { id: negative ? r.id.slice(1) : r.id, duplicate: r.duplicate };
+  if (negative || r.scheduled) out.scheduled = true;
+  if (r.due_at) out.deliverAt = r.due_at;
+  return out;
+}
+
+/**
+ * One result per item, in item order: each kind's ids (log ids, scheduled ids) were drawn in item
+ * order, and RETURNING order is not promised, so each kind is sorted and dealt out in turn.
+ */
+function batchResults(prepared: Prepared[], rows: BatchRow[]): ProduceResult[] {
+  const now = rows.filter((r) => !r.scheduled).sort((a, b) => compareIds(a.id, b.id));
+  const later = rows.filter((r) => r.scheduled).sort((a, b) => compareIds(a.id, b.id));
+  let i = 0;
+  let j = 0;
+  return prepared.map((p) => {
+    if (!p.schedule) return { id: now[i++].id, duplicate: false };
+    const r = later[j++];
+    return { id: r.id, duplicate: false, scheduled: true, ...(r.due_at ? { deliverAt: r.due_at } : {}) };
+  });
 }
 
 /** Appends one message in its own transaction. */
@@ -58,9 +95,9 @@ export function produceOne(target: ProduceTarget, p: Prepared): Promise<ProduceR
   return traced(target, [p], "produce", async (info) => {
     const db = target.client.db;
     const st = singleStatement(db.q, info, p);
-    let rows: { id: string; duplicate: boolean }[];
+    let rows: SingleRow[];
     try {
-      rows = await sendProduce<{ id: string; duplicate: boolean }>(db, target.partitions, info, st.text, st.values, 1);
+      rows = await sendProduce<SingleRow>(db, target.partitions, info, st.text, st.values, 1);
     } catch (e) {
       // A concurrent produce of the same key committed first: the key insert failed and took this
       // statement's message row with it (docs/guide/producing.md#idempotency-keys).
@@ -71,11 +108,11 @@ export function produceOne(target: ProduceTarget, p: Prepared): Promise<ProduceR
     if (rows.length === 0) {
       // The key's first produce committed after this statement's snapshot: read it now.
       const again = await query<{ id: string }>(db, db.pool, ProduceSql.idempotencyLookup(db.q, info.id), [p.idempotency]);
-      result = { id: again.rows[0].id, duplicate: true };
+      result = resultOf({ id: again.rows[0].id, duplicate: true });
     } else {
-      result = { id: rows[0].id, duplicate: rows[0].duplicate };
+      result = resultOf(rows[0]);
     }
-    if (!result.duplicate) {
+    if (!result.duplicate && !result.scheduled) {
       await target.partitions.createAhead(info, [result.id]);
       await target.client.afterProduce(target.name);
     }
@@ -87,12 +124,14 @@ export function produceOne(target: ProduceTarget, p: Prepared): Promise<ProduceR
 export function produceMany(target: ProduceTarget, prepared: Prepared[]): Promise<ProduceResult[]> {
   return traced(target, prepared, "produceBatch", async (info) => {
     const st = batchStatement(target.client.db.q, info.id, prepared);
-    const rows = await sendProduce<{ id: string }>(target.client.db, target.partitions, info, st.text, st.values, prepared.length);
-    // Ids were drawn in item order; RETURNING order is not promised, so order them.
-    const ids = rows.map((r) => r.id).sort(compareIds);
-    await target.partitions.createAhead(info, ids);
-    await target.client.afterProduce(target.name);
-    return ids.map((id) => ({ id, duplicate: false }));
+    const rows = await sendProduce<BatchRow>(target.client.db, target.partitions, info, st.text, st.values, prepared.length);
+    const results = batchResults(prepared, rows);
+    const ids = results.filter((r) => !r.scheduled).map((r) => r.id);
+    if (ids.length > 0) {
+      await target.partitions.createAhead(info, ids);
+      await target.client.afterProduce(target.name);
+    }
+    return results;
   });
 }
 
@@ -101,9 +140,9 @@ export function produceOneInTx(target: ProduceTarget, ex: TxExecutor, p: Prepare
   return traced(target, [p], "produceInTx", async (info) => {
     const db = target.client.db;
     const st = singleStatement(db.q, info, p);
-    let rows: { id: string; duplicate: boolean }[];
+    let rows: SingleRow[];
     try {
-      rows = await sendInTx<{ id: string; duplicate: boolean }>(db, target.partitions, ex, info, st.text, st.values, 1, "produceInTx");
+      rows = await sendInTx<SingleRow>(db, target.partitions, ex, info, st.text, st.values, 1, "produceInTx");
     } catch (e) {
       // Same-key race: the insert was rolled back to the savepoint, no second message remains.
       if (!p.idempotency || !ProduceSql.isIdempotencyRace(e)) throw e;
@@ -112,9 +151,9 @@ export function produceOneInTx(target: ProduceTarget, ex: TxExecutor, p: Prepare
     if (rows.length === 0) {
       // The key's first produce committed after this statement's snapshot: read it now.
       const again = await sendOn<{ id: string }>(db, ex, ProduceSql.idempotencyLookup(db.q, info.id), [p.idempotency]);
-      return { id: again[0].id, duplicate: true };
+      return resultOf({ id: again[0].id, duplicate: true });
     }
-    return { id: rows[0].id, duplicate: rows[0].duplicate };
+    return resultOf(rows[0]);
   });
 }
 
@@ -122,7 +161,7 @@ export function produceOneInTx(target: ProduceTarget, ex: TxExecutor, p: Prepare
 export function produceManyInTx(target: ProduceTarget, ex: TxExecutor, prepared: Prepared[]): Promise<ProduceResult[]> {
   return traced(target, prepared, "produceBatchInTx", async (info) => {
     const st = batchStatement(target.client.db.q, info.id, prepared);
-    const rows = await sendInTx<{ id: string }>(target.client.db, target.partitions, ex, info, st.text, st.values, prepared.length, "produceBatchInTx");
-    return rows.map((r) => r.id).sort(compareIds).map((id) => ({ id, duplicate: false }));
+    const rows = await sendInTx<BatchRow>(target.client.db, target.partitions, ex, info, st.text, st.values, prepared.length, "produceBatchInTx");
+    return batchResults(prepared, rows);
   });
 }

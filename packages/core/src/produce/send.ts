@@ -7,6 +7,8 @@ import { type Db, RETRY_PAUSES, connect, isPoolerAuthMessage, isPoolerNotSent, i
 import { SqlStreamsError, isSqlStreamsError } from "../errors.js";
 import { type Row, type TxExecutor, sqlState } from "../executor.js";
 import * as ProduceSql from "../sql/produce.js";
+import { tables } from "../sql/names.js";
+import { produceMixedBatch } from "../sql/scheduled.js";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { PartitionUpkeep } from "./partitions.js";
 import type { Prepared } from "./prepare.js";
@@ -41,6 +43,11 @@ function unknownOutcome(e: unknown): SqlStreamsError {
 
 /** The one statement of a batch: a JSON document reduced in SQL with compaction, else an insert from JSON arrays. */
 export function batchStatement(q: string, streamId: string, prepared: Prepared[]): { text: string; values: unknown[] } {
+  if (prepared.some((p) => p.schedule !== null)) {
+    // Some wait for their due time (docs/guide/producing.md#scheduled-delivery): both kinds in one statement.
+    const parts = prepared.map((p) => `{"p":${p.payload},"k":${p.key === null ? "null" : JSON.stringify(p.key)},"r":${p.rank ?? "null"},"o":${p.options ?? "null"},"s":${p.schedule ? JSON.stringify(p.schedule) : "null"}}`);
+    return { text: produceMixedBatch.sql(tables(q, streamId)), values: [`[${parts.join(",")}]`] };
+  }
   if (prepared.some((p) => p.rank !== null)) {
     // Compaction needs the batch's winners per key: one JSON document, reduced in SQL.
     const parts: string[] = [];

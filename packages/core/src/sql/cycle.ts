@@ -54,6 +54,8 @@ export interface LoadRow {
   reservable: boolean;
   target: string;
   obs: string;
+  /** A scheduled message of the stream is due: the poll runs the mover first (moveScheduled). */
+  scheduled_due: boolean;
 }
 
 /**
@@ -71,6 +73,7 @@ export const load = defineStatement<{ streamId: string; group: string }, LoadRow
        EXISTS (SELECT 1 FROM ${t.exceptionQueue} e WHERE e.consumer_group_id = g.id
                   AND ${rowDue("e")}) AS reservable,
        ${t.fn("cursor_target")}(g.id)::text AS target,
+       EXISTS (SELECT 1 FROM ${t.scheduledMessage} sm WHERE sm.due_at <= now()) AS scheduled_due,
        (CASE WHEN g.paused OR c.consumer_group_id IS NULL
                   OR (h.head <= c.settled_head AND c.pending_head <= c.settled_head AND c.claimed = c.settled_head)
              THEN '0'::xid8 ELSE pg_current_xact_id() END)::text AS obs

@@ -69,6 +69,14 @@ export function lockLog(q: string, streamId: string): string {
   return `LOCK TABLE ${table(q, streamId, "message_log")} IN ACCESS EXCLUSIVE MODE`;
 }
 
+export function lockScheduled(q: string, streamId: string): string {
+  return `LOCK TABLE ${table(q, streamId, "scheduled_message")} IN ACCESS EXCLUSIVE MODE`;
+}
+
+export function scheduledHasMessages(q: string, streamId: string): string {
+  return `SELECT EXISTS (SELECT 1 FROM ${table(q, streamId, "scheduled_message")}) AS any`;
+}
+
 export function logHasMessages(q: string, streamId: string): string {
   return `SELECT EXISTS (SELECT 1 FROM ${table(q, streamId, "message_log")}) AS any`;
 }

@@ -11,6 +11,7 @@ export const FAMILY_TABLES = [
   "compaction_head",
   "idempotency_key",
   "progress_history",
+  "scheduled_message",
 ] as const;
 export type FamilyTable = (typeof FAMILY_TABLES)[number];
 
@@ -26,6 +27,8 @@ export interface Tables {
   claimLease: string;
   keyLease: string;
   compactionHead: string;
+  /** scheduled_message_N: messages waiting for their due time (docs/protocol/data-model.md#scheduled-messages). */
+  scheduledMessage: string;
   fn: (name: string) => string;
 }
 
@@ -45,6 +48,7 @@ export function tables(q: string, n: string): Tables {
       claimLease: table(q, n, "claim_lease"),
       keyLease: table(q, n, "message_key_lease"),
       compactionHead: table(q, n, "compaction_head"),
+      scheduledMessage: table(q, n, "scheduled_message"),
       fn: (name) => table(q, n, name),
     };
     cache.set(k, t);
