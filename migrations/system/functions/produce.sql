@@ -18,7 +18,8 @@
 -- which a SECURITY DEFINER function cannot see: SET ROLE narrows nothing the session could not
 -- RESET, so the login role's memberships are what the session can act as.
 --
--- One message. options: {"message": {timeout, concurrency, retry}, "compaction": {"rank": n}}.
+-- One message. options: {"message": {timeout, concurrency, retry}, "compaction": {"rank": n},
+-- "expiresAt": epoch ms | "ttl": ms} (docs/guide/producing.md#expiry; stored in the message's options).
 -- Returns the new message's id; for an idempotency key already stored, the first message's id.
 CREATE OR REPLACE FUNCTION __SCHEMA__.produce(
   stream TEXT, payload JSONB, key TEXT DEFAULT NULL, idempotency_key TEXT DEFAULT NULL, options JSONB DEFAULT NULL)
@@ -34,6 +35,7 @@ DECLARE
   v_idem TEXT := produce.idempotency_key;
   v_opts JSONB := produce.options;
   v_message JSONB;
+  v_expiry JSONB;
   v_rank BIGINT;
   v_uuid UUID;
   v_sid BIGINT;
@@ -52,8 +54,8 @@ BEGIN
       PERFORM __SCHEMA__.raise_coded('SQL0015', 'options must be an object', 'correct the argument as the message says');
     END IF;
     FOR k IN SELECT jsonb_object_keys(v_opts) LOOP
-      IF k NOT IN ('message', 'compaction') THEN
-        PERFORM __SCHEMA__.raise_coded('SQL0015', format('options.%s: unknown key; allowed: message, compaction (key and idempotency_key are arguments)', k),
+      IF k NOT IN ('message', 'compaction', 'expiresAt', 'ttl') THEN
+        PERFORM __SCHEMA__.raise_coded('SQL0015', format('options.%s: unknown key; allowed: message, compaction, expiresAt, ttl (key and idempotency_key are arguments)', k),
           'correct the argument as the message says');
       END IF;
     END LOOP;
@@ -104,6 +106,7 @@ BEGIN
     END IF;
     v_rank := COALESCE((v_opts -> 'compaction' ->> 'rank')::NUMERIC, 0)::BIGINT;
   END IF;
+  v_expiry := __SCHEMA__.check_expiry(v_opts);
 
   SELECT s.id, s.max_payload_bytes, s.partition_size INTO v_sid, v_max, v_size FROM __SCHEMA__.stream_config s WHERE s.name = v_stream;
   v_found := FOUND;
@@ -123,6 +126,8 @@ BEGIN
     PERFORM __SCHEMA__.raise_coded('SQL0017', format('payload is %s bytes of JSON; stream %s accepts at most %s', v_bytes, v_stream, v_max),
       'store large data elsewhere and send a reference, or raise maxPayloadBytes');
   END IF;
+
+  IF v_expiry IS NOT NULL THEN v_message := COALESCE(v_message, '{}'::JSONB) || v_expiry; END IF;
 
   -- The transaction id before the message id (docs/guide/producing.md#the-xid-before-id-rule).
   PERFORM pg_current_xact_id();

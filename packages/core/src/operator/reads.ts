@@ -25,7 +25,7 @@ export async function progress(ref: GroupRef): Promise<Progress> {
   return {
     stream: ref.stream, group: ref.group, paused: x.paused, head: x.head, claimed: x.claimed, committed: x.committed,
     lag: (lag < 0n ? 0n : lag).toString(), openLeases: x.open_leases, expiredLeases: x.expired_leases,
-    exceptions: { ready: 0, deferred: 0, inflight: 0, dead: 0, superseded: 0, ...x.counts },
+    exceptions: { ready: 0, deferred: 0, inflight: 0, dead: 0, superseded: 0, expired: 0, ...x.counts },
     oldestUnresolvedAgeMs: x.oldest_ms === null ? null : Math.max(0, Math.round(x.oldest_ms)),
     retention: { floor: ret.floor.toString(), heldBy: ret.held ? ret.heldBy?.group ?? null : null, held: ret.held, heldForMs: ret.heldForMs },
     concurrency: { max: x.max_concurrency, running: x.drains_running, capped: x.capped },

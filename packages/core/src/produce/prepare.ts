@@ -5,18 +5,25 @@ import { type MessageOptions, validateMessageOptions } from "../config.js";
 import { SqlStreamsError } from "../errors.js";
 import { type StandardSchema, checkProduced } from "../typed.js";
 import { encodePayload, idempotencyUuid, validateKey } from "../validate.js";
+import { validateExpiry } from "./expiry.js";
 
 export interface ProduceOptions {
   key?: string;
   idempotencyKey?: string;
   compaction?: { rank?: number };
   message?: MessageOptions;
+  /** Not delivered to a group that has not started it by then (docs/guide/producing.md#expiry). */
+  expiresAt?: Date | number;
+  /** Milliseconds from now (the database's clock at the insert): expiresAt relative. */
+  ttl?: number;
 }
 export interface BatchItem<T> {
   payload: T;
   key?: string;
   compaction?: { rank?: number };
   message?: MessageOptions;
+  expiresAt?: Date | number;
+  ttl?: number;
 }
 export interface ProduceResult {
   id: string;
@@ -33,7 +40,7 @@ export interface Prepared {
   idempotency: string | null;
 }
 
-const PRODUCE_KEYS = ["key", "idempotencyKey", "compaction", "message"];
+const PRODUCE_KEYS = ["key", "idempotencyKey", "compaction", "message", "expiresAt", "ttl"];
 const MAX_BATCH = 1_000;
 
 /** Validates one produce call, before any statement. */
@@ -56,12 +63,14 @@ export function prepare(payload: unknown, opts: unknown, allowIdempotency: boole
   if ((message.concurrency === "exclusive" || message.concurrency === "ordered") && key === null) {
     throw new SqlStreamsError("SQL0019", `message.concurrency '${message.concurrency}' needs a key`, { path: "message.concurrency" });
   }
+  const rank = compactionRank(o.compaction, key, message.concurrency === "ordered");
+  const stored = { ...message, ...validateExpiry(o.expiresAt, o.ttl, where) };
   return {
     payload: text,
     bytes: Buffer.byteLength(text, "utf8"),
     key,
-    rank: compactionRank(o.compaction, key, message.concurrency === "ordered"),
-    options: Object.keys(message).length === 0 ? null : JSON.stringify(message),
+    rank,
+    options: Object.keys(stored).length === 0 ? null : JSON.stringify(stored),
     idempotency: idem,
   };
 }
