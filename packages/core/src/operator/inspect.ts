@@ -12,7 +12,7 @@ import { validateKey } from "../validate.js";
  * `claimed` (inside a claimed range that has not committed yet), `resolved` (at or below the
  * committed cursor with no exception row), or `exception` (it has an exception row: see `row`).
  */
-type ExceptionStatus = "ready" | "deferred" | "inflight" | "dead" | "superseded";
+type ExceptionStatus = "ready" | "deferred" | "inflight" | "dead" | "superseded" | "expired";
 
 export type MessagePosition = "waiting" | "claimed" | "resolved" | "exception";
 
