@@ -25,7 +25,7 @@ describe("expiry on first delivery", () => {
     const { t, s, g, sid, gid } = await setupGroup(T(), "expiry.ttl");
     const at = Date.now();
     const short = await s.produce({ n: "short" }, { ttl: 1000 });
-    const long = await s.produce({ n: "long" }, { ttl: 600_000 });
+    await s.produce({ n: "long" }, { ttl: 600_000 });
     const plain = await s.produce({ n: "plain" });
     const stored = await t.sql<{ options: unknown }>(`SELECT options FROM ${S}.message_log_${sid} ORDER BY id`);
     expect(stored.map((r) => r.options)).toEqual([{ ttl: 1000 }, { ttl: 600_000 }, null]);
@@ -110,9 +110,9 @@ describe("ordered keys pass an expired message", () => {
     const first = await s.produce({ n: 1 }, { key: "k", ttl: 3_000 });
     const second = await s.produce({ n: 2 }, { key: "k" });
     const ran: unknown[] = [];
-    const h = (m: Message<{ n: number }>) => {
+    const h = (m: Message) => {
       ran.push(m.payload);
-      if (m.payload.n === 1) throw new Error("not yet");
+      if ((m.payload as { n: number }).n === 1) throw new Error("not yet");
     };
     await pollPastFence(g, h);
     expect(Date.now() - at, "the first delivery ran before the ttl").toBeLessThan(3_000);
