@@ -7,6 +7,7 @@ import { describe, expect, it } from "vitest";
 import type { Message } from "@sqlstreams/core";
 import { pollDocument } from "@sqlstreams/aws";
 import { useFreshDatabase } from "../../support/db.js";
+import { spawnNode } from "../../support/processes.js";
 import { checkInvariants } from "../../support/invariants.js";
 import { S, codeOf, committed, dlRows, eqRows, makeDue, pollPastFence, setupGroup, testClient, type TestClient } from "../../support/streams.js";
 
@@ -165,5 +166,40 @@ describe("redrive and metrics", () => {
     const doc = pollDocument({ stream: "expiry.metric", group: "g", report: r, durationMs: 1 });
     expect(doc.Expired).toBe(3);
     expect(doc.LeaseExpired).toBe(0);
+  });
+});
+
+describe("the operator CLI", () => {
+  async function cli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+    const child = spawnNode({ script: "packages/cli/dist/bin.js", args, env: { DATABASE_URL: url(), SQLSTREAMS_SCHEMA: undefined } });
+    child.process.stdin?.end();
+    const exit = await child.waitForExit(60_000);
+    return { code: exit.code, stdout: child.lines.join("\n"), stderr: child.stderr() };
+  }
+
+  it("status shows EXPIRED, failures --status expired lists the rows, redrive --expired --all puts them back", async () => {
+    const { s, g, sid, gid, t } = await setupGroup(T(), "expiry.cli");
+    await s.produce({ n: 1 }, { expiresAt: 0 });
+    await s.produce({ n: 2 });
+    await pollPastFence(g, () => {}, { until: committed("2"), drain: true });
+
+    const status = await cli(["status", "--stream", "expiry.cli"]);
+    expect(status.code, status.stderr).toBe(0);
+    const lines = status.stdout.split("\n");
+    const header = lines[0].split(/\s+/);
+    const row = lines.find((l) => l.startsWith("expiry.cli"))?.split(/\s+/) ?? [];
+    expect(row[header.indexOf("EXPIRED")]).toBe("1");
+    expect(row[header.indexOf("DEAD")]).toBe("0");
+
+    const listed = await cli(["failures", "--stream", "expiry.cli", "--group", "g", "--status", "expired", "--json"]);
+    expect(listed.code, listed.stderr).toBe(0);
+    expect((JSON.parse(listed.stdout) as { rows: { messageId: string; status: string }[] }).rows.map((r) => [r.messageId, r.status])).toEqual([["1", "expired"]]);
+
+    const none = await cli(["redrive", "--stream", "expiry.cli", "--group", "g", "--all", "--json"]);
+    expect(JSON.parse(none.stdout)).toMatchObject({ redriven: 0 });
+    const back = await cli(["redrive", "--stream", "expiry.cli", "--group", "g", "--all", "--expired", "--json"]);
+    expect(back.code, back.stderr).toBe(0);
+    expect(JSON.parse(back.stdout)).toMatchObject({ redriven: 1, skipped: 0 });
+    expect((await eqRows(t, sid, gid)).map((x) => [x.message_id, x.status])).toEqual([["1", "ready"]]);
   });
 });
