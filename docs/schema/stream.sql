@@ -973,7 +973,8 @@ CREATE TABLE sqlstreams.progress_history_1 (
     inflight integer DEFAULT 0 NOT NULL,
     dead integer DEFAULT 0 NOT NULL,
     superseded integer DEFAULT 0 NOT NULL,
-    oldest_unresolved_ms bigint
+    oldest_unresolved_ms bigint,
+    expired integer DEFAULT 0 NOT NULL
 );
 
 -- TABLE ATTACH: message_log_1_0

@@ -8,3 +8,5 @@ ALTER TABLE {{schema}}.exception_queue_{{N}} ADD CONSTRAINT exception_queue_{{N}
 -- A redriven expired row runs all the same ("run it anyway", docs/guide/operations.md#redrive): its
 -- start no longer checks the message's expiry. A constant default: no table rewrite.
 ALTER TABLE {{schema}}.exception_queue_{{N}} ADD COLUMN IF NOT EXISTS expiry_waived BOOLEAN NOT NULL DEFAULT false;
+-- maintain()'s progress samples count expired rows too (docs/protocol/data-model.md#progress-history).
+ALTER TABLE {{schema}}.progress_history_{{N}} ADD COLUMN IF NOT EXISTS expired INTEGER NOT NULL DEFAULT 0;

@@ -48,6 +48,8 @@ describe("expiry on first delivery", () => {
     const listed = await g.failures({ status: "expired" });
     expect(listed.map((f) => [f.messageId, f.status, f.payload])).toEqual([[short.id, "expired", { n: "short" }]]);
     expect(await g.failures()).toEqual([]);
+    await s.maintain();
+    expect((await g.history({})).at(-1)?.exceptions).toMatchObject({ expired: 1, dead: 0 });
     await checkInvariants(t, sid);
 
     // Nothing left to do: the expired row is terminal.

@@ -52,11 +52,11 @@ export async function history(ref: GroupRef, opts: { since?: Date | string | num
   const db = ref.client.db;
   const r = await query<{
     sampled_at: Date; head: string; committed: string; lag: string; ready: number; deferred: number; inflight: number;
-    dead: number; superseded: number; oldest_unresolved_ms: number | null;
+    dead: number; superseded: number; expired: number; oldest_unresolved_ms: number | null;
   }>(db, db.pool, History.readProgress(db.q, streamId), [groupId, since, limit]);
   return r.rows.map((x) => ({
     sampledAt: x.sampled_at, head: x.head, committed: x.committed, lag: x.lag,
-    exceptions: { ready: x.ready, deferred: x.deferred, inflight: x.inflight, dead: x.dead, superseded: x.superseded },
+    exceptions: { ready: x.ready, deferred: x.deferred, inflight: x.inflight, dead: x.dead, superseded: x.superseded, expired: x.expired },
     oldestUnresolvedAgeMs: x.oldest_unresolved_ms === null ? null : Math.max(0, Math.round(x.oldest_unresolved_ms)),
   }));
 }

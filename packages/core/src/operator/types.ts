@@ -56,8 +56,7 @@ export interface ProgressSample {
   head: string;
   committed: string;
   lag: string;
-  /** The samples count no expired rows. */
-  exceptions: Record<Exclude<ExceptionStatus, "expired">, number>;
+  exceptions: Record<ExceptionStatus, number>;
   oldestUnresolvedAgeMs: number | null;
 }
 
