@@ -58,22 +58,30 @@ describe("expiry on first delivery", () => {
     expect(ran).toHaveLength(2);
   });
 
-  it("expiresAt as a Date or epoch ms; produceBatch and SQL produce() store it the same way", async () => {
+  it("expiresAt as a Date or epoch ms; produceBatch, produceInTx and SQL produce() store it the same way", async () => {
     const { t, s, g, sid } = await setupGroup(T(), "expiry.forms");
     const past = Date.now() - 1;
     await s.produce({ n: 1 }, { expiresAt: new Date(past) });
     await s.produceBatch([{ payload: { n: 2 }, expiresAt: past }, { payload: { n: 3 }, ttl: 600_000 }, { payload: { n: 4 } }]);
     await t.sql(`SELECT ${S}.produce('expiry.forms', '{"n": 5}', options => $1::jsonb)`, [JSON.stringify({ ttl: 1, message: { timeout: 5000 } })]);
     await t.sql(`SELECT * FROM ${S}.produce_batch('expiry.forms', $1::jsonb)`, [JSON.stringify([{ payload: { n: 6 }, options: { expiresAt: past } }])]);
+    const tx = await t.pool.connect();
+    try {
+      await tx.query("BEGIN");
+      await s.produceInTx(tx, { n: 7 }, { expiresAt: past, key: "k" });
+      await tx.query("COMMIT");
+    } finally {
+      tx.release();
+    }
     const stored = await t.sql<{ options: unknown }>(`SELECT options FROM ${S}.message_log_${sid} ORDER BY id`);
     expect(stored.map((r) => r.options)).toEqual([
-      { expiresAt: past }, { expiresAt: past }, { ttl: 600_000 }, null, { ttl: 1, timeout: 5000 }, { expiresAt: past },
+      { expiresAt: past }, { expiresAt: past }, { ttl: 600_000 }, null, { ttl: 1, timeout: 5000 }, { expiresAt: past }, { expiresAt: past },
     ]);
     await sleep(5);
     const ran: unknown[] = [];
-    const r = await pollPastFence(g, (m: Message) => void ran.push(m.payload), { until: committed("6"), drain: true });
+    const r = await pollPastFence(g, (m: Message) => void ran.push(m.payload), { until: committed("7"), drain: true });
     expect(ran).toEqual([{ n: 3 }, { n: 4 }]);
-    expect(r.expired).toBe(4);
+    expect(r.expired).toBe(5);
     expect((await g.progress()).lag).toBe("0");
   });
 
