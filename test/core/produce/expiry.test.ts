@@ -100,6 +100,27 @@ describe("expiry on first delivery", () => {
   });
 });
 
+describe("a reclaimed range", () => {
+  it("checks expiry as a fresh claim does: a range left unstarted and taken over after the ttl expires its message", async () => {
+    const { t, s, g, sid, gid } = await setupGroup(T(), "expiry.reclaim");
+    const at = Date.now();
+    const first = await s.produce({ n: 1 }, { ttl: 1000 });
+    const second = await s.produce({ n: 2 });
+    const ran: unknown[] = [];
+    const h = (m: Message) => void ran.push(m.payload);
+    // A deadline too near for a 30 s timeout: the range is claimed, nothing starts, and it is released for a reclaim.
+    const r1 = await pollPastFence(g, h, { opts: () => ({ deadline: Date.now() + 5_000 }) });
+    expect(r1).toMatchObject({ started: 0, notStarted: 2, expired: 0 });
+    expect(Date.now() - at, "the claim came before the ttl").toBeLessThan(1_000);
+    await until(at, 1_500);
+    const r2 = await pollPastFence(g, h, { until: committed(second.id) });
+    expect(r2.rangesReclaimed + r2.rangesResumed).toBe(1);
+    expect(r2).toMatchObject({ expired: 1, started: 1 });
+    expect(ran).toEqual([{ n: 2 }]);
+    expect((await eqRows(t, sid, gid)).map((x) => [x.message_id, x.status])).toEqual([[first.id, "expired"]]);
+  });
+});
+
 describe("ordered keys pass an expired message", () => {
   it("a range: the expired first message of an ordered key does not hold the next one", async () => {
     const { t, s, g, sid, gid } = await setupGroup(T(), "expiry.ordered", { group: { message: { concurrency: "ordered" } } });
