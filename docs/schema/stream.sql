@@ -243,6 +243,17 @@ BEGIN
 END
 $$;
 
+-- FUNCTION: expires_in_1(jsonb, timestamp with time zone)
+
+CREATE FUNCTION sqlstreams.expires_in_1(p_options jsonb, p_created_at timestamp with time zone) RETURNS double precision
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT CASE WHEN p_options IS NULL THEN NULL
+              ELSE COALESCE((p_options ->> 'expiresAt')::float8,
+                            pg_catalog.date_part('epoch', p_created_at) * 1000 + (p_options ->> 'ttl')::float8)
+                   - pg_catalog.date_part('epoch', pg_catalog.now()) * 1000 END
+$$;
+
 -- FUNCTION: fence_holders_1()
 
 CREATE FUNCTION sqlstreams.fence_holders_1() RETURNS TABLE(pid integer, xact_age_ms double precision, application_name text, statement text)
@@ -643,6 +654,7 @@ DECLARE
   x RECORD;
   r RECORD;
   v_rank BIGINT;
+  v_left FLOAT8;
   v_head BIGINT;
   v_take RECORD;
   v_started BIGINT[];
@@ -661,7 +673,8 @@ BEGIN
                           AND e.lease_token = p_token AND e.status IN ('ready', 'deferred')
                           AND (e.message_key IS NULL OR e.concurrency NOT IN ('exclusive', 'ordered'))
                           AND EXISTS (SELECT 1 FROM "sqlstreams".message_log_1 m
-                                       WHERE m.id = e.message_id AND m.compaction_rank IS NULL)
+                                       WHERE m.id = e.message_id AND m.compaction_rank IS NULL
+                                         AND (e.expiry_waived OR NOT COALESCE("sqlstreams".expires_in_1(m.options, m.created_at) <= 0, false)))
                         OFFSET 0
                           FOR UPDATE OF e) e;
   IF cardinality(v_started) > 0 THEN
@@ -683,7 +696,7 @@ BEGIN
     message_id := x.id;
     reason := NULL;
     ref := NULL;
-    SELECT e.message_key, e.concurrency, e.status INTO r FROM "sqlstreams".exception_queue_1 e
+    SELECT e.message_key, e.concurrency, e.status, e.expiry_waived INTO r FROM "sqlstreams".exception_queue_1 e
      WHERE e.consumer_group_id = p_group AND e.message_id = x.id AND e.lease_token = p_token
        AND e.status IN ('ready', 'deferred', 'inflight')
      FOR UPDATE;
@@ -698,9 +711,15 @@ BEGIN
       RETURN NEXT;
       CONTINUE;
     END IF;
-    SELECT m.compaction_rank INTO v_rank FROM "sqlstreams".message_log_1 m WHERE m.id = x.id;
+    SELECT m.compaction_rank, "sqlstreams".expires_in_1(m.options, m.created_at) INTO v_rank, v_left
+      FROM "sqlstreams".message_log_1 m WHERE m.id = x.id;
     IF NOT FOUND THEN
       kind := 'lost';
+      RETURN NEXT;
+      CONTINUE;
+    END IF;
+    IF v_left <= 0 AND NOT r.expiry_waived THEN
+      kind := 'expired';
       RETURN NEXT;
       CONTINUE;
     END IF;
@@ -928,13 +947,14 @@ CREATE TABLE sqlstreams.exception_queue_1 (
     lease_expires_at timestamp with time zone,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    expiry_waived boolean DEFAULT false NOT NULL,
     CONSTRAINT exception_queue_1_check CHECK ((attempts >= delays)),
     CONSTRAINT exception_queue_1_check1 CHECK (((lease_token IS NULL) = (lease_expires_at IS NULL))),
     CONSTRAINT exception_queue_1_check2 CHECK (((status <> 'inflight'::text) OR (lease_token IS NOT NULL))),
     CONSTRAINT exception_queue_1_check3 CHECK (((status <> ALL (ARRAY['dead'::text, 'superseded'::text])) OR (lease_token IS NULL))),
     CONSTRAINT exception_queue_1_concurrency_check CHECK ((concurrency = ANY (ARRAY['parallel'::text, 'exclusive'::text, 'ordered'::text]))),
     CONSTRAINT exception_queue_1_delays_check CHECK ((delays >= 0)),
-    CONSTRAINT exception_queue_1_status_check CHECK ((status = ANY (ARRAY['ready'::text, 'deferred'::text, 'inflight'::text, 'dead'::text, 'superseded'::text])))
+    CONSTRAINT exception_queue_1_status_check CHECK ((status = ANY (ARRAY['ready'::text, 'deferred'::text, 'inflight'::text, 'dead'::text, 'superseded'::text, 'expired'::text])))
 );
 
 -- TABLE: idempotency_key_1
@@ -1007,7 +1027,8 @@ CREATE TABLE sqlstreams.progress_history_1 (
     inflight integer DEFAULT 0 NOT NULL,
     dead integer DEFAULT 0 NOT NULL,
     superseded integer DEFAULT 0 NOT NULL,
-    oldest_unresolved_ms bigint
+    oldest_unresolved_ms bigint,
+    expired integer DEFAULT 0 NOT NULL
 );
 
 -- TABLE: scheduled_message_1

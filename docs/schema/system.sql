@@ -5,6 +5,32 @@
 
 CREATE SCHEMA sqlstreams;
 
+-- FUNCTION: check_expiry(jsonb)
+
+CREATE FUNCTION sqlstreams.check_expiry(p_opts jsonb) RETURNS jsonb
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  fix CONSTANT TEXT := 'correct the argument as the message says';
+BEGIN
+  IF p_opts IS NULL OR NOT (p_opts ? 'expiresAt' OR p_opts ? 'ttl') THEN RETURN NULL; END IF;
+  IF p_opts ? 'expiresAt' AND p_opts ? 'ttl' THEN
+    PERFORM "sqlstreams".raise_coded('SQL0015', 'options: expiresAt and ttl cannot both be set; pass one of them', fix);
+  END IF;
+  IF p_opts ? 'ttl' THEN
+    IF jsonb_typeof(p_opts -> 'ttl') <> 'number' OR (p_opts ->> 'ttl')::NUMERIC <= 0 OR (p_opts ->> 'ttl')::NUMERIC > 9007199254740991 THEN
+      PERFORM "sqlstreams".raise_coded('SQL0015', format('options.ttl must be a number of milliseconds > 0, got %s', p_opts -> 'ttl'), fix);
+    END IF;
+    RETURN jsonb_build_object('ttl', p_opts -> 'ttl');
+  END IF;
+  IF jsonb_typeof(p_opts -> 'expiresAt') <> 'number' OR abs((p_opts ->> 'expiresAt')::NUMERIC) > 8640000000000000 THEN
+    PERFORM "sqlstreams".raise_coded('SQL0015', format('options.expiresAt must be epoch milliseconds (a number), got %s', p_opts -> 'expiresAt'), fix);
+  END IF;
+  RETURN jsonb_build_object('expiresAt', p_opts -> 'expiresAt');
+END
+$$;
+
 -- FUNCTION: check_key(text, text)
 
 CREATE FUNCTION sqlstreams.check_key(p_what text, p_key text) RETURNS void
@@ -156,6 +182,7 @@ DECLARE
   v_idem TEXT := produce.idempotency_key;
   v_opts JSONB := produce.options;
   v_message JSONB;
+  v_expiry JSONB;
   v_rank BIGINT;
   v_uuid UUID;
   v_sid BIGINT;
@@ -175,8 +202,8 @@ BEGIN
       PERFORM "sqlstreams".raise_coded('SQL0015', 'options must be an object', 'correct the argument as the message says');
     END IF;
     FOR k IN SELECT jsonb_object_keys(v_opts) LOOP
-      IF k NOT IN ('message', 'compaction', 'deliverAt', 'delay') THEN
-        PERFORM "sqlstreams".raise_coded('SQL0015', format('options.%s: unknown key; allowed: message, compaction, deliverAt, delay (key and idempotency_key are arguments)', k),
+      IF k NOT IN ('message', 'compaction', 'deliverAt', 'delay', 'expiresAt', 'ttl') THEN
+        PERFORM "sqlstreams".raise_coded('SQL0015', format('options.%s: unknown key; allowed: message, compaction, deliverAt, delay, expiresAt, ttl (key and idempotency_key are arguments)', k),
           'correct the argument as the message says');
       END IF;
     END LOOP;
@@ -228,6 +255,11 @@ BEGIN
     v_rank := COALESCE((v_opts -> 'compaction' ->> 'rank')::NUMERIC, 0)::BIGINT;
   END IF;
   v_due := "sqlstreams".schedule_due(v_opts);
+  v_expiry := "sqlstreams".check_expiry(v_opts);
+  IF v_due IS NOT NULL AND v_opts ? 'expiresAt' AND (v_opts ->> 'expiresAt')::NUMERIC <= EXTRACT(EPOCH FROM v_due) * 1000 THEN
+    PERFORM "sqlstreams".raise_coded('SQL0015', 'options.expiresAt is not after the message''s due time: it could never be delivered',
+      'give an expiresAt after deliverAt / the delay, or use ttl (counted from the due time)');
+  END IF;
 
   SELECT s.id, s.max_payload_bytes, s.partition_size INTO v_sid, v_max, v_size FROM "sqlstreams".stream_config s WHERE s.name = v_stream;
   v_found := FOUND;
@@ -248,6 +280,7 @@ BEGIN
       'store large data elsewhere and send a reference, or raise maxPayloadBytes');
   END IF;
 
+  IF v_expiry IS NOT NULL THEN v_message := COALESCE(v_message, '{}'::JSONB) || v_expiry; END IF;
   IF v_due IS NOT NULL THEN
     -- Parked until its due time; its idempotency key, if any, holds the scheduled id negated.
     IF v_uuid IS NOT NULL THEN

@@ -94,8 +94,8 @@ describe("sqlstreams (CLI)", () => {
     const human = await cli(["status"]);
     expect(human.code).toBe(0);
     const lines = human.stdout.split("\n");
-    expect(lines[0]).toMatch(/^STREAM\s+GROUP\s+HEAD\s+COMMITTED\s+LAG\s+LEASES\s+READY\s+DEFERRED\s+INFLIGHT\s+DEAD\s+SUPERSEDED\s+OLDEST\s+PAUSED\s+DRAINS\s+BLOCKED$/);
-    expect(lines.find((l) => l.startsWith("orders.placed"))).toMatch(/fraud-scoring\s+10\s+10\s+0\s+0\/0\s+0\s+0\s+0\s+2\s+0\s+-\s+no/);
+    expect(lines[0]).toMatch(/^STREAM\s+GROUP\s+HEAD\s+COMMITTED\s+LAG\s+LEASES\s+READY\s+DEFERRED\s+INFLIGHT\s+DEAD\s+SUPERSEDED\s+EXPIRED\s+OLDEST\s+PAUSED\s+DRAINS\s+BLOCKED$/);
+    expect(lines.find((l) => l.startsWith("orders.placed"))).toMatch(/fraud-scoring\s+10\s+10\s+0\s+0\/0\s+0\s+0\s+0\s+2\s+0\s+0\s+-\s+no/);
     expect(lines.find((l) => l.startsWith("ledger.adjustments"))).toMatch(/apply-balance\s+0\s+0\s+0/);
     expect(human.stdout).toMatch(/note: orders\.placed\/fraud-scoring: 2 dead message\(s\) — lag 0 with dead rows is not success/);
 
@@ -105,7 +105,7 @@ describe("sqlstreams (CLI)", () => {
     expect(doc.groups).toHaveLength(1);
     expect(doc.groups[0]).toMatchObject({
       stream: "orders.placed", group: "fraud-scoring", paused: false, head: "10", committed: "10", lag: "0",
-      openLeases: 0, expiredLeases: 0, exceptions: { ready: 0, deferred: 0, inflight: 0, dead: 2, superseded: 0 },
+      openLeases: 0, expiredLeases: 0, exceptions: { ready: 0, deferred: 0, inflight: 0, dead: 2, superseded: 0, expired: 0 },
     });
     expect(doc.notes.join(" ")).toContain("not success");
 
@@ -139,7 +139,7 @@ describe("sqlstreams (CLI)", () => {
     expect(ready.stdout).toContain("no ready rows");
     const bad = await cli(["failures", ...SG, "--status", "weird"]);
     expect(bad.code).toBe(1);
-    expect(bad.stderr).toMatch(/error SQL0015: --status must be one of dead, ready, deferred, inflight/);
+    expect(bad.stderr).toMatch(/error SQL0015: --status must be one of dead, expired, ready, deferred, inflight/);
     const missing = await cli(["failures", "--stream", "orders.placed"]);
     expect(missing.code).toBe(1);
     expect(missing.stderr).toMatch(/SQL0015: --group is required/);

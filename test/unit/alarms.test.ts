@@ -17,9 +17,9 @@ describe("groupAlarms", () => {
   });
 
   it("selects exactly the metrics and dimensions a poll invocation writes", () => {
-    const counters = ["succeeded", "failed", "dead", "delayed", "deferred", "superseded", "notStarted", "leaseLost", "started", "expired", "killed", "rangesClaimed", "rangesReclaimed", "rangesQuarantined"];
+    const counters = ["succeeded", "failed", "dead", "delayed", "deferred", "superseded", "notStarted", "leaseLost", "started", "expired", "leaseExpired", "killed", "rangesClaimed", "rangesReclaimed", "rangesQuarantined"];
     const report = Object.fromEntries(counters.map((k) => [k, 0])) as unknown as CycleReport;
-    const doc = pollDocument({ stream: g.stream, group: g.group, stage: "prod", durationMs: 1, report, progress: { lag: "0", oldestUnresolvedAgeMs: 5, exceptions: { ready: 0, deferred: 0, inflight: 0, dead: 0, superseded: 0 } } });
+    const doc = pollDocument({ stream: g.stream, group: g.group, stage: "prod", durationMs: 1, report, progress: { lag: "0", oldestUnresolvedAgeMs: 5, exceptions: { ready: 0, deferred: 0, inflight: 0, dead: 0, superseded: 0, expired: 0 } } });
     const directive = doc._aws.CloudWatchMetrics[0];
     for (const a of groupAlarms(g, { functionName: "f", stage: "prod" }).filter((x) => x.namespace === "SQLStreams")) {
       expect(directive.Namespace).toBe(a.namespace);

@@ -78,7 +78,7 @@ describe("the chain", () => {
 describe("a range's chains", () => {
   const g = groupResolution({});
   const m = (id: string, key: string | null, concurrency?: "parallel" | "exclusive" | "ordered"): RangeMessage => ({
-    id, message_key: key, compaction_rank: null, payload: null, options: null, created_at: 0,
+    id, message_key: key, compaction_rank: null, payload: null, options: null, created_at: 0, expiry: null,
     resolved: resolveMessage(g, concurrency ? { concurrency } : null, key !== null, false).resolved,
   });
 

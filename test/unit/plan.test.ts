@@ -23,6 +23,15 @@ describe("outcome plans (docs/protocol/exception-lifecycle.md#first-delivery, do
     return rows;
   }
 
+  it("an expired message (docs/guide/producing.md#expiry): an expired row with its attempts kept, no audit row in any mode, counted as expired", () => {
+    for (const mode of ["failures", "all", "off"] as const) {
+      expect(plan({ kind: "expired" }, 2, 1, m, 5_000, mode)).toEqual({
+        row: { status: "expired", attempts: 2, delays: 1, runAfterMs: null, lastError: "expired: not started by this group before its expiry" },
+        log: null, counter: "expired",
+      });
+    }
+  });
+
   it("the docs/protocol/exception-lifecycle.md#attempts-and-budget default timeline", () => {
     expect(timeline(m, ["fail", "fail", "fail", "fail", "fail"])).toEqual([
       ["ready", 1, 0, 5_000], ["ready", 2, 0, 1_000], ["ready", 3, 0, 2_000], ["dead", 3, 0, null],

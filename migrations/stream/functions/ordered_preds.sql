@@ -3,7 +3,7 @@
 -- skipped, absent means checked. Unresolved: an exception row of the key below id in ready,
 -- inflight or deferred; a message of the key below id inside another range lease of the group (in
 -- flight, released or expired: its outcome is not written yet); or one not claimed yet (after a
--- seek back). dead and superseded rows are resolved. A lease inside the caller's own range
+-- seek back). dead, superseded and expired rows are resolved. A lease inside the caller's own range
 -- (p_own_low, p_own_high] is its own (or what is left of it): ranges are disjoint, so skipping it
 -- skips exactly the ids the caller's chain orders itself.
 -- One statement, so one snapshot: a range recording (which deletes its lease and writes its

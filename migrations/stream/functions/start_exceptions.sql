@@ -6,16 +6,18 @@
 --   kind 'started'    the row is inflight under p_token until now() + run_ms (and holds its key
 --                     lease): the caller may run its handler. A row found already inflight under
 --                     p_token was started by a repeat of this call whose reply was lost: started;
+--   kind 'expired'    the message expired before this start (expires_in_N, docs/guide/producing.md#expiry)
+--                     and the row was not redriven since (expiry_waived);
 --   kind 'superseded' a compacted message that is no longer its key's head; ref = the head id
 --                     (NULL: none);
 --   kind 'deferred'   reason 'busy' (another run holds the key) or 'pred' (ref = the unresolved
 --                     ordered predecessor, docs/protocol/ordering.md#the-predecessor-rule).
 -- A start that resolves a row without running it writes nothing: the caller records it like any
 -- other outcome, still under the reservation token. One transaction, in two steps:
---   1. the plain rows (no key lease to take, no compaction head to check) are looked up by primary
+--   1. the plain rows (no key lease to take, no compaction head to check, no expiry passed) are looked up by primary
 --      key and locked in message id order (a row changed meanwhile is read again and checked
 --      again, as a locking SELECT does), then made inflight in one UPDATE;
---   2. every other row (keyed, compacted, already inflight, or not under the token) goes through
+--   2. every other row (keyed, compacted, expired, already inflight, or not under the token) goes through
 --      a loop in key order, so concurrent callers take key leases in one order.
 CREATE OR REPLACE FUNCTION {{schema}}.start_exceptions_{{N}}(
   p_group BIGINT, p_token UUID, p_rows JSONB)
@@ -27,6 +29,7 @@ DECLARE
   x RECORD;
   r RECORD;
   v_rank BIGINT;
+  v_left FLOAT8;
   v_head BIGINT;
   v_take RECORD;
   v_started BIGINT[];
@@ -45,7 +48,8 @@ BEGIN
                           AND e.lease_token = p_token AND e.status IN ('ready', 'deferred')
                           AND (e.message_key IS NULL OR e.concurrency NOT IN ('exclusive', 'ordered'))
                           AND EXISTS (SELECT 1 FROM {{schema}}.message_log_{{N}} m
-                                       WHERE m.id = e.message_id AND m.compaction_rank IS NULL)
+                                       WHERE m.id = e.message_id AND m.compaction_rank IS NULL
+                                         AND (e.expiry_waived OR NOT COALESCE({{schema}}.expires_in_{{N}}(m.options, m.created_at) <= 0, false)))
                         OFFSET 0
                           FOR UPDATE OF e) e;
   IF cardinality(v_started) > 0 THEN
@@ -67,7 +71,7 @@ BEGIN
     message_id := x.id;
     reason := NULL;
     ref := NULL;
-    SELECT e.message_key, e.concurrency, e.status INTO r FROM {{schema}}.exception_queue_{{N}} e
+    SELECT e.message_key, e.concurrency, e.status, e.expiry_waived INTO r FROM {{schema}}.exception_queue_{{N}} e
      WHERE e.consumer_group_id = p_group AND e.message_id = x.id AND e.lease_token = p_token
        AND e.status IN ('ready', 'deferred', 'inflight')
      FOR UPDATE;
@@ -82,9 +86,15 @@ BEGIN
       RETURN NEXT;
       CONTINUE;
     END IF;
-    SELECT m.compaction_rank INTO v_rank FROM {{schema}}.message_log_{{N}} m WHERE m.id = x.id;
+    SELECT m.compaction_rank, {{schema}}.expires_in_{{N}}(m.options, m.created_at) INTO v_rank, v_left
+      FROM {{schema}}.message_log_{{N}} m WHERE m.id = x.id;
     IF NOT FOUND THEN
       kind := 'lost';
+      RETURN NEXT;
+      CONTINUE;
+    END IF;
+    IF v_left <= 0 AND NOT r.expiry_waived THEN
+      kind := 'expired';
       RETURN NEXT;
       CONTINUE;
     END IF;

@@ -19,10 +19,12 @@
 -- RESET, so the login role's memberships are what the session can act as.
 --
 -- One message. options: {"message": {timeout, concurrency, retry}, "compaction": {"rank": n},
--- "deliverAt": epoch ms | "delay": ms}. Returns the new message's id; for an idempotency key already
--- stored, the first message's id. A message with deliverAt or delay waits in scheduled_message_N
--- (docs/guide/producing.md#scheduled-delivery) and its scheduled id is returned negated (-42 for
--- scheduled id 42), which no log id can be; so is a key's first message while it still waits.
+-- "deliverAt": epoch ms | "delay": ms, "expiresAt": epoch ms | "ttl": ms}. Returns the new message's id;
+-- for an idempotency key already stored, the first message's id. A message with deliverAt or delay
+-- waits in scheduled_message_N (docs/guide/producing.md#scheduled-delivery) and its scheduled id is
+-- returned negated (-42 for scheduled id 42), which no log id can be; so is a key's first message
+-- while it still waits. expiresAt / ttl are stored in the message's options
+-- (docs/guide/producing.md#expiry); a scheduled message's ttl counts from its due time.
 CREATE OR REPLACE FUNCTION __SCHEMA__.produce(
   stream TEXT, payload JSONB, key TEXT DEFAULT NULL, idempotency_key TEXT DEFAULT NULL, options JSONB DEFAULT NULL)
 RETURNS BIGINT
@@ -37,6 +39,7 @@ DECLARE
   v_idem TEXT := produce.idempotency_key;
   v_opts JSONB := produce.options;
   v_message JSONB;
+  v_expiry JSONB;
   v_rank BIGINT;
   v_uuid UUID;
   v_sid BIGINT;
@@ -56,8 +59,8 @@ BEGIN
       PERFORM __SCHEMA__.raise_coded('SQL0015', 'options must be an object', 'correct the argument as the message says');
     END IF;
     FOR k IN SELECT jsonb_object_keys(v_opts) LOOP
-      IF k NOT IN ('message', 'compaction', 'deliverAt', 'delay') THEN
-        PERFORM __SCHEMA__.raise_coded('SQL0015', format('options.%s: unknown key; allowed: message, compaction, deliverAt, delay (key and idempotency_key are arguments)', k),
+      IF k NOT IN ('message', 'compaction', 'deliverAt', 'delay', 'expiresAt', 'ttl') THEN
+        PERFORM __SCHEMA__.raise_coded('SQL0015', format('options.%s: unknown key; allowed: message, compaction, deliverAt, delay, expiresAt, ttl (key and idempotency_key are arguments)', k),
           'correct the argument as the message says');
       END IF;
     END LOOP;
@@ -109,6 +112,11 @@ BEGIN
     v_rank := COALESCE((v_opts -> 'compaction' ->> 'rank')::NUMERIC, 0)::BIGINT;
   END IF;
   v_due := __SCHEMA__.schedule_due(v_opts);
+  v_expiry := __SCHEMA__.check_expiry(v_opts);
+  IF v_due IS NOT NULL AND v_opts ? 'expiresAt' AND (v_opts ->> 'expiresAt')::NUMERIC <= EXTRACT(EPOCH FROM v_due) * 1000 THEN
+    PERFORM __SCHEMA__.raise_coded('SQL0015', 'options.expiresAt is not after the message''s due time: it could never be delivered',
+      'give an expiresAt after deliverAt / the delay, or use ttl (counted from the due time)');
+  END IF;
 
   SELECT s.id, s.max_payload_bytes, s.partition_size INTO v_sid, v_max, v_size FROM __SCHEMA__.stream_config s WHERE s.name = v_stream;
   v_found := FOUND;
@@ -129,6 +137,7 @@ BEGIN
       'store large data elsewhere and send a reference, or raise maxPayloadBytes');
   END IF;
 
+  IF v_expiry IS NOT NULL THEN v_message := COALESCE(v_message, '{}'::JSONB) || v_expiry; END IF;
   IF v_due IS NOT NULL THEN
     -- Parked until its due time; its idempotency key, if any, holds the scheduled id negated.
     IF v_uuid IS NOT NULL THEN

@@ -46,6 +46,7 @@ export const POLL_COUNTS = {
   leaseLost: "LeaseLost",
   started: "Started",
   expired: "Expired",
+  leaseExpired: "LeaseExpired",
   killed: "Killed",
   rangesClaimed: "RangesClaimed",
   rangesReclaimed: "RangesReclaimed",

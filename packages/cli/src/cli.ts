@@ -52,7 +52,7 @@ export const COMMANDS: Record<string, Command> = {
     usage: "sqlstreams status [--stream S] [--group G] [--watch [--interval 2s]] [--check] [--max-age 5m] | --history [--since 1d] [--samples 48]",
     help: `Shows every consumer group (or those of --stream / named --group): head, committed cursor, lag
 (in ids), open/expired claim leases, exception rows by status (ready, deferred, inflight, dead,
-superseded), the age of the oldest unresolved message, and whether the group is paused.
+superseded, expired: messages not started before their expiresAt/ttl), the age of the oldest unresolved message, and whether the group is paused.
 Lag 0 with dead rows is not success: dead messages do not hold the cursor.
   --watch              refresh the table every --interval (default 2s) until Ctrl-C; with --json one
                        JSON line per refresh
@@ -72,8 +72,8 @@ Exit codes: 0 fine, 1 the command failed, 2 an alert (only with --check / --max-
     run: (ctx, v) => C.status(ctx, v),
   },
   failures: {
-    summary: "list a group's dead (or ready/deferred/inflight) exception rows",
-    usage: "sqlstreams failures --stream S --group G [--status dead|ready|deferred|inflight] [filters] [--limit N] [--offset N]",
+    summary: "list a group's dead (or expired/ready/deferred/inflight) exception rows",
+    usage: "sqlstreams failures --stream S --group G [--status dead|expired|ready|deferred|inflight] [filters] [--limit N] [--offset N]",
     help: `Lists the group's exception rows of one status (default dead), newest first, with payload and last error.
 ${O.FILTER_HELP}
   --limit N            1 … 1000 rows per page (default 100)
@@ -93,9 +93,11 @@ since when, when it may run again, and how many messages wait behind it (docs/gu
   },
   redrive: {
     summary: "put dead rows back to work with a fresh retry budget",
-    usage: "sqlstreams redrive --stream S --group G (--ids 1,2 | filters | --all) [--reason R] [--rate N]",
+    usage: "sqlstreams redrive --stream S --group G (--ids 1,2 | filters | --all) [--expired] [--reason R] [--rate N]",
     help: `Selects dead rows by id, or by a filter, and makes them ready again (attempts and delays reset).
-  --ids 1,2,3          these message ids (1 … 10000)
+An expired row (a message not started before its expiresAt/ttl) redriven runs all the same.
+  --ids 1,2,3          these message ids (1 … 10000; dead or expired rows)
+  --expired            the filter (or --all) selects expired rows instead of dead ones
 ${O.FILTER_HELP}
   --dead-since TIME    same as --since;  --dead-before TIME  same as --before
   --all                every dead row (up to --limit)
@@ -106,6 +108,7 @@ ${O.FILTER_HELP}
     options: {
       ...STREAM, ...GROUP, ids: { type: "string" }, ...O.FILTER_OPTIONS, "dead-since": { type: "string" },
       "dead-before": { type: "string" }, all: { type: "boolean" }, limit: { type: "string" }, reason: { type: "string" }, rate: { type: "string" },
+      expired: { type: "boolean" },
     },
     run: (ctx, v) => C.redrive(ctx, v),
   },
@@ -114,8 +117,9 @@ ${O.FILTER_HELP}
     usage: "sqlstreams discard --stream S --group G (--ids 1,2 | filters | --all) [--reason R] [--rate N]",
     help: `Deletes dead exception rows (the group will not run those messages again) and writes a
 'discarded: <reason>' row to the delivery log for each, whatever the stream's delivery log mode.
-Only dead rows are touched; the messages stay in the log until retention removes them.
-  --ids 1,2,3          these message ids (1 … 10000)
+Only dead (or, with --expired, expired) rows are touched; the messages stay in the log until retention removes them.
+  --ids 1,2,3          these message ids (1 … 10000; dead or expired rows)
+  --expired            the filter (or --all) selects expired rows instead of dead ones
 ${O.FILTER_HELP}
   --all                every dead row (up to --limit)
   --limit N            filter cap, 1 … 10000 (default 1000; no cap with --rate)
@@ -123,7 +127,7 @@ ${O.FILTER_HELP}
   --reason R           recorded in the audit row`,
     options: {
       ...STREAM, ...GROUP, ids: { type: "string" }, ...O.FILTER_OPTIONS, all: { type: "boolean" }, limit: { type: "string" },
-      reason: { type: "string" }, rate: { type: "string" },
+      reason: { type: "string" }, rate: { type: "string" }, expired: { type: "boolean" },
     },
     run: (ctx, v) => O.discard(ctx, v),
   },

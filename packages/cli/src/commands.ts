@@ -99,12 +99,12 @@ async function statusOnce(ctx: Ctx, stream: string | undefined, group: string | 
     const c = ctx.colour;
     out.push(
     table(
-      ["STREAM", "GROUP", "HEAD", "COMMITTED", "LAG", "LEASES", "READY", "DEFERRED", "INFLIGHT", "DEAD", "SUPERSEDED", "OLDEST", "PAUSED", "DRAINS", "BLOCKED", "SCHEDULED"],
+      ["STREAM", "GROUP", "HEAD", "COMMITTED", "LAG", "LEASES", "READY", "DEFERRED", "INFLIGHT", "DEAD", "SUPERSEDED", "EXPIRED", "OLDEST", "PAUSED", "DRAINS", "BLOCKED", "SCHEDULED"],
       progress.map((p) => [
         p.stream, p.group, p.head, p.committed, p.lag, `${p.openLeases}/${p.expiredLeases}`,
         String(p.exceptions.ready), String(p.exceptions.deferred), String(p.exceptions.inflight),
         p.exceptions.dead > 0 ? paint(c, "red", String(p.exceptions.dead)) : String(p.exceptions.dead),
-        String(p.exceptions.superseded), age(p.oldestUnresolvedAgeMs), p.paused ? paint(c, "yellow", "yes") : yesNo(p.paused),
+        String(p.exceptions.superseded), String(p.exceptions.expired), age(p.oldestUnresolvedAgeMs), p.paused ? paint(c, "yellow", "yes") : yesNo(p.paused),
         drains(p), p.blockedKeys > 0 ? paint(c, "yellow", String(p.blockedKeys)) : "0", String(p.scheduled.waiting),
       ]),
     ),
@@ -238,7 +238,7 @@ export async function status(ctx: Ctx, v: Values): Promise<number> {
   return alerted ? 2 : 0;
 }
 
-const STATUSES = ["dead", "ready", "deferred", "inflight"] as const;
+const STATUSES = ["dead", "expired", "ready", "deferred", "inflight"] as const;
 
 export async function failures(ctx: Ctx, v: Values): Promise<void> {
   const stream = required(v, "stream", "failures");

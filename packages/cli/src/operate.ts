@@ -73,8 +73,8 @@ export function deadSelector(v: Values, command: string, code: "SQL0030" | "SQL0
   const f = failureFilter(v, command);
   const hasFilter = Object.keys(f).length > 0;
   if (ids !== undefined) {
-    if (hasFilter || v.all || v.limit !== undefined) {
-      throw new SqlStreamsError(code, "--ids takes no other criteria (--error-contains, --key, --since, --before, --payload-contains, --all, --limit)");
+    if (hasFilter || v.all || v.limit !== undefined || v.expired) {
+      throw new SqlStreamsError(code, "--ids takes no other criteria (--error-contains, --key, --since, --before, --payload-contains, --all, --limit, --expired)");
     }
     return { ids: ids.split(",").map((s) => s.trim()).filter((s) => s.length > 0) };
   }
@@ -88,6 +88,7 @@ export function deadSelector(v: Values, command: string, code: "SQL0030" | "SQL0
   if (f.before !== undefined) sel.deadBefore = f.before;
   if (f.payloadContains !== undefined) sel.payloadContains = f.payloadContains;
   if (v.all === true) sel.all = true;
+  if (v.expired === true) sel.status = "expired";
   const limit = intOption(v, "limit", command, 1, paced ? 1_000_000_000 : 10_000);
   if (limit !== undefined) sel.limit = limit;
   return sel;
@@ -171,7 +172,7 @@ function printMessage(ctx: Ctx, m: InspectedMessage, notShown: string | null): v
     const state = r === null
       ? POSITION_TEXT[g.position]
       : `${paint(c, r.status === "dead" ? "red" : r.status === "superseded" ? "dim" : "yellow", r.status)} exception row: attempts ${r.attempts}, delays ${r.delays}` +
-        (r.status === "dead" || r.status === "superseded" ? "" : `, runs ${r.canRunAfter.getTime() > now ? `in ${age(r.canRunAfter.getTime() - now)}` : "now"}`) +
+        (r.status === "dead" || r.status === "superseded" || r.status === "expired" ? "" : `, runs ${r.canRunAfter.getTime() > now ? `in ${age(r.canRunAfter.getTime() - now)}` : "now"}`) +
         (r.leaseExpiresAt ? `, leased until ${r.leaseExpiresAt.toISOString()}` : "");
     ctx.print(`  group ${paint(c, "bold", g.group)}${g.paused ? " (paused)" : ""}: ${state}`);
     if (r?.lastError) ctx.print(`    last error: ${truncate(r.lastError, 300)}`);

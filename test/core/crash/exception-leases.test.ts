@@ -61,13 +61,13 @@ describe("exception-row leases across a crash", () => {
     // Before expiry no poll touches them.
     const calls: Message<{ i: number }>[] = [];
     const h = (m: Message<{ i: number }>) => void calls.push(m);
-    expect(await g.poll(h, { batchLimit: 3 })).toMatchObject({ idle: true, expired: 0, started: 0 });
+    expect(await g.poll(h, { batchLimit: 3 })).toMatchObject({ idle: true, leaseExpired: 0, started: 0 });
 
     // The run lease of 1 expires: it is charged (attempts 2, backoff n = 0 ⇒ 1 000 ms, DL expired).
     // 2 and 3 are still reserved by the dead poller: not selectable yet, and not charged.
     await t.sql(`UPDATE ${S}.exception_queue_${n} SET lease_expires_at = now() - interval '1 millisecond' WHERE status = 'inflight'`);
     const e1 = await g.poll(h, { batchLimit: 3 });
-    expect(e1).toMatchObject({ expired: 1, killed: 0, started: 0 });
+    expect(e1).toMatchObject({ leaseExpired: 1, killed: 0, started: 0 });
     expect(calls).toEqual([]);
     const rows = await eqRows(t, n, gid);
     expect(rows.map((e) => [e.message_id, e.status, e.attempts, e.lease_token === null])).toEqual([
@@ -83,7 +83,7 @@ describe("exception-row leases across a crash", () => {
     // Once the reservations expire, 2 and 3 run at the attempt they had, with no DL row of their own.
     await t.sql(`UPDATE ${S}.exception_queue_${n} SET lease_expires_at = now() - interval '1 millisecond' WHERE lease_token IS NOT NULL`);
     const e2 = await g.poll(h, { batchLimit: 3 });
-    expect(e2).toMatchObject({ expired: 0, started: 2, succeeded: 2 });
+    expect(e2).toMatchObject({ leaseExpired: 0, started: 2, succeeded: 2 });
     expect(calls.map((m) => [m.id, m.attempt])).toEqual([["2", 1], ["3", 1]]);
     expect((await dlRows(t, n, gid)).filter((d) => d.message_id !== "1").map((d) => [d.message_id, d.attempt, d.status])).toEqual([
       ["2", 0, "failure"], ["3", 0, "failure"],
@@ -106,7 +106,7 @@ describe("exception-row leases across a crash", () => {
 
     // The lease expires (moved by hand); another poll charges the run, then retries it successfully.
     await t.sql(`UPDATE ${S}.exception_queue_${n} SET lease_expires_at = now() - interval '1 millisecond' WHERE status = 'inflight'`);
-    expect(await g.poll(() => {})).toMatchObject({ expired: 1 });
+    expect(await g.poll(() => {})).toMatchObject({ leaseExpired: 1 });
     await makeDue(t, n);
     const seen: number[] = [];
     expect(await g.poll((m) => void seen.push(m.attempt))).toMatchObject({ succeeded: 1 });
@@ -153,7 +153,7 @@ describe("exception-row leases across a crash", () => {
     const r = await g.poll(() => {
       throw new Error("must not run");
     });
-    expect(r).toMatchObject({ killed: 2, expired: 1, dead: 2, started: 0 });
+    expect(r).toMatchObject({ killed: 2, leaseExpired: 1, dead: 2, started: 0 });
     const rows = await eqRows(t, n, gid);
     expect(rows.map((e) => [e.message_id, e.status, e.attempts, e.delays, e.lease_token])).toEqual([
       ["1", "dead", 3, 0, null], ["2", "ready", 4, 1, null], ["3", "dead", 3, 0, null],

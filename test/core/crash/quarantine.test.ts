@@ -107,7 +107,7 @@ describe("quarantine of a range that keeps crashing the process", () => {
     const c1 = await go("drain");
     expect(crashed(c1)).toBe(false);
     expect(c1.starts).toEqual([["3", 0], ["4", 0]]);
-    expect(c1.report).toMatchObject({ expired: 1, killed: 0, succeeded: 2 });
+    expect(c1.report).toMatchObject({ leaseExpired: 1, killed: 0, succeeded: 2 });
     rows = await eqRows(t, n, gid);
     expect(rows.map((e) => [e.message_id, e.status, e.attempts, e.last_error, e.lease_token])).toEqual([["2", "ready", 1, QUARANTINED, null]]);
     expect(Math.abs(rows[0].gap_ms - 5_000)).toBeLessThanOrEqual(250);
@@ -126,12 +126,12 @@ describe("quarantine of a range that keeps crashing the process", () => {
       expect(crashed(c)).toBe(false);
       expect(c.starts).toEqual([]);
       if (a < 3) {
-        expect(c.report).toMatchObject({ expired: 1, killed: 0 });
+        expect(c.report).toMatchObject({ leaseExpired: 1, killed: 0 });
         const [e] = await eqRows(t, n, gid);
         expect([e.status, e.attempts]).toEqual(["ready", a + 1]);
         expect(Math.abs(e.gap_ms - 1_000 * 2 ** (a - 1))).toBeLessThanOrEqual(250);
       } else {
-        expect(c.report).toMatchObject({ expired: 0, killed: 1, dead: 1 });
+        expect(c.report).toMatchObject({ leaseExpired: 0, killed: 1, dead: 1 });
         expect(c.codes).toContain("SQL0038");
       }
       await checkInvariants(t, n);

@@ -647,7 +647,7 @@ describe("exception rows of docs/protocol/exception-lifecycle.md#retries not cov
     let calls = 0;
     const r = await g.poll(() => void calls++);
     expect(calls).toBe(0);
-    expect(r).toMatchObject({ expired: 1, killed: 1, dead: 1, idle: false });
+    expect(r).toMatchObject({ leaseExpired: 1, killed: 1, dead: 1, idle: false });
     const [one, two] = await eqRows(t, sid, gid);
     expect(row(one)).toEqual({ message_id: "1", status: "ready", attempts: 4, delays: 1, lease_token: null });
     expectGap(one, 2_000); // used 2 ⇒ n 1 ⇒ 1 000 × 2

@@ -416,7 +416,7 @@ describe("inspection (C34)", () => {
     p = await g.progress();
     expect(p).toEqual({
       stream: "c34.inspect", group: "fraud-scoring", paused: false, head: "3", claimed: "3", committed: "3", lag: "0",
-      openLeases: 0, expiredLeases: 0, exceptions: { ready: 0, deferred: 0, inflight: 0, dead: 1, superseded: 0 },
+      openLeases: 0, expiredLeases: 0, exceptions: { ready: 0, deferred: 0, inflight: 0, dead: 1, superseded: 0, expired: 0 },
       oldestUnresolvedAgeMs: null,
       // no retention configured: nothing is held; the floor is where every group has resolved to
       retention: { floor: "3", heldBy: null, held: false, heldForMs: null },

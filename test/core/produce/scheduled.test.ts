@@ -216,6 +216,7 @@ describe("scheduled delivery", () => {
     const bad: Record<string, unknown>[] = [
       { delay: 10, deliverAt: Date.now() }, { delay: -1 }, { delay: Number.NaN }, { delay: Infinity }, { delay: "5" },
       { deliverAt: new Date("nope") }, { deliverAt: "2030-01-01" }, { deliverAt: -5 }, { deliverAt: 1e17 },
+      { deliverAt: Date.now() + 60_000, expiresAt: Date.now() + 30_000 },
     ];
     for (const o of bad) {
       const e = await codedError(s.produce({ i: 0 }, o as never));
@@ -239,7 +240,9 @@ describe("scheduled delivery", () => {
     const batch = await t.sql<{ id: string }>(`SELECT id::text FROM ${S}.produce_batch('sched.sql', '[{"payload": {"i": 4}, "options": {"delay": 100}}, {"payload": {"i": 5}}]') AS id`);
     expect(batch[0].id).toBe("-3"); // the key check above drew (and left unused) a log id
     expect(Number(batch[1].id)).toBeGreaterThan(0);
-    for (const opts of ['{"delay": -1}', '{"delay": "1"}', '{"delay": 1, "deliverAt": 1}', '{"deliverAt": 1e17}']) {
+    const late = Date.now() + 60_000;
+    const neverDue = JSON.stringify({ deliverAt: late, expiresAt: late - 1 });
+    for (const opts of ['{"delay": -1}', '{"delay": "1"}', '{"delay": 1, "deliverAt": 1}', '{"deliverAt": 1e17}', neverDue, '{"delay": 60000, "expiresAt": 1}']) {
       await expect(t.sql(`SELECT ${S}.produce('sched.sql', '{}', options => $1::jsonb)`, [opts])).rejects.toThrow(/SQL0015/);
     }
     expect(await count(t, `scheduled_message_${n}`)).toBe(3);

@@ -31,7 +31,7 @@ export interface DashboardOptions {
 export type FetchHandler = (req: Request) => Promise<Response>;
 
 const CSRF_COOKIE = "sqlstreams_csrf";
-const STATUSES = ["dead", "ready", "deferred", "inflight"] as const;
+const STATUSES = ["dead", "expired", "ready", "deferred", "inflight"] as const;
 const PAGE = 50;
 /** Rows one bulk redrive or discard acts on. */
 const BULK_LIMIT = 10_000;
@@ -328,7 +328,7 @@ async function groupPage(v: View): Promise<string> {
   const sg = { stream, group };
   const now = Date.now();
   const actions = (id: string) =>
-    v.readOnly || f.status !== "dead"
+    v.readOnly || (f.status !== "dead" && f.status !== "expired")
       ? ""
       : `${postForm(`${v.base}/action/redrive`, v.csrf, { ...sg, ids: id }, "Redrive", { ariaLabel: `Redrive message ${id}` })} ${postForm(`${v.base}/action/discard`, v.csrf, { ...sg, ids: id }, "Discard", { danger: true, ariaLabel: `Discard message ${id}` })}`;
   const body = rows.map((r) => [
@@ -366,7 +366,7 @@ ${p.paused ? postForm(`${v.base}/action/resume`, v.csrf, sg, "Resume") : postFor
     { title: `${stream} / ${group}`, base: v.base, readOnly: v.readOnly, flash: banner(v.url), refresh: true },
     `<h1>${esc(stream)} / ${esc(group)}</h1>
 <p>head ${esc(p.head)}, committed ${esc(p.committed)}, lag ${esc(p.lag)}; ready ${p.exceptions.ready}, deferred ${p.exceptions.deferred}, inflight ${p.exceptions.inflight},
-<span class="${p.exceptions.dead > 0 ? "bad" : ""}">dead ${p.exceptions.dead}</span>, superseded ${p.exceptions.superseded}; oldest unresolved ${esc(age(p.oldestUnresolvedAgeMs))}; ${p.paused ? '<span class="warn">paused</span>' : "running"}; drains ${p.concurrency.running}${p.concurrency.max === null ? "" : ` of maxConcurrency ${p.concurrency.max} (${p.concurrency.capped} capped polls)`}${p.concurrency.perKey > 1 ? `; keyConcurrency ${p.concurrency.perKey}` : ""}; ${p.blockedKeys} blocked key(s); ${p.scheduled.waiting} scheduled message(s) of the stream waiting${p.scheduled.nextDueAt === null ? "" : `, next due ${esc(p.scheduled.nextDueAt.toISOString())}`}.</p>
+<span class="${p.exceptions.dead > 0 ? "bad" : ""}">dead ${p.exceptions.dead}</span>, superseded ${p.exceptions.superseded}, expired ${p.exceptions.expired}; oldest unresolved ${esc(age(p.oldestUnresolvedAgeMs))}; ${p.paused ? '<span class="warn">paused</span>' : "running"}; drains ${p.concurrency.running}${p.concurrency.max === null ? "" : ` of maxConcurrency ${p.concurrency.max} (${p.concurrency.capped} capped polls)`}${p.concurrency.perKey > 1 ? `; keyConcurrency ${p.concurrency.perKey}` : ""}; ${p.blockedKeys} blocked key(s); ${p.scheduled.waiting} scheduled message(s) of the stream waiting${p.scheduled.nextDueAt === null ? "" : `, next due ${esc(p.scheduled.nextDueAt.toISOString())}`}.</p>
 ${await historyCharts(v, stream, group)}
 ${blockedSection(blocked, p.blockedKeys, (id) => link(v, "/message", { stream, id }))}
 ${controls}${filterForm}${bulk}
@@ -388,8 +388,8 @@ async function messagePage(v: View): Promise<string> {
       const r = g.row;
       const state = r === null
         ? { waiting: "not reached yet", claimed: "in a claimed range, not committed yet", resolved: "resolved" }[g.position as "waiting"]
-        : `${r.status} exception row: attempts ${r.attempts}, delays ${r.delays}${r.status === "dead" || r.status === "superseded" ? "" : `, runs ${r.canRunAfter.getTime() > now ? `in ${age(r.canRunAfter.getTime() - now)}` : "now"}`}`;
-      const act = !v.readOnly && r?.status === "dead"
+        : `${r.status} exception row: attempts ${r.attempts}, delays ${r.delays}${r.status === "dead" || r.status === "superseded" || r.status === "expired" ? "" : `, runs ${r.canRunAfter.getTime() > now ? `in ${age(r.canRunAfter.getTime() - now)}` : "now"}`}`;
+      const act = !v.readOnly && (r?.status === "dead" || r?.status === "expired")
         ? ` ${postForm(`${v.base}/action/redrive`, v.csrf, { stream, group: g.group, ids: m.id, back: "message" }, "Redrive")} ${postForm(`${v.base}/action/discard`, v.csrf, { stream, group: g.group, ids: m.id, back: "message" }, "Discard", { danger: true })}`
         : "";
       return `<section aria-labelledby="g-${esc(m.id)}-${esc(g.group)}"><h3 id="g-${esc(m.id)}-${esc(g.group)}"><a href="${esc(link(v, "/group", { stream, group: g.group }))}">${esc(g.group)}</a>: <span class="${r?.status === "dead" ? "bad" : r ? "warn" : "ok"}">${esc(state)}</span>${act}</h3>

@@ -9,10 +9,12 @@ import { compareIds } from "../ids.js";
 import type { LeaseParams, MessageRow, Tables, TimeoutParams } from "../sql/cycle.js";
 import { RunMessage } from "./run.js";
 import type { CycleReport, Handler } from "./types.js";
-import { type OnMonotonicClock, now } from "../clock.js";
+import { type MonotonicMs, type OnMonotonicClock, now } from "../clock.js";
 
 export interface RangeMessage extends MessageRow {
   resolved: ResolvedMessage;
+  /** When the message expires on the monotonic clock (null: never; docs/guide/producing.md#expiry). */
+  expiry: MonotonicMs | null;
 }
 
 /** Poll options as a poll runs with them: the deadline on the monotonic clock. */

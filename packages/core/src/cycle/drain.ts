@@ -70,7 +70,7 @@ async function polls<T>(
     // The deadline (or an abort) refused to start a message: later polls would refuse it too.
     if (r.notStarted > 0) break;
     // A poll that only deferred or lost what it reserved made no progress: stop instead of spinning.
-    const moved = r.rangesClaimed + r.rangesReclaimed + r.rangesResumed + r.rangesQuarantined + r.started + r.superseded + r.expired + r.killed;
+    const moved = r.rangesClaimed + r.rangesReclaimed + r.rangesResumed + r.rangesQuarantined + r.started + r.superseded + r.expired + r.leaseExpired + r.killed;
     if (moved === 0) break;
   }
   return total;

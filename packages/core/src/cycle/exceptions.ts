@@ -27,10 +27,10 @@ export async function expirePhase<T>(ctx: PollContext<T>): Promise<ExceptionFact
   const { db, tables: t, groupId } = ctx;
   const counts = await transactionRetry(db, async (c) => {
     const rows = (await statements.lockExpiredRuns.query(db, c, t, { groupId })).rows;
-    if (rows.length === 0) return { expired: 0, killed: 0, killedIds: [] as string[] };
+    if (rows.length === 0) return { charged: 0, killed: 0, killedIds: [] as string[] };
     const updates: unknown[] = [];
     const logs: unknown[] = [];
-    let expired = 0;
+    let charged = 0;
     const killedIds: string[] = [];
     for (const r of rows) {
       const resolved = resolveMessage(ctx.resolution, r.options, r.message_key !== null, r.compacted === true).resolved;
@@ -38,19 +38,19 @@ export async function expirePhase<T>(ctx: PollContext<T>): Promise<ExceptionFact
       updates.push({ message_id: r.message_id, status: e.status, attempts: e.attempts, run_after_ms: e.runAfterMs, last_error: e.lastError });
       if (ctx.mode !== "off") logs.push({ message_id: r.message_id, ...e.log });
       if (e.status === "dead") killedIds.push(r.message_id);
-      else expired++;
+      else charged++;
     }
     await statements.applyExpired.query(db, c, t, { groupId, rows: JSON.stringify(updates) });
     if (logs.length) await statements.insertDeliveryLog.query(db, c, t, { groupId, rows: JSON.stringify(logs) });
-    return { expired, killed: killedIds.length, killedIds };
+    return { charged, killed: killedIds.length, killedIds };
   });
-  ctx.report.expired += counts.expired;
+  ctx.report.leaseExpired += counts.charged;
   ctx.report.killed += counts.killed;
   ctx.report.dead += counts.killed;
   for (const id of counts.killedIds) {
     db.events.emit({ level: "warn", code: "SQL0038", message: `kill backstop: message ${id} crash-looped until its budget ran out; now dead`, stream: ctx.stream, group: ctx.group, messageId: id }, false);
   }
-  const took = counts.expired + counts.killed > 0;
+  const took = counts.charged + counts.killed > 0;
   return { took, advance: took };
 }
 
@@ -184,7 +184,7 @@ class ExceptionRun<T> {
   /**
    * A row alone, or a key's chain: each later row is started in the round trip that records the
    * one before (its start then sees that row resolved), and only after a row that resolved its
-   * message (success, dead or superseded); else the rest of the chain is released unstarted.
+   * message (success, dead, superseded or expired); else the rest of the chain is released unstarted.
    */
   private async runUnit(unit: Row[]): Promise<void> {
     for (let i = 0; i < unit.length; i++) {
@@ -230,7 +230,7 @@ class ExceptionRun<T> {
       // Resolved at start, nothing written yet: recorded under the reservation token like an outcome.
       // (The reservation's expiry is not tracked here: a lost reply on this record is "unknown".)
       this.record(row, plan(resolvedAtStart(s), row.attempts, row.delays, resolved, ctx.resolution.exceptionInitialBackoff, ctx.mode), null, -Infinity);
-      return s.kind === "superseded";
+      return s.kind === "superseded" || s.kind === "expired";
     }
     ctx.report.started++;
     const w = watchRun(ctx, key, keyToken, row.id, resolved.timeout);
@@ -270,7 +270,8 @@ class ExceptionRun<T> {
 }
 
 function resolvedAtStart(s: Exclude<ExceptionStart, { kind: "started" } | { kind: "lost" }>): RunOutcome {
-  return s.kind === "superseded" ? s : { kind: "deferred", reason: deferredReason(s.blocked) };
+  if (s.kind === "superseded" || s.kind === "expired") return s;
+  return { kind: "deferred", reason: deferredReason(s.blocked) };
 }
 
 function outcomeWrite(row: Row, p: Plan, keyToken: string | null): OutcomeWrite {

@@ -7,11 +7,13 @@ import type { Counter } from "./types.js";
 export type RunOutcome =
   | Classified
   | { kind: "deferred"; reason: string }
-  | { kind: "superseded"; head: string };
+  | { kind: "superseded"; head: string }
+  /** Not started before the message's expiry (docs/guide/producing.md#expiry): never run. */
+  | { kind: "expired" };
 
 export interface RowWrite {
   /** "delete" removes the row (or writes none on a first delivery). */
-  status: "delete" | "ready" | "dead" | "deferred" | "superseded";
+  status: "delete" | "ready" | "dead" | "deferred" | "superseded" | "expired";
   attempts: number;
   delays: number;
   /** Milliseconds from now() until can_run_after; null keeps it. */
@@ -29,6 +31,9 @@ export interface Plan {
   log: LogWrite | null;
   counter: Counter;
 }
+
+/** The last_error of a message that expired before this group started it. */
+export const EXPIRED_TEXT = "expired: not started by this group before its expiry";
 
 export function plan(
   o: RunOutcome,
@@ -63,6 +68,8 @@ export function plan(
     }
     case "deferred":
       return { row: { status: "deferred", attempts: a, delays: d, runAfterMs: 0, lastError: null }, log: log({ attempt: a, status: "deferred", error: o.reason }), counter: "deferred" };
+    case "expired":
+      return { row: { status: "expired", attempts: a, delays: d, runAfterMs: null, lastError: EXPIRED_TEXT }, log: null, counter: "expired" };
     case "superseded":
       return { row: { status: "superseded", attempts: a, delays: d, runAfterMs: null, lastError: null }, log: log({ attempt: a, status: "superseded", error: `superseded by ${o.head}` }), counter: "superseded" };
   }

@@ -36,7 +36,10 @@ export interface CycleReport {
   deferred: number;
   superseded: number;
   notStarted: number;
+  /** Messages not started before their expiry (docs/guide/producing.md#expiry), now in status expired. */
   expired: number;
+  /** Exception runs whose lease expired before an outcome was recorded, charged as a failure. */
+  leaseExpired: number;
   killed: number;
   leaseLost: number;
   /** Polls that found the group at its maxConcurrency and returned without claiming (docs/guide/configuration.md#maxconcurrency). */
@@ -48,7 +51,7 @@ export interface CycleReport {
 
 export const COUNTERS = [
   "rangesClaimed", "rangesReclaimed", "rangesResumed", "rangesQuarantined", "rangesPartial", "started",
-  "succeeded", "failed", "dead", "delayed", "deferred", "superseded", "notStarted", "expired", "killed", "leaseLost", "capped",
+  "succeeded", "failed", "dead", "delayed", "deferred", "superseded", "notStarted", "expired", "leaseExpired", "killed", "leaseLost", "capped",
 ] as const;
 export type Counter = (typeof COUNTERS)[number];
 
@@ -57,7 +60,7 @@ export function emptyCycleReport(stream: string, group: string): CycleReport {
     stream, group, polls: 0, paused: false, idle: false,
     rangesClaimed: 0, rangesReclaimed: 0, rangesResumed: 0, rangesQuarantined: 0, rangesPartial: 0,
     started: 0, succeeded: 0, failed: 0, dead: 0, delayed: 0, deferred: 0, superseded: 0,
-    notStarted: 0, expired: 0, killed: 0, leaseLost: 0, capped: 0,
+    notStarted: 0, expired: 0, leaseExpired: 0, killed: 0, leaseLost: 0, capped: 0,
     committedBefore: "0", committedAfter: "0", durationMs: 0,
   };
 }

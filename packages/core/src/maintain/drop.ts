@@ -175,7 +175,7 @@ async function dropPartitionTx(
     c,
     `WITH e AS (
        DELETE FROM ${exceptionQueue} WHERE consumer_group_id = ANY($3::bigint[]) AND message_id >= $1 AND message_id < $2
-          AND status IN ('dead', 'superseded') RETURNING 1
+          AND status IN ('dead', 'superseded', 'expired') RETURNING 1
      ), d AS (
        DELETE FROM ${deliveryLog} WHERE message_id >= $1 AND message_id < $2 RETURNING 1
      ), h AS (

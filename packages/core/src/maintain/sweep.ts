@@ -99,7 +99,7 @@ async function sweepBatchTx(
     [streamId, ids],
   );
   const keep = new Set<string>();
-  for (const row of rows.rows) if (row.status !== "dead" && row.status !== "superseded") keep.add(row.message_id);
+  for (const row of rows.rows) if (row.status !== "dead" && row.status !== "superseded" && row.status !== "expired") keep.add(row.message_id);
   // Compaction heads that point at a candidate: lock them without waiting; a head a producer is
   // writing at this moment keeps its message until a later batch.
   const compacted = candidates.filter((x) => x.compacted && x.key !== null && !keep.has(x.id));
@@ -136,7 +136,7 @@ async function sweepBatchTx(
      ), e AS (
        DELETE FROM ${exceptionQueue}
         WHERE consumer_group_id IN (SELECT id FROM ${db.q}.consumer_group_config WHERE stream_id = $1)
-          AND message_id = ANY($2::bigint[]) AND status IN ('dead', 'superseded') RETURNING 1
+          AND message_id = ANY($2::bigint[]) AND status IN ('dead', 'superseded', 'expired') RETURNING 1
      ), d AS (
        DELETE FROM ${deliveryLog} WHERE message_id = ANY($2::bigint[]) RETURNING 1
      ), h AS (

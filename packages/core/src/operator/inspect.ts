@@ -13,7 +13,7 @@ import { type ScheduledMessage, readScheduled } from "../produce/scheduled.js";
  * `claimed` (inside a claimed range that has not committed yet), `resolved` (at or below the
  * committed cursor with no exception row), or `exception` (it has an exception row: see `row`).
  */
-type ExceptionStatus = "ready" | "deferred" | "inflight" | "dead" | "superseded";
+type ExceptionStatus = "ready" | "deferred" | "inflight" | "dead" | "superseded" | "expired";
 
 export type MessagePosition = "waiting" | "claimed" | "resolved" | "exception";
 

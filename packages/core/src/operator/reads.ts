@@ -27,7 +27,7 @@ export async function progress(ref: GroupRef): Promise<Progress> {
   return {
     stream: ref.stream, group: ref.group, paused: x.paused, head: x.head, claimed: x.claimed, committed: x.committed,
     lag: (lag < 0n ? 0n : lag).toString(), openLeases: x.open_leases, expiredLeases: x.expired_leases,
-    exceptions: { ready: 0, deferred: 0, inflight: 0, dead: 0, superseded: 0, ...x.counts },
+    exceptions: { ready: 0, deferred: 0, inflight: 0, dead: 0, superseded: 0, expired: 0, ...x.counts },
     oldestUnresolvedAgeMs: x.oldest_ms === null ? null : Math.max(0, Math.round(x.oldest_ms)),
     retention: { floor: ret.floor.toString(), heldBy: ret.held ? ret.heldBy?.group ?? null : null, held: ret.held, heldForMs: ret.heldForMs },
     concurrency: { max: x.max_concurrency, running: x.drains_running, capped: x.capped, perKey: x.key_concurrency },
@@ -55,11 +55,11 @@ export async function history(ref: GroupRef, opts: { since?: Date | string | num
   const db = ref.client.db;
   const r = await query<{
     sampled_at: Date; head: string; committed: string; lag: string; ready: number; deferred: number; inflight: number;
-    dead: number; superseded: number; oldest_unresolved_ms: number | null;
+    dead: number; superseded: number; expired: number; oldest_unresolved_ms: number | null;
   }>(db, db.pool, History.readProgress(db.q, streamId), [groupId, since, limit]);
   return r.rows.map((x) => ({
     sampledAt: x.sampled_at, head: x.head, committed: x.committed, lag: x.lag,
-    exceptions: { ready: x.ready, deferred: x.deferred, inflight: x.inflight, dead: x.dead, superseded: x.superseded },
+    exceptions: { ready: x.ready, deferred: x.deferred, inflight: x.inflight, dead: x.dead, superseded: x.superseded, expired: x.expired },
     oldestUnresolvedAgeMs: x.oldest_unresolved_ms === null ? null : Math.max(0, Math.round(x.oldest_unresolved_ms)),
   }));
 }

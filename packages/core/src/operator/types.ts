@@ -1,7 +1,7 @@
 // The public types of the operator calls on a consumer group (docs/guide/operations.md): what progress(),
 // history() and failures() return, and what seek(), redrive() and discard() take.
 
-export type ExceptionStatus = "ready" | "deferred" | "inflight" | "dead" | "superseded";
+export type ExceptionStatus = "ready" | "deferred" | "inflight" | "dead" | "superseded" | "expired";
 
 export interface Progress {
   stream: string;
@@ -10,7 +10,7 @@ export interface Progress {
   head: string;
   claimed: string;
   committed: string;
-  /** head − committed, in ids. Lag 0 does not prove success: read exceptions.dead too. */
+  /** head − committed, in ids. Lag 0 does not prove success: read exceptions.dead and exceptions.expired too. */
   lag: string;
   openLeases: number;
   expiredLeases: number;
@@ -90,13 +90,15 @@ export type RedriveSelector =
   | {
       errorContains?: string; key?: string; payloadContains?: unknown; deadSince?: Date | string | number;
       deadBefore?: Date | string | number; all?: boolean; limit?: number;
+      /** Which rows the filter selects: dead (default) or expired (docs/guide/producing.md#expiry). By ids, both. */
+      status?: "dead" | "expired";
     };
 
 export type DeadSelector = RedriveSelector;
 
 /** Filters of failures() (docs/guide/operations.md#failures): each one given must match. */
 export interface FailureFilter {
-  status?: "dead" | "ready" | "deferred" | "inflight";
+  status?: "dead" | "expired" | "ready" | "deferred" | "inflight";
   /** 1 … 1000 rows (default 100), from `offset` (default 0) in newest-first order. */
   limit?: number;
   offset?: number;

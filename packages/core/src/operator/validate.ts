@@ -24,6 +24,8 @@ export interface Selector {
   payload: string | null;
   deadSince: Date | null;
   deadBefore: Date | null;
+  /** The status a filter selects (ids select dead and expired rows alike). */
+  status: "dead" | "expired";
   limit: number;
 }
 
@@ -101,7 +103,7 @@ export function validateFailureFilter(o: FailureFilter): FailureQuery {
   const allowed = ["status", "limit", "offset", "after", "beforeCursor", "errorContains", "key", "since", "before", "payloadContains"];
   for (const k of Object.keys(o)) if (!allowed.includes(k)) throw new SqlStreamsError("SQL0015", `failures(): unknown option ${k}; allowed: ${allowed.join(", ")}`);
   const status = o.status ?? "dead";
-  if (!["dead", "ready", "deferred", "inflight"].includes(status)) throw new SqlStreamsError("SQL0015", `failures() status must be dead, ready, deferred or inflight, got ${String(status)}`);
+  if (!["dead", "expired", "ready", "deferred", "inflight"].includes(status)) throw new SqlStreamsError("SQL0015", `failures() status must be dead, expired, ready, deferred or inflight, got ${String(status)}`);
   const limit = o.limit ?? 100;
   if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new SqlStreamsError("SQL0015", `failures() limit must be an integer 1 … 1000, got ${String(limit)}`);
   const offset = o.offset ?? 0;
@@ -126,11 +128,13 @@ export function validateSelector(s: unknown, code: "SQL0030" | "SQL0059", what: 
     const max = paced ? 1_000_000 : 10_000;
     if (!Array.isArray(o.ids) || o.ids.length < 1 || o.ids.length > max) throw new SqlStreamsError(code, `${what} ids must be an array of 1 … ${max} message ids`);
     const ids = [...new Set(o.ids.map((v) => asId(v, `${what} id`, code)))];
-    return { ids, ...none, limit: ids.length };
+    return { ids, ...none, status: "dead", limit: ids.length };
   }
-  const allowed = ["errorContains", "key", "payloadContains", "deadSince", "deadBefore", "all", "limit"];
+  const allowed = ["errorContains", "key", "payloadContains", "deadSince", "deadBefore", "all", "limit", "status"];
   for (const k of Object.keys(o)) if (!allowed.includes(k)) throw new SqlStreamsError(code, `${what} filter: unknown key ${k}; allowed: ids or ${allowed.join(", ")}`);
   if (o.all !== undefined && o.all !== true) throw new SqlStreamsError(code, `${what} filter: all must be true when given`);
+  const status = o.status ?? "dead";
+  if (status !== "dead" && status !== "expired") throw new SqlStreamsError(code, `${what} filter: status must be dead or expired, got ${String(status)}`);
   const errorContains = optionalText(o.errorContains, code, `${what} filter: errorContains`);
   const key = optionalText(o.key, code, `${what} filter: key`);
   const payload = containment(o.payloadContains, code, `${what} filter: payloadContains`);
@@ -143,7 +147,7 @@ export function validateSelector(s: unknown, code: "SQL0030" | "SQL0059", what: 
     ids: null, errorContains, key, payload,
     deadSince: o.deadSince === undefined ? null : asTime(o.deadSince, "deadSince", code),
     deadBefore: o.deadBefore === undefined ? null : asTime(o.deadBefore, "deadBefore", code),
-    limit,
+    status, limit,
   };
 }
 

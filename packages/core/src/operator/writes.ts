@@ -143,7 +143,7 @@ async function onDead(ref: GroupRef,  t: Tables, groupId: string, sel: Selector,
     const r = await transaction(db, async (c) => {
       const rows = sel.ids
         ? (await query<DeadRow>(db, c, OperatorSql.selectDead(t, true), [groupId, chunks[i]])).rows
-        : (await query<DeadRow>(db, c, OperatorSql.selectDead(t, false), [groupId, sel.errorContains, sel.deadSince, sel.deadBefore, want, sel.key, sel.payload, after])).rows;
+        : (await query<DeadRow>(db, c, OperatorSql.selectDead(t, false), [groupId, sel.errorContains, sel.deadSince, sel.deadBefore, want, sel.key, sel.payload, after, sel.status])).rows;
       const done = rows.length === 0 ? 0 : await apply(c, rows);
       return { rows, done };
     });

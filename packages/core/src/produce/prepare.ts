@@ -5,6 +5,7 @@ import { type MessageOptions, validateMessageOptions } from "../config.js";
 import { SqlStreamsError } from "../errors.js";
 import { type StandardSchema, checkProduced } from "../typed.js";
 import { encodePayload, idempotencyUuid, validateKey } from "../validate.js";
+import { validateExpiry } from "./expiry.js";
 
 /** When a message may first be delivered (docs/guide/producing.md#scheduled-delivery): one of the two. */
 export interface ScheduleOptions {
@@ -18,12 +19,18 @@ export interface ProduceOptions extends ScheduleOptions {
   idempotencyKey?: string;
   compaction?: { rank?: number };
   message?: MessageOptions;
+  /** Not delivered to a group that has not started it by then (docs/guide/producing.md#expiry). */
+  expiresAt?: Date | number;
+  /** Milliseconds from now (the database's clock at the insert): expiresAt relative. */
+  ttl?: number;
 }
 export interface BatchItem<T> extends ScheduleOptions {
   payload: T;
   key?: string;
   compaction?: { rank?: number };
   message?: MessageOptions;
+  expiresAt?: Date | number;
+  ttl?: number;
 }
 export interface ProduceResult {
   /** The message id; with `scheduled`, the scheduled id (what cancelScheduled takes), not a log id. */
@@ -47,7 +54,7 @@ export interface Prepared {
   schedule: { at: number | null; delay: number | null } | null;
 }
 
-const PRODUCE_KEYS = ["key", "idempotencyKey", "compaction", "message", "deliverAt", "delay"];
+const PRODUCE_KEYS = ["key", "idempotencyKey", "compaction", "message", "deliverAt", "delay", "expiresAt", "ttl"];
 /** The latest instant a Date holds, in ms from the epoch; also the longest delay. */
 const MAX_MS = 8.64e15;
 const MAX_BATCH = 1_000;
@@ -72,14 +79,23 @@ export function prepare(payload: unknown, opts: unknown, allowIdempotency: boole
   if ((message.concurrency === "exclusive" || message.concurrency === "ordered") && key === null) {
     throw new SqlStreamsError("SQL0019", `message.concurrency '${message.concurrency}' needs a key`, { path: "message.concurrency" });
   }
+  const rank = compactionRank(o.compaction, key, message.concurrency === "ordered");
+  const expiry = validateExpiry(o.expiresAt, o.ttl, where);
+  const schedule = scheduleOf(o.deliverAt, o.delay, where);
+  if (expiry !== null && "expiresAt" in expiry && schedule?.at != null && expiry.expiresAt <= schedule.at) {
+    throw new SqlStreamsError("SQL0015", `${where}.expiresAt is not after deliverAt: the message could never be delivered`, {
+      path: `${where}.expiresAt`,
+    });
+  }
+  const stored = { ...message, ...expiry };
   return {
     payload: text,
     bytes: Buffer.byteLength(text, "utf8"),
     key,
-    rank: compactionRank(o.compaction, key, message.concurrency === "ordered"),
-    options: Object.keys(message).length === 0 ? null : JSON.stringify(message),
+    rank,
+    options: Object.keys(stored).length === 0 ? null : JSON.stringify(stored),
     idempotency: idem,
-    schedule: scheduleOf(o.deliverAt, o.delay, where),
+    schedule,
   };
 }
 

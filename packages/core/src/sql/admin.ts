@@ -92,11 +92,12 @@ export function seekCursor(t: Tables): string {
        RETURNING claimed::text, committed::text`;
 }
 
-/** $2: JSON array of {message_id, concurrency}. */
+/** $2: JSON array of {message_id, concurrency}. A redriven expired row runs all the same (expiry_waived). */
 export function redriveRows(t: Tables): string {
   return `UPDATE ${t.exceptionQueue} e
              SET status = 'ready', attempts = 0, delays = 0, can_run_after = now(), lease_token = NULL,
-                 lease_expires_at = NULL, concurrency = r.concurrency, updated_at = now()
+                 lease_expires_at = NULL, concurrency = r.concurrency, updated_at = now(),
+                 expiry_waived = e.expiry_waived OR e.status = 'expired'
             FROM jsonb_to_recordset($2::jsonb) AS r(message_id BIGINT, concurrency TEXT)
-           WHERE e.consumer_group_id = $1 AND e.message_id = r.message_id AND e.status = 'dead'`;
+           WHERE e.consumer_group_id = $1 AND e.message_id = r.message_id AND e.status IN ('dead', 'expired')`;
 }

@@ -15,6 +15,12 @@ export interface MessageRow {
   options: MessageOptions | null;
   /** A Date, or epoch milliseconds where claim_N returns it so. */
   created_at: Date | number;
+  /**
+   * Milliseconds left before the message's expiry by the database clock when it was read
+   * (expires_in_N; negative: expired), null when it never expires. Read by the claim and the
+   * reclaim, which check it before each start (docs/guide/producing.md#expiry).
+   */
+  expires_in?: number | null;
 }
 
 /** The range's messages as claim_N's read answers them: payloads as JSON text (creation times as epoch ms). */
@@ -177,7 +183,8 @@ export const claim = defineStatement<ClaimParams, ClaimRow>([
 export const claimRead = defineStatement<{ groupId: string; token: string; batchLimit: number }, ClaimedMessageRow>(
   ["groupId", "token", "batchLimit"], (t, p) =>
     `SELECT m.id::text AS id, m.message_key, m.compaction_rank::text AS compaction_rank, m.payload::text AS payload,
-                 m.options, date_part('epoch', m.created_at) * 1000 AS created_at
+                 m.options, date_part('epoch', m.created_at) * 1000 AS created_at,
+                 ${t.fn("expires_in")}(m.options, m.created_at) AS expires_in
             ${deliverable(t, `(SELECT l.low FROM ${t.claimLease} l WHERE l.consumer_group_id = ${p.groupId} AND l.token = ${p.token})`,
     `(SELECT l.high FROM ${t.claimLease} l WHERE l.consumer_group_id = ${p.groupId} AND l.token = ${p.token})`)}
            ORDER BY m.id
@@ -287,7 +294,8 @@ export const lockExpiredRange = defineStatement<{ groupId: string }, LeaseRow>([
 
 /** The messages of (low, high] this group would deliver (the compaction read filter). */
 export const readRange = defineStatement<{ low: string; high: string }, MessageRow>(["low", "high"], (t, p) =>
-  `SELECT m.id::text AS id, m.message_key, m.compaction_rank::text AS compaction_rank, m.payload, m.options, m.created_at
+  `SELECT m.id::text AS id, m.message_key, m.compaction_rank::text AS compaction_rank, m.payload, m.options, m.created_at,
+                 ${t.fn("expires_in")}(m.options, m.created_at) AS expires_in
             ${deliverable(t, p.low, p.high)}
            ORDER BY m.id`);
 

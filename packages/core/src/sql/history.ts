@@ -21,9 +21,9 @@ function insertSamples(q: string, n: string): string {
   const messageLog = table(q, n, "message_log");
   const exceptionQueue = table(q, n, "exception_queue");
   const groupCursor = table(q, n, "consumer_group_cursor");
-  return `INSERT INTO ${ph} AS p (consumer_group_id, head, committed, lag, ready, deferred, inflight, dead, superseded, oldest_unresolved_ms)
+  return `INSERT INTO ${ph} AS p (consumer_group_id, head, committed, lag, ready, deferred, inflight, dead, superseded, expired, oldest_unresolved_ms)
   SELECT g.id, h.head, c.committed, GREATEST(h.head - c.committed, 0),
-         e.ready, e.deferred, e.inflight, e.dead, e.superseded,
+         e.ready, e.deferred, e.inflight, e.dead, e.superseded, e.expired,
          (EXTRACT(EPOCH FROM (now() - LEAST(
             (SELECT m.created_at FROM ${messageLog} m WHERE m.id > c.committed ORDER BY m.id LIMIT 1),
             (SELECT min(m.created_at) FROM ${exceptionQueue} x JOIN ${messageLog} m ON m.id = x.message_id
@@ -36,7 +36,8 @@ function insertSamples(q: string, n: string): string {
              count(*) FILTER (WHERE x.status = 'deferred')::int AS deferred,
              count(*) FILTER (WHERE x.status = 'inflight')::int AS inflight,
              count(*) FILTER (WHERE x.status = 'dead')::int AS dead,
-             count(*) FILTER (WHERE x.status = 'superseded')::int AS superseded
+             count(*) FILTER (WHERE x.status = 'superseded')::int AS superseded,
+             count(*) FILTER (WHERE x.status = 'expired')::int AS expired
         FROM ${exceptionQueue} x WHERE x.consumer_group_id = g.id) e
    WHERE g.stream_id = $1
   ON CONFLICT (consumer_group_id, sampled_at) DO NOTHING`;
@@ -62,7 +63,7 @@ function pruneProgress(q: string, n: string): string {
 export function readProgress(q: string, n: string): string {
   const ph = table(q, n, "progress_history");
   return `SELECT * FROM (
-    SELECT sampled_at, head::text, committed::text, lag::text, ready, deferred, inflight, dead, superseded,
+    SELECT sampled_at, head::text, committed::text, lag::text, ready, deferred, inflight, dead, superseded, expired,
            oldest_unresolved_ms::float8 AS oldest_unresolved_ms
       FROM ${ph} WHERE consumer_group_id = $1 AND ($2::timestamptz IS NULL OR sampled_at >= $2::timestamptz)
      ORDER BY sampled_at DESC LIMIT $3) s

@@ -70,8 +70,9 @@ export function countRows(t: Tables): string {
 }
 
 /**
- * Dead rows of group $1, locked, selected by ids ($2) or by the filter: $2 error text, $3 since,
- * $4 before, $5 limit, $6 key, $7 payload containment, $8 only ids above (resumable batches).
+ * Dead (or expired) rows of group $1, locked, selected by ids ($2: dead or expired) or by the filter:
+ * $2 error text, $3 since, $4 before, $5 limit, $6 key, $7 payload containment, $8 only ids above
+ * (resumable batches), $9 the status ('dead' or 'expired').
  */
 export function selectDead(t: Tables, byIds: boolean): string {
   const where = byIds
@@ -81,20 +82,20 @@ export function selectDead(t: Tables, byIds: boolean): string {
        AND ($4::timestamptz IS NULL OR e.updated_at < $4::timestamptz)
        AND ($6::text IS NULL OR e.message_key = $6::text)
        AND ($7::jsonb IS NULL OR m.payload @> $7::jsonb)
-       AND e.message_id > $8::bigint`;
+       AND e.message_id > $8::bigint AND e.status = $9::text`;
   return `SELECT e.message_id::text AS message_id, e.attempts, e.message_key, m.id IS NOT NULL AS exists,
                  m.options, m.compaction_rank IS NOT NULL AS compacted
             FROM ${t.exceptionQueue} e LEFT JOIN ${t.messageLog} m ON m.id = e.message_id
-           WHERE e.consumer_group_id = $1 AND e.status = 'dead' AND ${where}
+           WHERE e.consumer_group_id = $1 AND e.status IN ('dead', 'expired') AND ${where}
            ORDER BY e.message_id
            ${byIds ? "" : "LIMIT $5"}
            FOR UPDATE OF e`;
 }
 
-/** Deletes the dead rows $2 (bigint[]) of group $1 and writes their 'discarded' audit rows ($3 reason). */
+/** Deletes the dead or expired rows $2 (bigint[]) of group $1 and writes their 'discarded' audit rows ($3 reason). */
 export function discardRows(t: Tables): string {
   return `WITH gone AS (
-            DELETE FROM ${t.exceptionQueue} e WHERE e.consumer_group_id = $1 AND e.message_id = ANY($2::bigint[]) AND e.status = 'dead'
+            DELETE FROM ${t.exceptionQueue} e WHERE e.consumer_group_id = $1 AND e.message_id = ANY($2::bigint[]) AND e.status IN ('dead', 'expired')
             RETURNING e.message_id, e.attempts)
           INSERT INTO ${t.deliveryLog} (consumer_group_id, message_id, attempt, status, error)
           SELECT $1, message_id, attempts, 'discarded', 'discarded: ' || $3::text FROM gone

@@ -55,11 +55,12 @@ export function deferredReason(k: KeyBlocked): string {
   return k.kind === "busy" ? "deferred: key busy" : `deferred: ordered predecessor ${k.id} unresolved`;
 }
 
-/** start_exceptions_N, per row: started, lost (reservation gone), or resolved at start (nothing written yet). */
+/** start_exceptions_N, per row: started, lost (reservation gone), or resolved at start (superseded, expired, deferred; nothing written yet). */
 export type ExceptionStart =
   | { kind: "started" }
   | { kind: "lost" }
   | { kind: "superseded"; head: string }
+  | { kind: "expired" }
   | { kind: "deferred"; blocked: KeyBlocked };
 
 /**
@@ -79,6 +80,7 @@ export function decodeStart(r: { kind: string; reason: string | null; ref: strin
   switch (r.kind) {
     case "started":
     case "lost":
+    case "expired":
       return { kind: r.kind };
     case "superseded":
       return { kind: "superseded", head: r.ref ?? "none" };

@@ -83,7 +83,11 @@ export class RangeRun<T> {
     private readonly payloadsAsText = false,
   ) {
     this.msgs = range.msgs as RangeMessage[];
-    for (const m of this.msgs) m.resolved = resolve(ctx, m);
+    for (const m of this.msgs) {
+      m.resolved = resolve(ctx, m);
+      // Measured from before the claim was sent: never later than the database's expiry, at most a round trip early.
+      m.expiry = m.expires_in === null || m.expires_in === undefined ? null : after(sentAt, m.expires_in);
+    }
     this.units = chains(this.msgs, ctx.resolution.keyConcurrency);
     this.keys = new KeyLeases(ctx, this.msgs.some(keyedMember));
     this.leaseExpiry = after(sentAt, range.leaseMs);
@@ -179,6 +183,7 @@ export class RangeRun<T> {
   private runUnit(unit: RangeMessage[]): Promise<void> | undefined {
     const m = unit[0];
     if (unit.length !== 1) return this.runChain(unit);
+    if (this.expired(m)) return undefined;
     if (!mayStart(this.ctx, m.resolved.timeout)) return undefined;
     if (this.outlives(m.resolved.timeout, this.leaseExpiry)) return this.runChain(unit);
     if (keyedMember(m)) {
@@ -199,6 +204,8 @@ export class RangeRun<T> {
   private async runChain(unit: RangeMessage[]): Promise<void> {
     let blockedBy: string | null = null;
     for (const m of unit) {
+      // An expired member never runs and never holds its key: the chain goes on past it.
+      if (this.expired(m)) continue;
       if (blockedBy !== null && m.resolved.concurrency === "ordered") {
         this.outcomes.set(m.id, { kind: "deferred", reason: `deferred: earlier message ${blockedBy} of this key in the range did not complete` });
         continue;
@@ -232,6 +239,16 @@ export class RangeRun<T> {
     const held = this.keys.heldOutcome(m, first, this.outlives);
     if (held !== undefined) return held;
     return keyTakeOutcome(await this.keys.take(m, this.range.low, this.range.high, this.leaseExpiry));
+  }
+
+  /**
+   * A member not started before its expiry (docs/guide/producing.md#expiry) gets the outcome expired
+   * instead of a run: true when it did. Never once the poll has stopped starting.
+   */
+  private expired(m: RangeMessage): boolean {
+    if (m.expiry === null || this.ctx.stop || now() < m.expiry) return false;
+    this.outcomes.set(m.id, { kind: "expired" });
+    return true;
   }
 
   /** Runs the handler of one member (first delivery, attempt 0). */
