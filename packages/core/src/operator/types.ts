@@ -28,6 +28,11 @@ export interface Progress {
   concurrency: { max: number | null; running: number; capped: number };
   /** How many keys blockedKeys() would list without a limit (docs/guide/operations.md#blocked-keys). */
   blockedKeys: number;
+  /**
+   * rateLimit (docs/guide/configuration.md#ratelimit), null without one: the limit (burst filled),
+   * how many claims and reservations its bucket cut short, ever, and when it last did.
+   */
+  rateLimit: { perSecond: number; burst: number; limited: number; limitedAt: Date | null } | null;
 }
 
 /**
