@@ -366,7 +366,7 @@ ${p.paused ? postForm(`${v.base}/action/resume`, v.csrf, sg, "Resume") : postFor
     { title: `${stream} / ${group}`, base: v.base, readOnly: v.readOnly, flash: banner(v.url), refresh: true },
     `<h1>${esc(stream)} / ${esc(group)}</h1>
 <p>head ${esc(p.head)}, committed ${esc(p.committed)}, lag ${esc(p.lag)}; ready ${p.exceptions.ready}, deferred ${p.exceptions.deferred}, inflight ${p.exceptions.inflight},
-<span class="${p.exceptions.dead > 0 ? "bad" : ""}">dead ${p.exceptions.dead}</span>, superseded ${p.exceptions.superseded}; oldest unresolved ${esc(age(p.oldestUnresolvedAgeMs))}; ${p.paused ? '<span class="warn">paused</span>' : "running"}; drains ${p.concurrency.running}${p.concurrency.max === null ? "" : ` of maxConcurrency ${p.concurrency.max} (${p.concurrency.capped} capped polls)`}; ${p.blockedKeys} blocked key(s).</p>
+<span class="${p.exceptions.dead > 0 ? "bad" : ""}">dead ${p.exceptions.dead}</span>, superseded ${p.exceptions.superseded}; oldest unresolved ${esc(age(p.oldestUnresolvedAgeMs))}; ${p.paused ? '<span class="warn">paused</span>' : "running"}; drains ${p.concurrency.running}${p.concurrency.max === null ? "" : ` of maxConcurrency ${p.concurrency.max} (${p.concurrency.capped} capped polls)`}; ${p.rateLimit === null ? "no rate limit" : `rateLimit ${p.rateLimit.perSecond}/s, burst ${p.rateLimit.burst} (${p.rateLimit.limited} rate-limited claims)`}; ${p.blockedKeys} blocked key(s).</p>
 ${await historyCharts(v, stream, group)}
 ${blockedSection(blocked, p.blockedKeys, (id) => link(v, "/message", { stream, id }))}
 ${controls}${filterForm}${bulk}
