@@ -24,11 +24,16 @@ DECLARE
   v_debt FLOAT8;
   v_avail BIGINT;
 BEGIN
-  INSERT INTO __SCHEMA__.group_rate (group_id) VALUES (p_group) ON CONFLICT (group_id) DO NOTHING;
   SELECT r.tat INTO v_tat FROM __SCHEMA__.group_rate r WHERE r.group_id = p_group FOR UPDATE;
+  IF NOT FOUND THEN
+    -- The group's first take: a full bucket. Two first takes at once meet at the key; the second
+    -- waits for the first and then reads (and locks) its row.
+    INSERT INTO __SCHEMA__.group_rate (group_id) VALUES (p_group) ON CONFLICT (group_id) DO NOTHING;
+    SELECT r.tat INTO v_tat FROM __SCHEMA__.group_rate r WHERE r.group_id = p_group FOR UPDATE;
+  END IF;
   v_base := GREATEST(v_tat, now());
   v_debt := extract(epoch FROM v_base - now()) * 1000;
-  -- A token that is within a microsecond of being whole counts as whole (float rounding).
+  -- A token short of whole by float rounding alone (1e-9 of a token) counts as whole.
   v_avail := GREATEST(floor(v_burst - v_debt / v_t + 1e-9)::bigint, 0);
   granted := LEAST(p_want, v_avail);
   wait_ms := 0;
