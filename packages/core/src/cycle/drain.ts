@@ -44,10 +44,14 @@ export async function drainGroup<T>(
   }
 }
 
-/** Waits for the group's next token; false when the deadline (less two record margins) comes first or the signal aborts. */
-async function rateWait(o: PollOptions, waitMs: number): Promise<boolean> {
+/**
+ * Waits for the group's next token; false when the signal aborts, or when after the wait a run of
+ * the group's default timeout (and its record margin) would no longer fit before the deadline: the
+ * tokens a claim took then would go to messages the deadline refuses to start.
+ */
+async function rateWait(o: PollOptions, waitMs: number, runMs: number): Promise<boolean> {
   const ms = Math.max(waitMs, RATE_MIN_WAIT_MS);
-  if (o.deadline !== undefined && now() + ms > o.deadline - 2 * o.recordMargin) return false;
+  if (o.deadline !== undefined && now() + ms + Math.max(runMs, o.recordMargin) + o.recordMargin > o.deadline) return false;
   try {
     await sleep(ms, undefined, o.signal ? { signal: o.signal } : undefined);
     return true;
@@ -88,7 +92,7 @@ async function polls<T>(
     if (r.notStarted > 0) break;
     // docs/protocol/poll-cycle.md#rate-limit: wait for the next token when the deadline allows, else end.
     if (r.rateLimited > 0) {
-      if (await rateWait(o, state.rateWaitMs ?? 0)) continue;
+      if (await rateWait(o, state.rateWaitMs ?? 0, state.rateRunMs ?? 0)) continue;
       break;
     }
     // A poll that only deferred or lost what it reserved made no progress: stop instead of spinning.

@@ -20,6 +20,8 @@ export interface PollState extends DrainSizing {
   slot?: GroupSlot;
   /** After a rate-limited poll: ms until the group's next token (docs/protocol/poll-cycle.md#rate-limit). */
   rateWaitMs?: number | null;
+  /** The group's default message timeout: a drain waits for tokens only when such a run still fits after the wait. */
+  rateRunMs?: number;
 }
 
 /**
@@ -100,6 +102,7 @@ async function cycle<T>(
     if (state) {
       state.fenceBlocked = range.fenceBlocked;
       state.rateWaitMs = ctx.rateWaitMs;
+      state.rateRunMs = ctx.resolution.defaults.timeout;
     }
     return finish(report, started);
   } catch (e) {
