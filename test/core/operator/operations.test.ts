@@ -420,7 +420,7 @@ describe("inspection (C34)", () => {
       oldestUnresolvedAgeMs: null,
       // no retention configured: nothing is held; the floor is where every group has resolved to
       retention: { floor: "3", heldBy: null, held: false, heldForMs: null },
-      concurrency: { max: null, running: 0, capped: 0 }, blockedKeys: 0,
+      concurrency: { max: null, running: 0, capped: 0 }, blockedKeys: 0, rateLimit: null,
     });
     const f = await g.failures();
     expect(f).toHaveLength(1);
