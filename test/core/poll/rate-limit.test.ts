@@ -91,6 +91,45 @@ describe("rateLimit", () => {
     expect(await count(t, `exception_queue_${n}`, "status IN ('ready', 'inflight', 'deferred', 'dead')")).toBe(0);
   });
 
+  it("ordered keys with retries under a rate limit, three drains at once: each message succeeds once, in key order", async () => {
+    const s = t.client.stream<{ i: number }>("rl-ordered");
+    await s.register();
+    const config = {
+      exceptionInitialBackoff: 0, rateLimit: { perSecond: 500, burst: 25 },
+      message: { timeout: 2_000, concurrency: "ordered" as const, retry: { baseDelay: 1, maxDelay: 1, maxRetries: 10 } },
+    };
+    await s.consumer("g").register(config);
+    const total = 240;
+    await s.produceBatch(Array.from({ length: total }, (_, i) => ({ payload: { i }, key: `k${i % 7}` })));
+    const attempts = new Map<string, number>();
+    const done: { id: number; key: string }[] = [];
+    let rateLimited = 0;
+    const drainer = async () => {
+      const g = t.client.stream<{ i: number }>("rl-ordered").consumer("g");
+      for (let round = 0; round < 200 && done.length < total; round++) {
+        const r = await g.drain((m) => {
+          const n = (attempts.get(m.id) ?? 0) + 1;
+          attempts.set(m.id, n);
+          if (n === 1 && Number(m.id) % 5 === 0) throw new Error("first attempt fails");
+          done.push({ id: Number(m.id), key: m.key as string });
+        }, { deadline: Date.now() + 3_000, recordMargin: 100, concurrency: 4, batchLimit: 20 });
+        rateLimited += r.rateLimited;
+        if (r.idle) await sleep(10);
+      }
+    };
+    await Promise.all([drainer(), drainer(), drainer()]);
+    expect(done).toHaveLength(total);
+    expect(new Set(done.map((d) => d.id)).size).toBe(total);
+    for (let k = 0; k < 7; k++) {
+      const ids = done.filter((d) => d.key === `k${k}`).map((d) => d.id);
+      expect(ids).toEqual([...ids].sort((a, b) => a - b));
+    }
+    expect(rateLimited).toBeGreaterThan(0);
+    const p = await t.client.stream("rl-ordered").consumer("g").progress();
+    expect(p.lag).toBe("0");
+    expect(p.exceptions).toMatchObject({ ready: 0, deferred: 0, inflight: 0, dead: 0 });
+  }, 60_000);
+
   it("groups without rateLimit never touch the bucket", async () => {
     const { g } = await setupProduced(t, "rl-none", {}, 3);
     await g.drain(() => {});
