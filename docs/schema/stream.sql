@@ -23,9 +23,9 @@ BEGIN
 END
 $$;
 
--- FUNCTION: claim_1(bigint, bigint, bigint, xid8, uuid, bigint, bigint, bigint, integer, bigint, bigint, bigint, uuid, jsonb, jsonb, jsonb, boolean, uuid[])
+-- FUNCTION: claim_1(bigint, bigint, bigint, xid8, uuid, bigint, bigint, bigint, integer, bigint, bigint, bigint, uuid, jsonb, jsonb, jsonb, boolean, uuid[], jsonb)
 
-CREATE FUNCTION sqlstreams.claim_1(p_group bigint, p_batch bigint, p_head bigint, p_obs xid8, p_token uuid, p_timeout_default bigint, p_timeout_min bigint, p_timeout_max bigint, p_concurrency integer, p_margin bigint, p_cap_ms bigint, p_bytes bigint, p_rec_token uuid DEFAULT NULL::uuid, p_rec_eq jsonb DEFAULT NULL::jsonb, p_rec_dl jsonb DEFAULT NULL::jsonb, p_rec_keys jsonb DEFAULT NULL::jsonb, p_rec_past_due boolean DEFAULT false, p_own uuid[] DEFAULT NULL::uuid[]) RETURNS TABLE(r_low bigint, r_high bigint, id bigint, message_key text, compaction_rank bigint, payload text, options jsonb, created_ms double precision, lease_ms bigint, recorded boolean, committed bigint, paused boolean, reclaimable boolean, expirable boolean, reservable boolean)
+CREATE FUNCTION sqlstreams.claim_1(p_group bigint, p_batch bigint, p_head bigint, p_obs xid8, p_token uuid, p_timeout_default bigint, p_timeout_min bigint, p_timeout_max bigint, p_concurrency integer, p_margin bigint, p_cap_ms bigint, p_bytes bigint, p_rec_token uuid DEFAULT NULL::uuid, p_rec_eq jsonb DEFAULT NULL::jsonb, p_rec_dl jsonb DEFAULT NULL::jsonb, p_rec_keys jsonb DEFAULT NULL::jsonb, p_rec_past_due boolean DEFAULT false, p_own uuid[] DEFAULT NULL::uuid[], p_rate jsonb DEFAULT NULL::jsonb) RETURNS TABLE(r_low bigint, r_high bigint, id bigint, message_key text, compaction_rank bigint, payload text, options jsonb, created_ms double precision, lease_ms bigint, recorded boolean, committed bigint, paused boolean, reclaimable boolean, expirable boolean, reservable boolean)
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -52,7 +52,11 @@ DECLARE
   v_override TEXT;
   v_default TEXT;
   v_stop BIGINT;
+  v_rate RECORD;
 BEGIN
+  IF p_rate IS NOT NULL THEN
+    PERFORM "sqlstreams".take_tokens(p_group, 0, p_rate);
+  END IF;
   IF p_rec_token IS NOT NULL THEN
     -- The head first: this statement's snapshot is older than the transaction id the record
     -- assigns below, which is the observation.
@@ -167,6 +171,26 @@ BEGIN
         v_n := v_n + 1;
         v_last := v_id;
       END LOOP;
+    END IF;
+  END IF;
+  IF p_rate IS NOT NULL AND v_n > 0 THEN
+    SELECT t.granted, t.wait_ms INTO v_rate FROM "sqlstreams".take_tokens(p_group, v_n, p_rate) t;
+    IF v_rate.granted < v_n THEN
+      v_n := v_rate.granted;
+      IF v_n = 0 THEN
+        v_high := v_low;
+      ELSE
+        SELECT max(x.id) INTO v_high FROM (
+          SELECT l.id FROM "sqlstreams".message_log_1 l
+           WHERE l.id > v_low AND l.id <= v_high
+             AND (l.compaction_rank IS NULL OR EXISTS (
+                   SELECT 1 FROM "sqlstreams".compaction_head_1 h
+                    WHERE h.compaction_key = l.message_key AND h.message_id = l.id))
+           ORDER BY l.id LIMIT v_n) x;
+      END IF;
+      options := jsonb_build_object('rateLimited', v_rate.wait_ms);
+      RETURN NEXT;
+      options := NULL;
     END IF;
   END IF;
   UPDATE "sqlstreams".consumer_group_cursor_1
@@ -516,9 +540,9 @@ BEGIN
 END
 $$;
 
--- FUNCTION: reserve_exceptions_1(bigint, integer, bigint, bigint, bigint, integer, bigint, bigint, uuid, integer, bigint, text[], boolean)
+-- FUNCTION: reserve_exceptions_1(bigint, integer, bigint, bigint, bigint, integer, bigint, bigint, uuid, integer, bigint, text[], boolean, jsonb)
 
-CREATE FUNCTION sqlstreams.reserve_exceptions_1(p_group bigint, p_limit integer, p_tdef bigint, p_tmin bigint, p_tmax bigint, p_conc integer, p_margin bigint, p_cap bigint, p_token uuid, p_start integer, p_budget bigint, p_skip_keys text[], p_repeat boolean) RETURNS TABLE(message_id bigint, message_key text, concurrency text, attempts integer, delays integer, payload jsonb, options jsonb, compaction_rank bigint, created_at timestamp with time zone, kind text, reason text, ref bigint, key_token uuid, run_ms bigint)
+CREATE FUNCTION sqlstreams.reserve_exceptions_1(p_group bigint, p_limit integer, p_tdef bigint, p_tmin bigint, p_tmax bigint, p_conc integer, p_margin bigint, p_cap bigint, p_token uuid, p_start integer, p_budget bigint, p_skip_keys text[], p_repeat boolean, p_rate jsonb DEFAULT NULL::jsonb) RETURNS TABLE(message_id bigint, message_key text, concurrency text, attempts integer, delays integer, payload jsonb, options jsonb, compaction_rank bigint, created_at timestamp with time zone, kind text, reason text, ref bigint, key_token uuid, run_ms bigint)
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -527,6 +551,8 @@ DECLARE
   v_ids BIGINT[];
   v_starts JSONB;
   v_started JSONB := '[]'::jsonb;
+  v_limit INTEGER := p_limit;
+  v_wait BIGINT := 0;
 BEGIN
   -- A repeat after a lost reply (p_repeat) finds its own reservation, the rows under p_token, and
   -- reserves nothing more; its starts are repeated too, which start_exceptions_N answers for a row already inflight: started.
@@ -535,6 +561,9 @@ BEGIN
       FROM "sqlstreams".exception_queue_1 e WHERE e.consumer_group_id = p_group AND e.lease_token = p_token;
   END IF;
   IF v_ids IS NULL THEN
+  IF p_rate IS NOT NULL THEN
+    SELECT LEAST(t.available, p_limit) INTO v_limit FROM "sqlstreams".take_tokens(p_group, 0, p_rate) t;
+  END IF;
   WITH cand AS (
     SELECT e.message_id, e.message_key, e.concurrency
       FROM "sqlstreams".exception_queue_1 e
@@ -556,7 +585,7 @@ BEGIN
              AND (e.concurrency <> 'ordered'
                   OR "sqlstreams".ordered_pred_1(p_group, e.message_key, e.message_id, 0, 0) IS NULL)))
      ORDER BY e.message_id
-     LIMIT p_limit
+     LIMIT v_limit
      FOR UPDATE OF e SKIP LOCKED
   ), pick AS (
     SELECT x.message_id FROM (
@@ -582,7 +611,7 @@ BEGIN
        AND (w.lease_expires_at IS NULL OR w.lease_expires_at < now())
        AND EXISTS (SELECT 1 FROM "sqlstreams".message_log_1 m WHERE m.id = w.message_id)
      ORDER BY w.message_id
-     LIMIT GREATEST(p_limit - (SELECT count(*) FROM pick), 0)
+     LIMIT GREATEST(v_limit - (SELECT count(*) FROM pick), 0)
      FOR UPDATE OF w SKIP LOCKED
   ), chain AS (
     SELECT COALESCE(max(x.n), 0) + 1 AS n FROM (SELECT count(*) AS n FROM follow f GROUP BY f.message_key) x
@@ -600,6 +629,18 @@ BEGIN
     RETURNING e.message_id
   )
   SELECT array_agg(u.message_id ORDER BY u.message_id) INTO v_ids FROM upd u;
+  IF p_rate IS NOT NULL THEN
+    SELECT t.wait_ms INTO v_wait
+      FROM "sqlstreams".take_tokens(p_group, COALESCE(cardinality(v_ids), 0)
+             + CASE WHEN COALESCE(cardinality(v_ids), 0) = v_limit AND v_limit < p_limit THEN 1 ELSE 0 END, p_rate) t;
+  END IF;
+  END IF;
+  IF v_wait > 0 THEN
+    kind := 'rate_limited';
+    ref := v_wait;
+    RETURN NEXT;
+    kind := NULL;
+    ref := NULL;
   END IF;
   IF v_ids IS NULL THEN RETURN; END IF;
   WITH res AS (

@@ -609,6 +609,47 @@ BEGIN
 END
 $$;
 
+-- FUNCTION: take_tokens(bigint, bigint, jsonb)
+
+CREATE FUNCTION sqlstreams.take_tokens(p_group bigint, p_want bigint, p_rate jsonb) RETURNS TABLE(granted bigint, available bigint, wait_ms bigint)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  v_t FLOAT8 := 1000.0 / (p_rate->>'perSecond')::float8;
+  v_burst BIGINT := (p_rate->>'burst')::bigint;
+  v_tat TIMESTAMPTZ;
+  v_base TIMESTAMPTZ;
+  v_debt FLOAT8;
+  v_avail BIGINT;
+BEGIN
+  SELECT r.tat INTO v_tat FROM "sqlstreams".group_rate r WHERE r.group_id = p_group FOR UPDATE;
+  IF NOT FOUND THEN
+    -- The group's first take: a full bucket. Two first takes at once meet at the key; the second
+    -- waits for the first and then reads (and locks) its row.
+    INSERT INTO "sqlstreams".group_rate (group_id) VALUES (p_group) ON CONFLICT (group_id) DO NOTHING;
+    SELECT r.tat INTO v_tat FROM "sqlstreams".group_rate r WHERE r.group_id = p_group FOR UPDATE;
+  END IF;
+  v_base := GREATEST(v_tat, now());
+  v_debt := extract(epoch FROM v_base - now()) * 1000;
+  -- A token short of whole by float rounding alone (1e-9 of a token) counts as whole.
+  v_avail := GREATEST(floor(v_burst - v_debt / v_t + 1e-9)::bigint, 0);
+  granted := LEAST(p_want, v_avail);
+  wait_ms := 0;
+  IF granted < p_want THEN
+    v_debt := v_debt + granted * v_t;
+    wait_ms := GREATEST(ceil(v_debt - (v_burst - 1) * v_t)::bigint, 1);
+    UPDATE "sqlstreams".group_rate
+       SET tat = v_base + (granted * v_t) * interval '1 millisecond', limited = limited + 1, limited_at = now()
+     WHERE group_id = p_group;
+  ELSIF granted > 0 THEN
+    UPDATE "sqlstreams".group_rate SET tat = v_base + (granted * v_t) * interval '1 millisecond' WHERE group_id = p_group;
+  END IF;
+  available := v_avail - granted;
+  RETURN NEXT;
+END
+$$;
+
 -- TABLE: consumer_group_config
 
 CREATE TABLE sqlstreams.consumer_group_config (
@@ -651,6 +692,15 @@ CREATE TABLE sqlstreams.group_flow (
     group_id bigint NOT NULL,
     capped bigint DEFAULT 0 NOT NULL,
     capped_at timestamp with time zone
+);
+
+-- TABLE: group_rate
+
+CREATE TABLE sqlstreams.group_rate (
+    group_id bigint NOT NULL,
+    tat timestamp with time zone DEFAULT '-infinity'::timestamp with time zone NOT NULL,
+    limited bigint DEFAULT 0 NOT NULL,
+    limited_at timestamp with time zone
 );
 
 -- TABLE: group_slot
@@ -767,6 +817,11 @@ ALTER TABLE ONLY sqlstreams.consumer_group_config
 ALTER TABLE ONLY sqlstreams.group_flow
     ADD CONSTRAINT group_flow_pkey PRIMARY KEY (group_id);
 
+-- CONSTRAINT: group_rate group_rate_pkey
+
+ALTER TABLE ONLY sqlstreams.group_rate
+    ADD CONSTRAINT group_rate_pkey PRIMARY KEY (group_id);
+
 -- CONSTRAINT: group_slot group_slot_pkey
 
 ALTER TABLE ONLY sqlstreams.group_slot
@@ -815,6 +870,11 @@ ALTER TABLE ONLY sqlstreams.function_version
 
 ALTER TABLE ONLY sqlstreams.group_flow
     ADD CONSTRAINT group_flow_group_id_fkey FOREIGN KEY (group_id) REFERENCES sqlstreams.consumer_group_config(id) ON DELETE CASCADE;
+
+-- FK CONSTRAINT: group_rate group_rate_group_id_fkey
+
+ALTER TABLE ONLY sqlstreams.group_rate
+    ADD CONSTRAINT group_rate_group_id_fkey FOREIGN KEY (group_id) REFERENCES sqlstreams.consumer_group_config(id) ON DELETE CASCADE;
 
 -- FK CONSTRAINT: group_slot group_slot_group_id_fkey
 

@@ -71,6 +71,15 @@ describe("dashboard behind a Function URL", () => {
     expect((await t.sql<{ status: string }>(`SELECT status FROM sqlstreams.exception_queue_${n}`))[0].status).toBe("ready");
   });
 
+  it("the group page shows the group's rateLimit and how often it held work back", async () => {
+    const handler = createDashboardHandler({ database: db, readOnly: true });
+    const plain = await handler(event("GET", "/group", { query: "stream=orders.placed&group=fraud" }));
+    expect(plain.body).toContain("no rate limit");
+    await t.client.stream("orders.placed").consumer("limited").register({ rateLimit: { perSecond: 5, burst: 2 } });
+    const limited = await handler(event("GET", "/group", { query: "stream=orders.placed&group=limited" }));
+    expect(limited.body).toContain("rateLimit 5/s, burst 2 (0 rate-limited claims)");
+  });
+
   it("the group page charts lag and throughput from the progress history maintain() writes", async () => {
     const handler = createDashboardHandler({ database: db, readOnly: true });
     const before = await handler(event("GET", "/group", { query: "stream=orders.placed&group=fraud" }));

@@ -18,6 +18,7 @@ import {
 } from "@sqlstreams/aws";
 import { useFreshDatabase } from "../support/db.js";
 import { assertEmf, emfProblems, unitOf } from "../support/emf.js";
+import { emptyCycleReport } from "../../packages/core/src/cycle/types.js";
 
 const url = useFreshDatabase();
 let admin: SqlStreams;
@@ -92,6 +93,16 @@ describe("the EMF validator", () => {
     expect(v.Counts.reduce((a, b) => a + b, 0)).toBe(5_000);
     expect(unitOf(doc, "HandlerDuration")).toBe("Milliseconds");
   });
+
+  it("a group with rateLimit shows its limit as a gauge and its rate-limited claims as a count", () => {
+    const report = { ...emptyCycleReport("s", "g"), rateLimited: 3 };
+    const progress = { lag: "7", oldestUnresolvedAgeMs: 5, exceptions: { ready: 0, deferred: 0, inflight: 0, dead: 0, superseded: 0, expired: 0 },
+      rateLimit: { perSecond: 20, burst: 20, limited: 9, limitedAt: new Date() } };
+    const doc = pollDocument({ stream: "s", group: "g", report, progress, durationMs: 10 });
+    assertEmf(doc);
+    expect(doc).toMatchObject({ RateLimited: 3, RateLimitPerSecond: 20 });
+    expect(unitOf(doc, "RateLimitPerSecond")).toBe("Count/Second");
+  });
 });
 
 describe("poll invocation metrics", () => {
@@ -126,8 +137,9 @@ describe("poll invocation metrics", () => {
     expect(doc).toMatchObject({
       Stream: "metrics.poll", Group: "g", Stage: "test",
       Succeeded: 6, Failed: 2, Dead: 1, Delayed: 1, Started: 10, NotStarted: 0, LeaseLost: 0,
-      DeadTotal: 1, PollErrors: 0, BlockedKeys: 0, Capped: 0,
+      DeadTotal: 1, PollErrors: 0, BlockedKeys: 0, Capped: 0, RateLimited: 0,
     });
+    expect(doc.RateLimitPerSecond).toBeUndefined(); // the group has no rateLimit
     // The gauge is the group's lag at the end of the invocation (nothing ran since).
     expect(doc.Lag).toBe(Number((await s.consumer("g").progress()).lag));
     expect(doc.Succeeded).toBe(report.succeeded);

@@ -327,6 +327,16 @@ describe("createMaintainHandler and createMigrateHandler", () => {
     await decl({ concurrencyOverride: "exclusive", keyConcurrency: 3 })({}, localContext(60_000));
     expect((await admin.stream("kc.config").consumer("g").progress()).concurrency.perKey).toBe(3);
   });
+
+  it("a declaration's rateLimit is registered on deploy, and a bad one fails it with SQL0013", async () => {
+    const declare = (rateLimit: { perSecond: number; burst?: number }): GroupDeclaration[] =>
+      [{ stream: "deploy.rate", group: "g", function: "functions/handlers/g.handler", schedule: "rate(1 minute)", config: { rateLimit } }];
+    const bad = createMigrateHandler({ groups: declare({ perSecond: 0 }), database: database(), log: () => {} });
+    await expect(bad({}, localContext(60_000))).rejects.toMatchObject({ code: "SQL0013" });
+    const good = createMigrateHandler({ groups: validateGroups(declare({ perSecond: 50, burst: 10 })), database: database(), log: () => {} });
+    await good({}, localContext(60_000));
+    expect((await admin.stream("deploy.rate").consumer("g").progress()).rateLimit).toEqual({ perSecond: 50, burst: 10, limited: 0, limitedAt: null });
+  });
 });
 
 describe("functions/", () => {

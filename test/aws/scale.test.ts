@@ -10,6 +10,8 @@ import { DatabaseProvider, createPollHandler, localContext, type GroupDeclaratio
 import type { CycleReport } from "@sqlstreams/core";
 import { useFreshDatabase } from "../support/db.js";
 import { codeOf, testClient, type TestClient } from "../support/streams.js";
+import { continuationsOf } from "../../packages/aws/src/scale.js";
+import { emptyCycleReport } from "../../packages/core/src/cycle/types.js";
 
 const url = useFreshDatabase();
 
@@ -67,6 +69,13 @@ describe("backlog-driven scaling", () => {
     expect(await codeOf(make(declaration({ scale: { max: 2, continueAboveLag: -1 } })))).toBe("SQL0015");
     expect(await codeOf(make(declaration({ scale: { max: 2, continueAboveLag: 1, extra: 1 } as never })))).toBe("SQL0015");
     make(declaration())();
+  });
+
+  it("a rate-limited invocation starts no continuation: more drains cannot raise the group's rate", () => {
+    const progress = { lag: "1000", concurrency: { max: 3, running: 0, capped: 0 } } as Parameters<typeof continuationsOf>[2];
+    const scale = { max: 3, continueAboveLag: 20 };
+    expect(continuationsOf(scale, emptyCycleReport("scale", "g"), progress)).toBe(2);
+    expect(continuationsOf(scale, { ...emptyCycleReport("scale", "g"), rateLimited: 4 }, progress)).toBe(0);
   });
 
   it("a backlog continues itself up to the cap, and stops when caught up", async () => {

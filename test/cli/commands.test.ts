@@ -85,7 +85,7 @@ describe("sqlstreams (CLI)", () => {
     const g = s.consumer("fraud-scoring");
     await g.register({ exceptionInitialBackoff: 0 });
     await t.client.stream("ledger.adjustments").register();
-    await t.client.stream("ledger.adjustments").consumer("apply-balance").register();
+    await t.client.stream("ledger.adjustments").consumer("apply-balance").register({ rateLimit: { perSecond: 5 } });
     for (let i = 1; i <= 10; i++) await s.produce({ n: i, bad: i % 4 === 0 }); // 4 and 8 end dead
     await g.drain((m) => {
       if (m.payload.bad) throw Permanent(new Error(`order ${m.payload.n} is broken`));
@@ -94,9 +94,10 @@ describe("sqlstreams (CLI)", () => {
     const human = await cli(["status"]);
     expect(human.code).toBe(0);
     const lines = human.stdout.split("\n");
-    expect(lines[0]).toMatch(/^STREAM\s+GROUP\s+HEAD\s+COMMITTED\s+LAG\s+LEASES\s+READY\s+DEFERRED\s+INFLIGHT\s+DEAD\s+SUPERSEDED\s+EXPIRED\s+OLDEST\s+PAUSED\s+DRAINS\s+BLOCKED$/);
+    expect(lines[0]).toMatch(/^STREAM\s+GROUP\s+HEAD\s+COMMITTED\s+LAG\s+LEASES\s+READY\s+DEFERRED\s+INFLIGHT\s+DEAD\s+SUPERSEDED\s+EXPIRED\s+OLDEST\s+PAUSED\s+DRAINS\s+RATE\s+BLOCKED\s+SCHEDULED$/);
     expect(lines.find((l) => l.startsWith("orders.placed"))).toMatch(/fraud-scoring\s+10\s+10\s+0\s+0\/0\s+0\s+0\s+0\s+2\s+0\s+0\s+-\s+no/);
     expect(lines.find((l) => l.startsWith("ledger.adjustments"))).toMatch(/apply-balance\s+0\s+0\s+0/);
+    expect(lines.find((l) => l.startsWith("ledger.adjustments"))).toMatch(/\s5\/s \(0\)\s/);
     expect(human.stdout).toMatch(/note: orders\.placed\/fraud-scoring: 2 dead message\(s\) — lag 0 with dead rows is not success/);
 
     const j = await cli(["status", "--stream", "orders.placed", "--json"]);
@@ -111,6 +112,7 @@ describe("sqlstreams (CLI)", () => {
 
     const byGroup = await cli(["status", "--group", "apply-balance", "--json"]);
     expect((byGroup.json() as { groups: { stream: string }[] }).groups.map((x) => x.stream)).toEqual(["ledger.adjustments"]);
+    expect((byGroup.json() as { groups: { rateLimit: unknown }[] }).groups[0].rateLimit).toEqual({ perSecond: 5, burst: 5, limited: 0, limitedAt: null });
 
     const unknown = await cli(["status", "--stream", "nope"]);
     expect(unknown.code).toBe(1);

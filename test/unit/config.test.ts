@@ -3,7 +3,7 @@
 // (docs/protocol/poll-cycle.md#options), as pure units of config.ts. No database.
 import { describe, expect, it } from "vitest";
 import {
-  DEFAULT_MESSAGE, type ConsumerConfig, groupResolution, resolveMessage, validateConsumerConfig, validatePollOptions,
+  DEFAULT_MESSAGE, type ConsumerConfig, groupResolution, rateLimitOf, resolveMessage, validateConsumerConfig, validatePollOptions,
   validateStreamOptions,
 } from "../../packages/core/src/config.js";
 import { SqlStreamsError as SourceError } from "../../packages/core/src/errors.js";
@@ -99,6 +99,28 @@ describe("validateConsumerConfig (docs/guide/configuration.md#the-stored-documen
     }
     expect((await srcError(() => validateConsumerConfig(null))).code).toBe("SQL0013");
     expect((await srcError(() => validateConsumerConfig("x"))).code).toBe("SQL0013");
+  });
+
+  it("rateLimit (docs/guide/configuration.md#ratelimit): perSecond > 0 and finite, burst an integer >= 1, else SQL0013", async () => {
+    const cases: [unknown, string][] = [
+      [0, "rateLimit"], [null, "rateLimit"], [{}, "rateLimit.perSecond"], [{ perSecond: 0 }, "rateLimit.perSecond"],
+      [{ perSecond: -1 }, "rateLimit.perSecond"], [{ perSecond: Infinity }, "rateLimit.perSecond"], [{ perSecond: NaN }, "rateLimit.perSecond"],
+      [{ perSecond: "5" }, "rateLimit.perSecond"], [{ perSecond: 2_000_000 }, "rateLimit.perSecond"],
+      [{ perSecond: 5, burst: 0 }, "rateLimit.burst"], [{ perSecond: 5, burst: 1.5 }, "rateLimit.burst"],
+      [{ perSecond: 5, burst: "2" }, "rateLimit.burst"], [{ perSecond: 5, every: 1 }, "rateLimit.every"],
+    ];
+    for (const [rateLimit, path] of cases) {
+      const e = await srcError(() => validateConsumerConfig({ rateLimit }));
+      expect([e.code, e.details.path], JSON.stringify(rateLimit)).toEqual(["SQL0013", path]);
+    }
+    expect(validateConsumerConfig({ rateLimit: { perSecond: 0.5 } })).toEqual({ rateLimit: { perSecond: 0.5 } });
+    expect(validateConsumerConfig({ rateLimit: { perSecond: 20, burst: 5 } })).toEqual({ rateLimit: { perSecond: 20, burst: 5 } });
+    // burst defaults to perSecond rounded up, at least 1.
+    expect(rateLimitOf({ rateLimit: { perSecond: 0.5 } })).toEqual({ perSecond: 0.5, burst: 1 });
+    expect(rateLimitOf({ rateLimit: { perSecond: 7.2 } })).toEqual({ perSecond: 7.2, burst: 8 });
+    expect(rateLimitOf({ rateLimit: { perSecond: 20, burst: 3 } })).toEqual({ perSecond: 20, burst: 3 });
+    expect(rateLimitOf({})).toBeUndefined();
+    expect(rateLimitOf(null)).toBeUndefined();
   });
 
   it("inconsistent bounds are SQL0014", async () => {

@@ -44,13 +44,13 @@ describe("defineStatement", () => {
     }
   });
 
-  it("the claim sends its 18 parameters in claim_N's order", () => {
+  it("the claim sends its 19 parameters in claim_N's order", () => {
     const p: cycle.ClaimParams = {
       groupId: "1", batchLimit: 10, head: "5", observation: "9", token: "tok", timeoutDefault: 30_000, timeoutMin: null,
       timeoutMax: 60_000, concurrency: 2, recordMargin: 2_000, leaseCapMs: null, batchBytes: 1024, recordToken: null,
-      recordExceptions: null, recordDeliveries: null, recordKeys: null, pastDue: false, own: ["a"],
+      recordExceptions: null, recordDeliveries: null, recordKeys: null, pastDue: false, own: ["a"], rate: null,
     };
-    expect(cycle.claim.values(p)).toEqual(["1", 10, "5", "9", "tok", 30_000, null, 60_000, 2, 2_000, null, 1024, null, null, null, null, false, ["a"]]);
-    expect(cycle.claim.sql(t)).toContain('FROM "s".claim_7($1, $2, $3, $4::xid8, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15::jsonb, $16::jsonb, $17, $18::uuid[])');
+    expect(cycle.claim.values(p)).toEqual(["1", 10, "5", "9", "tok", 30_000, null, 60_000, 2, 2_000, null, 1024, null, null, null, null, false, ["a"], null]);
+    expect(cycle.claim.sql(t)).toContain('FROM "s".claim_7($1, $2, $3, $4::xid8, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15::jsonb, $16::jsonb, $17, $18::uuid[], $19::jsonb)');
   });
 });

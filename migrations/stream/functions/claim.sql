@@ -20,12 +20,19 @@
 -- the lease's messages with a plain SELECT in the same transaction and round trip (claimRead in
 -- packages/core/src/sql/cycle.ts), which sends rows as it reads them where a plpgsql function
 -- would buffer them all first.
+--
+-- With p_rate (a group's resolved rateLimit), the range is cut to the messages the group's bucket
+-- grants tokens for (take_tokens, docs/protocol/poll-cycle.md#rate-limit): the ones held back stay
+-- beyond the cursor. A claim granted fewer tokens than it had messages answers, before its header
+-- (or instead of it, when none was granted), a row with options {"rateLimited": ms until the next
+-- token}. The bucket is locked first, before the record.
 CREATE OR REPLACE FUNCTION {{schema}}.claim_{{N}}(
   p_group BIGINT, p_batch BIGINT, p_head BIGINT, p_obs XID8, p_token UUID,
   p_timeout_default BIGINT, p_timeout_min BIGINT, p_timeout_max BIGINT,
   p_concurrency INTEGER, p_margin BIGINT, p_cap_ms BIGINT, p_bytes BIGINT,
   p_rec_token UUID DEFAULT NULL, p_rec_eq JSONB DEFAULT NULL, p_rec_dl JSONB DEFAULT NULL,
-  p_rec_keys JSONB DEFAULT NULL, p_rec_past_due BOOLEAN DEFAULT false, p_own UUID[] DEFAULT NULL)
+  p_rec_keys JSONB DEFAULT NULL, p_rec_past_due BOOLEAN DEFAULT false, p_own UUID[] DEFAULT NULL,
+  p_rate JSONB DEFAULT NULL)
 RETURNS TABLE (r_low BIGINT, r_high BIGINT, id BIGINT, message_key TEXT,
                compaction_rank BIGINT, payload TEXT, options JSONB, created_ms FLOAT8,
                lease_ms BIGINT, recorded BOOLEAN, committed BIGINT, paused BOOLEAN,
@@ -56,7 +63,11 @@ DECLARE
   v_override TEXT;
   v_default TEXT;
   v_stop BIGINT;
+  v_rate RECORD;
 BEGIN
+  IF p_rate IS NOT NULL THEN
+    PERFORM {{schema}}.take_tokens(p_group, 0, p_rate);
+  END IF;
   IF p_rec_token IS NOT NULL THEN
     -- The head first: this statement's snapshot is older than the transaction id the record
     -- assigns below, which is the observation.
@@ -171,6 +182,26 @@ BEGIN
         v_n := v_n + 1;
         v_last := v_id;
       END LOOP;
+    END IF;
+  END IF;
+  IF p_rate IS NOT NULL AND v_n > 0 THEN
+    SELECT t.granted, t.wait_ms INTO v_rate FROM {{schema}}.take_tokens(p_group, v_n, p_rate) t;
+    IF v_rate.granted < v_n THEN
+      v_n := v_rate.granted;
+      IF v_n = 0 THEN
+        v_high := v_low;
+      ELSE
+        SELECT max(x.id) INTO v_high FROM (
+          SELECT l.id FROM {{schema}}.message_log_{{N}} l
+           WHERE l.id > v_low AND l.id <= v_high
+             AND (l.compaction_rank IS NULL OR EXISTS (
+                   SELECT 1 FROM {{schema}}.compaction_head_{{N}} h
+                    WHERE h.compaction_key = l.message_key AND h.message_id = l.id))
+           ORDER BY l.id LIMIT v_n) x;
+      END IF;
+      options := jsonb_build_object('rateLimited', v_rate.wait_ms);
+      RETURN NEXT;
+      options := NULL;
     END IF;
   END IF;
   UPDATE {{schema}}.consumer_group_cursor_{{N}}

@@ -14,10 +14,14 @@
 -- Returns every reserved row with its message; kind/reason/ref as start_exceptions_N for the rows
 -- it started (kind NULL: left reserved for the caller to start or release), and key_token/run_ms.
 -- p_tdef/p_tmin/p_tmax resolve a message's timeout as resolveMessage() does (timeoutBounds()).
+-- With p_rate (a group's resolved rateLimit), a fresh reservation takes no more rows than the group's
+-- bucket has tokens, and takes one token per row reserved (take_tokens, docs/protocol/poll-cycle.md#rate-limit);
+-- the rows held back stay due. A reservation the tokens cut (it filled every token and fewer than
+-- p_limit) answers first a row with message_id NULL, kind 'rate_limited' and ref = ms until the next token.
 CREATE OR REPLACE FUNCTION {{schema}}.reserve_exceptions_{{N}}(
   p_group BIGINT, p_limit INTEGER, p_tdef BIGINT, p_tmin BIGINT, p_tmax BIGINT, p_conc INTEGER,
   p_margin BIGINT, p_cap BIGINT, p_token UUID, p_start INTEGER, p_budget BIGINT, p_skip_keys TEXT[],
-  p_repeat BOOLEAN)
+  p_repeat BOOLEAN, p_rate JSONB DEFAULT NULL)
 RETURNS TABLE (message_id BIGINT, message_key TEXT, concurrency TEXT, attempts INTEGER, delays INTEGER,
                payload JSONB, options JSONB, compaction_rank BIGINT, created_at TIMESTAMPTZ,
                kind TEXT, reason TEXT, ref BIGINT, key_token UUID, run_ms BIGINT)
@@ -29,6 +33,8 @@ DECLARE
   v_ids BIGINT[];
   v_starts JSONB;
   v_started JSONB := '[]'::jsonb;
+  v_limit INTEGER := p_limit;
+  v_wait BIGINT := 0;
 BEGIN
   -- A repeat after a lost reply (p_repeat) finds its own reservation, the rows under p_token, and
   -- reserves nothing more; its starts are repeated too, which start_exceptions_N answers for a row already inflight: started.
@@ -37,6 +43,9 @@ BEGIN
       FROM {{schema}}.exception_queue_{{N}} e WHERE e.consumer_group_id = p_group AND e.lease_token = p_token;
   END IF;
   IF v_ids IS NULL THEN
+  IF p_rate IS NOT NULL THEN
+    SELECT LEAST(t.available, p_limit) INTO v_limit FROM {{schema}}.take_tokens(p_group, 0, p_rate) t;
+  END IF;
   WITH cand AS (
     SELECT e.message_id, e.message_key, e.concurrency
       FROM {{schema}}.exception_queue_{{N}} e
@@ -58,7 +67,7 @@ BEGIN
              AND (e.concurrency <> 'ordered'
                   OR {{schema}}.ordered_pred_{{N}}(p_group, e.message_key, e.message_id, 0, 0) IS NULL)))
      ORDER BY e.message_id
-     LIMIT p_limit
+     LIMIT v_limit
      FOR UPDATE OF e SKIP LOCKED
   ), pick AS (
     SELECT x.message_id FROM (
@@ -84,7 +93,7 @@ BEGIN
        AND (w.lease_expires_at IS NULL OR w.lease_expires_at < now())
        AND EXISTS (SELECT 1 FROM {{schema}}.message_log_{{N}} m WHERE m.id = w.message_id)
      ORDER BY w.message_id
-     LIMIT GREATEST(p_limit - (SELECT count(*) FROM pick), 0)
+     LIMIT GREATEST(v_limit - (SELECT count(*) FROM pick), 0)
      FOR UPDATE OF w SKIP LOCKED
   ), chain AS (
     SELECT COALESCE(max(x.n), 0) + 1 AS n FROM (SELECT count(*) AS n FROM follow f GROUP BY f.message_key) x
@@ -102,6 +111,18 @@ BEGIN
     RETURNING e.message_id
   )
   SELECT array_agg(u.message_id ORDER BY u.message_id) INTO v_ids FROM upd u;
+  IF p_rate IS NOT NULL THEN
+    SELECT t.wait_ms INTO v_wait
+      FROM {{schema}}.take_tokens(p_group, COALESCE(cardinality(v_ids), 0)
+             + CASE WHEN COALESCE(cardinality(v_ids), 0) = v_limit AND v_limit < p_limit THEN 1 ELSE 0 END, p_rate) t;
+  END IF;
+  END IF;
+  IF v_wait > 0 THEN
+    kind := 'rate_limited';
+    ref := v_wait;
+    RETURN NEXT;
+    kind := NULL;
+    ref := NULL;
   END IF;
   IF v_ids IS NULL THEN RETURN; END IF;
   WITH res AS (

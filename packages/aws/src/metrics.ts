@@ -52,6 +52,7 @@ export const POLL_COUNTS = {
   rangesReclaimed: "RangesReclaimed",
   rangesQuarantined: "RangesQuarantined",
   capped: "Capped",
+  rateLimited: "RateLimited",
 } as const satisfies Partial<Record<keyof CycleReport, string>>;
 
 /** The deployment's stage dimension, from SQLSTREAMS_STAGE (sst.config.ts sets it). */
@@ -126,7 +127,7 @@ export function pollDocument(input: {
   group: string;
   stage?: string;
   report?: CycleReport;
-  progress?: Pick<Progress, "lag" | "oldestUnresolvedAgeMs" | "exceptions"> & Partial<Pick<Progress, "blockedKeys">> | null;
+  progress?: Pick<Progress, "lag" | "oldestUnresolvedAgeMs" | "exceptions"> & Partial<Pick<Progress, "blockedKeys" | "rateLimit">> | null;
   durations?: DurationHistogram;
   durationMs: number;
   error?: boolean;
@@ -146,6 +147,8 @@ export function pollDocument(input: {
     metrics.push(["OldestUnresolvedAgeMs", "Milliseconds", input.progress.oldestUnresolvedAgeMs ?? 0]);
     metrics.push(["DeadTotal", "Count", input.progress.exceptions.dead]);
     if (input.progress.blockedKeys !== undefined) metrics.push(["BlockedKeys", "Count", input.progress.blockedKeys]);
+    // The group's rate limit, when it has one (docs/guide/configuration.md#ratelimit).
+    if (input.progress.rateLimit) metrics.push(["RateLimitPerSecond", "Count/Second", input.progress.rateLimit.perSecond]);
   }
   if (input.continued !== undefined) {
     metrics.push(["Continued", "Count", input.continued]);

@@ -1,8 +1,9 @@
 // Backlog-driven scaling of a group's poll function (docs/guide/deployment.md#backlog-driven-scaling):
 // an invocation that ends at its budget with lag above `continueAboveLag` starts continuations of
 // its group (Event invocations of its own function, as wake does) while the group's drains are
-// below the cap; an invocation that ends idle, paused or capped starts none, so a group that has
-// caught up stops continuing and falls back to its schedule.
+// below the cap; an invocation that ends idle, paused, capped or rate-limited starts none, so a group
+// that has caught up (or is held to its rateLimit, which more drains cannot raise) stops continuing
+// and falls back to its schedule.
 import { InvokeCommand, LambdaClient, type LambdaClientConfig } from "@aws-sdk/client-lambda";
 import type { CycleReport, Progress } from "@sqlstreams/core";
 import { WAKE_TIMEOUT_MS } from "@sqlstreams/core/internal";
@@ -14,11 +15,11 @@ export const CONTINUATIONS_PER_INVOCATION = 2;
 
 /**
  * How many continuations an invocation starts: none unless it ended at its budget (not idle,
- * paused or capped) with lag above the threshold; else up to CONTINUATIONS_PER_INVOCATION, and no
+ * paused, capped or rate-limited) with lag above the threshold; else up to CONTINUATIONS_PER_INVOCATION, and no
  * more than the free drain slots (`running` counts the other drains: this one has released its slot).
  */
 export function continuationsOf(scale: GroupScale, report: CycleReport, progress: Progress | null): number {
-  if (progress === null || report.idle || report.paused || report.capped > 0) return 0;
+  if (progress === null || report.idle || report.paused || report.capped > 0 || report.rateLimited > 0) return 0;
   if (BigInt(progress.lag) <= BigInt(scale.continueAboveLag)) return 0;
   const cap = Math.min(scale.max, progress.concurrency.max ?? scale.max);
   return Math.max(0, Math.min(CONTINUATIONS_PER_INVOCATION, cap - progress.concurrency.running));

@@ -64,6 +64,12 @@ function drains(p: Progress): string {
   return c.max === null ? String(c.running) : `${c.running}/${c.max} (${c.capped})`;
 }
 
+/** The group's rateLimit and how often its bucket held work back; "-" without one. */
+function rate(p: Progress): string {
+  const r = p.rateLimit;
+  return r === null ? "-" : `${r.perSecond}/s (${r.limited})`;
+}
+
 async function statusOnce(ctx: Ctx, stream: string | undefined, group: string | undefined, alert: Alert | null, frame: boolean): Promise<string[]> {
   const pairs = await listGroups(ctx, stream, group);
   const progress: Progress[] = [];
@@ -99,17 +105,17 @@ async function statusOnce(ctx: Ctx, stream: string | undefined, group: string | 
     const c = ctx.colour;
     out.push(
     table(
-      ["STREAM", "GROUP", "HEAD", "COMMITTED", "LAG", "LEASES", "READY", "DEFERRED", "INFLIGHT", "DEAD", "SUPERSEDED", "EXPIRED", "OLDEST", "PAUSED", "DRAINS", "BLOCKED", "SCHEDULED"],
+      ["STREAM", "GROUP", "HEAD", "COMMITTED", "LAG", "LEASES", "READY", "DEFERRED", "INFLIGHT", "DEAD", "SUPERSEDED", "EXPIRED", "OLDEST", "PAUSED", "DRAINS", "RATE", "BLOCKED", "SCHEDULED"],
       progress.map((p) => [
         p.stream, p.group, p.head, p.committed, p.lag, `${p.openLeases}/${p.expiredLeases}`,
         String(p.exceptions.ready), String(p.exceptions.deferred), String(p.exceptions.inflight),
         p.exceptions.dead > 0 ? paint(c, "red", String(p.exceptions.dead)) : String(p.exceptions.dead),
         String(p.exceptions.superseded), String(p.exceptions.expired), age(p.oldestUnresolvedAgeMs), p.paused ? paint(c, "yellow", "yes") : yesNo(p.paused),
-        drains(p), p.blockedKeys > 0 ? paint(c, "yellow", String(p.blockedKeys)) : "0", String(p.scheduled.waiting),
+        drains(p), rate(p), p.blockedKeys > 0 ? paint(c, "yellow", String(p.blockedKeys)) : "0", String(p.scheduled.waiting),
       ]),
     ),
     );
-    out.push("LEASES = open/expired claim leases; OLDEST = age of the oldest unresolved message; DRAINS = running/maxConcurrency (capped polls); BLOCKED = keys waiting behind an unresolved message; SCHEDULED = the stream's messages waiting for their due time");
+    out.push("LEASES = open/expired claim leases; OLDEST = age of the oldest unresolved message; DRAINS = running/maxConcurrency (capped polls); RATE = rateLimit per second (rate-limited claims); BLOCKED = keys waiting behind an unresolved message; SCHEDULED = the stream's messages waiting for their due time");
     for (const n of notes) out.push(`note: ${n}`);
   }
   for (const a of alerts) out.push(paint(ctx.colour, "red", `alert: ${a}`));

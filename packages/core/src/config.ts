@@ -29,6 +29,13 @@ export interface ConsumerConfig {
   maxConcurrency?: number;
   /** Exclusive groups: messages of one key running at once, default 1 (docs/guide/configuration.md#keyconcurrency). */
   keyConcurrency?: number;
+  /** Messages started per second across every poller of the group (docs/guide/configuration.md#ratelimit). */
+  rateLimit?: RateLimit;
+}
+/** A group's rate limit: `perSecond` tokens a second, up to `burst` at once (default ceil(perSecond), at least 1). */
+export interface RateLimit {
+  perSecond: number;
+  burst?: number;
 }
 export interface StreamOptions {
   partitionSize?: number;
@@ -208,6 +215,7 @@ export function validateConsumerConfig(v: unknown): ConsumerConfig {
   if (!isPlainObject(v)) fail("SQL0013", "config", v, "must be an object");
   checkKeys("SQL0013", "", v, [
     "message", "messageMin", "messageMax", "concurrencyOverride", "start", "exceptionInitialBackoff", "maxRangeReclaims", "maxConcurrency", "keyConcurrency",
+    "rateLimit",
   ]);
   const out: ConsumerConfig = {};
   if (v.message !== undefined) out.message = validateMessageOptions(v.message, "message");
@@ -227,6 +235,7 @@ export function validateConsumerConfig(v: unknown): ConsumerConfig {
     if (v[k] !== undefined) out[k] = checkNumber("SQL0013", k, v[k], GROUP_RULES[k]);
   }
   checkKeyConcurrency(out);
+  if (v.rateLimit !== undefined) out.rateLimit = validateRateLimit(v.rateLimit);
   // Bounds: messageMin <= group default <= messageMax, per field, where set.
   const gd = overlay(DEFAULT_MESSAGE, out.message);
   if (gd.maxDelay < gd.baseDelay) {
@@ -244,6 +253,27 @@ export function validateConsumerConfig(v: unknown): ConsumerConfig {
     }
   }
   return out;
+}
+
+const RATE_RULES = { perSecond: R(0, 1_000_000, false), burst: R(1, 1_000_000) };
+
+/** Validates a group's rateLimit (SQL0013): perSecond > 0 and finite, burst an integer >= 1. Returns a sparse copy. */
+function validateRateLimit(v: unknown): RateLimit {
+  if (!isPlainObject(v)) fail("SQL0013", "rateLimit", v, "must be an object { perSecond, burst? }");
+  checkKeys("SQL0013", "rateLimit", v, ["perSecond", "burst"]);
+  if (v.perSecond === undefined) fail("SQL0013", "rateLimit.perSecond", v.perSecond, "is required: messages started per second, > 0");
+  const perSecond = checkNumber("SQL0013", "rateLimit.perSecond", v.perSecond, RATE_RULES.perSecond);
+  if (perSecond <= 0) fail("SQL0013", "rateLimit.perSecond", perSecond, "must be > 0 (leave rateLimit out for no limit, or pause() the group)");
+  const out: RateLimit = { perSecond };
+  if (v.burst !== undefined) out.burst = checkNumber("SQL0013", "rateLimit.burst", v.burst, RATE_RULES.burst);
+  return out;
+}
+
+/** A group's rateLimit from its stored configuration, with burst filled (undefined: no limit). */
+export function rateLimitOf(config: unknown): Required<RateLimit> | undefined {
+  const r = (config as { rateLimit?: RateLimit } | null)?.rateLimit;
+  if (r === undefined || r === null || typeof r.perSecond !== "number" || !(r.perSecond > 0)) return undefined;
+  return { perSecond: r.perSecond, burst: r.burst ?? Math.max(1, Math.ceil(r.perSecond)) };
 }
 
 export interface ResolvedStreamOptions {

@@ -11,7 +11,7 @@ export type { InspectedMessage, InspectTarget, GroupView, MessagePosition, Timel
 export { Delay, Permanent, type Outcome } from "./outcome.js";
 export { SqlStreamsError, ERROR_CODES, type ErrorCode, isSqlStreamsError } from "./errors.js";
 export type {
-  RetryPolicy, MessageOptions, ConsumerConfig, StreamOptions, PollOptions, BatchPollOptions, Concurrency, DeliveryLogMode,
+  RetryPolicy, MessageOptions, ConsumerConfig, RateLimit, StreamOptions, PollOptions, BatchPollOptions, Concurrency, DeliveryLogMode,
 } from "./config.js";
 export type { Logger, LogEvent } from "./log.js";
 export type { MaintainOptions, MaintainReport } from "./maintain/maintain.js";

@@ -420,7 +420,7 @@ describe("inspection (C34)", () => {
       oldestUnresolvedAgeMs: null,
       // no retention configured: nothing is held; the floor is where every group has resolved to
       retention: { floor: "3", heldBy: null, held: false, heldForMs: null },
-      concurrency: { max: null, running: 0, capped: 0, perKey: 1 }, blockedKeys: 0,
+      concurrency: { max: null, running: 0, capped: 0, perKey: 1 }, blockedKeys: 0, rateLimit: null,
       scheduled: { waiting: 0, overdue: 0, nextDueAt: null },
     });
     const f = await g.failures();

@@ -95,7 +95,7 @@ describe("maxConcurrency", () => {
     // Every slot was released at its drain's end; progress() shows the limit and the capped polls.
     expect(await t.sql(`SELECT slot FROM ${S}.group_slot WHERE token IS NOT NULL`)).toEqual([]);
     const p = await t.client.stream("mc1").consumer("g").progress();
-    expect(p.concurrency).toEqual({ max: 1, running: 0, capped: Number(flow.capped) });
+    expect(p.concurrency).toEqual({ max: 1, running: 0, capped: Number(flow.capped), perKey: 1 });
   }, 120_000);
 
   it("a drain SIGKILLed while holding the slot frees it when its lease ends; until then polls are capped and claim nothing", async () => {

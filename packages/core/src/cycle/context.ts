@@ -36,6 +36,10 @@ export interface PollContext<T> {
   stop: boolean;
   /** Resolutions of messages produced without options, by (has key, compacted). */
   plain: Map<number, ResolvedMessage>;
+  /** The group's resolved rateLimit as the claim and the reservation take it (JSON), or null for none. */
+  rate: string | null;
+  /** Ms until the group's next token, when a claim or reservation of this poll was rate-limited. */
+  rateWaitMs: number | null;
 }
 
 export const big = (s: string) => BigInt(s);
@@ -128,6 +132,12 @@ export function mayStart<T>(ctx: PollContext<T>, timeout: number): boolean {
     return false;
   }
   return true;
+}
+
+/** A claim or reservation got fewer tokens than it had work for (docs/protocol/poll-cycle.md#rate-limit). */
+export function rateLimited<T>(ctx: PollContext<T>, waitMs: number): void {
+  ctx.report.rateLimited++;
+  ctx.rateWaitMs = ctx.rateWaitMs === null ? waitMs : Math.min(ctx.rateWaitMs, waitMs);
 }
 
 export function logNotStarted<T>(ctx: PollContext<T>, n: number): void {

@@ -11,6 +11,11 @@ import { type CycleReport, type Handler, emptyCycleReport, mergeReports } from "
 
 /** How long a drain keeps asking while the snapshot fence waits for an open write transaction. */
 const FENCE_PATIENCE_MS = 2_000;
+/**
+ * The least a rate-limited drain waits before its next poll, however soon the next token: a few
+ * tokens of a fast limit go in one claim instead of a load and a claim each.
+ */
+export const RATE_MIN_WAIT_MS = 20;
 
 /**
  * Repeats pollOnce() until the group is idle or paused, the signal aborts, or the deadline is
@@ -36,6 +41,22 @@ export async function drainGroup<T>(
   } finally {
     // The drain's concurrency slot, when its group has maxConcurrency (docs/guide/configuration.md#maxconcurrency).
     await state.slot?.release();
+  }
+}
+
+/**
+ * Waits for the group's next token; false when the signal aborts, or when after the wait a run of
+ * the group's default timeout (and its record margin) would no longer fit before the deadline: the
+ * tokens a claim took then would go to messages the deadline refuses to start.
+ */
+async function rateWait(o: PollOptions, waitMs: number, runMs: number): Promise<boolean> {
+  const ms = Math.max(waitMs, RATE_MIN_WAIT_MS);
+  if (o.deadline !== undefined && now() + ms + Math.max(runMs, o.recordMargin) + o.recordMargin > o.deadline) return false;
+  try {
+    await sleep(ms, undefined, o.signal ? { signal: o.signal } : undefined);
+    return true;
+  } catch {
+    return false; // aborted
   }
 }
 
@@ -69,6 +90,11 @@ async function polls<T>(
     blockedSince = null;
     // The deadline (or an abort) refused to start a message: later polls would refuse it too.
     if (r.notStarted > 0) break;
+    // docs/protocol/poll-cycle.md#rate-limit: wait for the next token when the deadline allows, else end.
+    if (r.rateLimited > 0) {
+      if (await rateWait(o, state.rateWaitMs ?? 0, state.rateRunMs ?? 0)) continue;
+      break;
+    }
     // A poll that only deferred or lost what it reserved made no progress: stop instead of spinning.
     const moved = r.rangesClaimed + r.rangesReclaimed + r.rangesResumed + r.rangesQuarantined + r.started + r.superseded + r.expired + r.leaseExpired + r.killed;
     if (moved === 0) break;

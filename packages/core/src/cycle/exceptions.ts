@@ -7,8 +7,8 @@ import { type RetryState, transactionRetry } from "../db.js";
 import * as statements from "../sql/cycle.js";
 import { type ExceptionRecord, type ExceptionStart, decodeStart, deferredReason } from "../sql/results.js";
 import {
-  type PollContext, aborted, big, isKeyed, leaseCap, leaseParams, logDead, logNotStarted, lostLease, mayStart, message, resolve,
-  runLeaseMs, timeoutParams,
+  type PollContext, aborted, big, isKeyed, leaseCap, leaseParams, logDead, logNotStarted, lostLease, mayStart, message, rateLimited,
+  resolve, runLeaseMs, timeoutParams,
 } from "./context.js";
 import { type Plan, type RunOutcome, plan, planExpired } from "./plan.js";
 import { runHandler } from "./run.js";
@@ -74,7 +74,7 @@ export async function exceptionPhase<T>(ctx: PollContext<T>): Promise<ExceptionF
     // The abort and deadline checks of docs/protocol/poll-cycle.md#dispatch, made in SQL for the rows started with the reservation.
     startNow: ctx.stop || aborted(ctx) ? 0 : o.concurrency,
     budgetMs: o.deadline === undefined ? null : Math.floor(o.deadline - now()),
-    abandonedKeys: abandonedKeys(ctx), repeat: false,
+    abandonedKeys: abandonedKeys(ctx), repeat: false, rate: ctx.rate,
   };
   // A repeat (the reply may have been lost after the commit) looks for its own reservation first
   // (docs/protocol/crash-recovery.md#unknown-commits): the same statement, sent with `repeat` true.
@@ -87,7 +87,11 @@ export async function exceptionPhase<T>(ctx: PollContext<T>): Promise<ExceptionF
   };
   const sentBefore = now();
   const res = await statements.reserveExceptions.retry(db, t, params, repeat);
+  // The rate limit's row (docs/protocol/poll-cycle.md#rate-limit): no message, the wait for the next token.
+  const limit = res.rows.find((r) => r.message_id === null);
+  if (limit !== undefined) rateLimited(ctx, Number(limit.ref));
   const rows = res.rows
+    .filter((r) => r.message_id !== null)
     .map((r) => ({ ...r, id: r.message_id }))
     .sort((a, b) => (big(a.id) < big(b.id) ? -1 : 1));
   if (rows.length === 0) return { took: false, advance: false };

@@ -1,7 +1,7 @@
 // One bounded claim cycle (docs/protocol/poll-cycle.md): load → range phase → exception phase → cursor advance.
 import type { Runtime, StreamInfo } from "../runtime.js";
 import { PartitionUpkeep } from "../produce/partitions.js";
-import { groupResolution } from "../config.js";
+import { groupResolution, rateLimitOf } from "../config.js";
 import { withBudget } from "../db.js";
 import { SqlStreamsError, groupNotRegistered, isSqlStreamsError } from "../errors.js";
 import * as statements from "../sql/cycle.js";
@@ -20,6 +20,10 @@ export interface PollState extends DrainSizing {
   fenceBlocked: boolean;
   /** The drain's concurrency slot, once its first poll took one (groups with maxConcurrency). */
   slot?: GroupSlot;
+  /** After a rate-limited poll: ms until the group's next token (docs/protocol/poll-cycle.md#rate-limit). */
+  rateWaitMs?: number | null;
+  /** The group's default message timeout: a drain waits for tokens only when such a run still fits after the wait. */
+  rateRunMs?: number;
 }
 
 /**
@@ -74,7 +78,7 @@ async function cycle<T>(
     }
     const ctx: PollContext<T> = {
       client, db, tables: t, stream, group, groupId: load.group_id, resolution: groupResolution(load.config ?? {}), mode: load.mode,
-      handler, options, report, stop: false, plain: new Map(),
+      handler, options, report, stop: false, plain: new Map(), rate: rateJson(load.config), rateWaitMs: null,
     };
     const chain = new Chain(ctx, state, after(started, STEADY_CHAIN_MS));
     let range: RangeFacts = { took: false, fenceBlocked: false, advance: false, expirable: false, reservable: false };
@@ -93,8 +97,13 @@ async function cycle<T>(
       const r = await statements.advance.retry(db, t, { groupId: ctx.groupId });
       report.committedAfter = r.rows[0].committed;
     }
-    report.idle = !range.took && !expired.took && !reserved.took;
-    if (state) state.fenceBlocked = range.fenceBlocked;
+    // Held back by the rate limit is not idle: the work is there, waiting for tokens.
+    report.idle = !range.took && !expired.took && !reserved.took && report.rateLimited === 0;
+    if (state) {
+      state.fenceBlocked = range.fenceBlocked;
+      state.rateWaitMs = ctx.rateWaitMs;
+      state.rateRunMs = ctx.resolution.defaults.timeout;
+    }
     return finish(report, started);
   } catch (e) {
     if (isSqlStreamsError(e)) throw e;
@@ -125,6 +134,12 @@ async function moveDue(client: Runtime, t: statements.Tables, info: StreamInfo):
   }
   if (moved > 0) await client.afterProduce(info.name);
   return moved;
+}
+
+/** The group's rateLimit as the claim and the reservation take it, or null: no token is taken. */
+function rateJson(config: unknown): string | null {
+  const r = rateLimitOf(config);
+  return r === undefined ? null : JSON.stringify(r);
 }
 
 function finish(r: CycleReport, started: number): CycleReport {

@@ -44,6 +44,11 @@ export interface CycleReport {
   leaseLost: number;
   /** Polls that found the group at its maxConcurrency and returned without claiming (docs/guide/configuration.md#maxconcurrency). */
   capped: number;
+  /**
+   * Claims and reservations the group's rateLimit cut short or left empty: the messages held back
+   * wait, uncharged (docs/guide/configuration.md#ratelimit).
+   */
+  rateLimited: number;
   committedBefore: string;
   committedAfter: string;
   durationMs: number;
@@ -51,7 +56,7 @@ export interface CycleReport {
 
 export const COUNTERS = [
   "rangesClaimed", "rangesReclaimed", "rangesResumed", "rangesQuarantined", "rangesPartial", "started",
-  "succeeded", "failed", "dead", "delayed", "deferred", "superseded", "notStarted", "expired", "leaseExpired", "killed", "leaseLost", "capped",
+  "succeeded", "failed", "dead", "delayed", "deferred", "superseded", "notStarted", "expired", "leaseExpired", "killed", "leaseLost", "capped", "rateLimited",
 ] as const;
 export type Counter = (typeof COUNTERS)[number];
 
@@ -60,7 +65,7 @@ export function emptyCycleReport(stream: string, group: string): CycleReport {
     stream, group, polls: 0, paused: false, idle: false,
     rangesClaimed: 0, rangesReclaimed: 0, rangesResumed: 0, rangesQuarantined: 0, rangesPartial: 0,
     started: 0, succeeded: 0, failed: 0, dead: 0, delayed: 0, deferred: 0, superseded: 0,
-    notStarted: 0, expired: 0, leaseExpired: 0, killed: 0, leaseLost: 0, capped: 0,
+    notStarted: 0, expired: 0, leaseExpired: 0, killed: 0, leaseLost: 0, capped: 0, rateLimited: 0,
     committedBefore: "0", committedAfter: "0", durationMs: 0,
   };
 }

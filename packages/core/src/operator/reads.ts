@@ -1,4 +1,5 @@
 // The operator reads of a consumer group (docs/guide/operations.md): progress(), history(), failures().
+import { rateLimitOf } from "../config.js";
 import { queryRetry, query } from "../db.js";
 import { SqlStreamsError, groupNotRegistered } from "../errors.js";
 import { retentionStatus } from "../maintain/floor.js";
@@ -18,6 +19,7 @@ export async function progress(ref: GroupRef): Promise<Progress> {
     paused: boolean; claimed: string; committed: string; head: string; open_leases: number; expired_leases: number;
     counts: Partial<Record<ExceptionStatus, number>>; oldest_ms: number | null;
     max_concurrency: number | null; key_concurrency: number; drains_running: number; capped: number; blocked_keys: number;
+    rate_limit: unknown; rate_limited: number; rate_limited_at: Date | null;
   }>(db, Admin.progress(db.q, t), [id, ref.group]);
   if (r.rowCount === 0) throw groupNotRegistered(ref.stream, ref.group);
   const x = r.rows[0];
@@ -33,7 +35,14 @@ export async function progress(ref: GroupRef): Promise<Progress> {
     concurrency: { max: x.max_concurrency, running: x.drains_running, capped: x.capped, perKey: x.key_concurrency },
     blockedKeys: x.blocked_keys,
     scheduled: { waiting: Number(sch.waiting), overdue: Number(sch.overdue), nextDueAt: sch.next_due_at },
+    rateLimit: rateProgress(x),
   };
+}
+
+/** The group's rateLimit (burst filled) and how often its bucket held work back, or null without one. */
+function rateProgress(x: { rate_limit: unknown; rate_limited: number; rate_limited_at: Date | null }): Progress["rateLimit"] {
+  const r = rateLimitOf({ rateLimit: x.rate_limit ?? undefined });
+  return r === undefined ? null : { ...r, limited: x.rate_limited, limitedAt: x.rate_limited_at };
 }
 
 /**

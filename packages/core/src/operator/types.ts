@@ -34,6 +34,11 @@ export interface Progress {
    * the same for every group of the stream: not in `head` or `lag` until they are moved to the log.
    */
   scheduled: { waiting: number; overdue: number; nextDueAt: Date | null };
+  /**
+   * rateLimit (docs/guide/configuration.md#ratelimit), null without one: the limit (burst filled),
+   * how many claims and reservations its bucket cut short, ever, and when it last did.
+   */
+  rateLimit: { perSecond: number; burst: number; limited: number; limitedAt: Date | null } | null;
 }
 
 /**

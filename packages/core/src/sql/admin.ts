@@ -34,6 +34,9 @@ export function progress(q: string, t: Tables): string {
        COALESCE((g.config->>'keyConcurrency')::int, 1) AS key_concurrency,
        (SELECT count(*)::int FROM ${q}.group_slot s WHERE s.group_id = g.id AND s.expires_at > now()) AS drains_running,
        COALESCE((SELECT f.capped FROM ${q}.group_flow f WHERE f.group_id = g.id), 0)::float8 AS capped,
+       g.config->'rateLimit' AS rate_limit,
+       COALESCE((SELECT r.limited FROM ${q}.group_rate r WHERE r.group_id = g.id), 0)::float8 AS rate_limited,
+       (SELECT r.limited_at FROM ${q}.group_rate r WHERE r.group_id = g.id) AS rate_limited_at,
        (SELECT count(*)::int FROM (${blockedRows(t, "g.id")}) bk) AS blocked_keys
   FROM ${q}.consumer_group_config g
   JOIN ${t.groupCursor} c ON c.consumer_group_id = g.id

@@ -34,11 +34,13 @@ export interface ClaimAnswer {
   range: ClaimedRange | null;
   /** Without a range: the producers' transactions that held the fence. */
   fenceHolders: FenceHolder[];
+  /** Set when the group's rate limit cut the range (or left nothing): ms until its next token. */
+  rateLimitedMs: number | null;
 }
 
 /** The claim's rows and the messages read behind it, decoded by the shape of each row. */
 export function decodeClaim(rows: readonly ClaimRow[], messages: readonly ClaimedMessageRow[]): ClaimAnswer {
-  const out: ClaimAnswer = { record: null, range: null, fenceHolders: [] };
+  const out: ClaimAnswer = { record: null, range: null, fenceHolders: [], rateLimitedMs: null };
   const msgs = [...messages];
   for (const r of rows) {
     if (typeof r.recorded === "boolean") {
@@ -48,6 +50,8 @@ export function decodeClaim(rows: readonly ClaimRow[], messages: readonly Claime
       msgs.push(r as ClaimedMessageRow);
     } else if (r.low !== null) {
       out.range = { low: r.low, high: r.high as string, leaseMs: r.lease_ms ?? 0, msgs };
+    } else if (r.options !== null && "rateLimited" in r.options) {
+      out.rateLimitedMs = Number((r.options as { rateLimited: unknown }).rateLimited);
     } else if (r.options !== null && r.payload !== null) {
       out.fenceHolders.push(JSON.parse(r.payload) as FenceHolder);
     } else {

@@ -131,6 +131,8 @@ export interface ClaimParams extends LeaseParams, TimeoutParams, RecordParams {
    * them as another poll's range holding keys (docs/protocol/ordering.md#ranges-of-several-pollers).
    */
   own: string[];
+  /** The group's resolved rateLimit as JSON, or null: no token is taken (docs/protocol/poll-cycle.md#rate-limit). */
+  rate: string | null;
 }
 
 /**
@@ -164,13 +166,13 @@ export interface ClaimRow {
  */
 export const claim = defineStatement<ClaimParams, ClaimRow>([
   "groupId", "batchLimit", "head", "observation", "token", "timeoutDefault", "timeoutMin", "timeoutMax", "concurrency",
-  "recordMargin", "leaseCapMs", "batchBytes", "recordToken", "recordExceptions", "recordDeliveries", "recordKeys", "pastDue", "own",
+  "recordMargin", "leaseCapMs", "batchBytes", "recordToken", "recordExceptions", "recordDeliveries", "recordKeys", "pastDue", "own", "rate",
 ], (t, p) =>
   `SELECT r_low::text AS low, r_high::text AS high, id::text AS id, message_key,
                  compaction_rank::text AS compaction_rank, payload, options, created_ms AS created_at,
                  lease_ms::float8 AS lease_ms, recorded, committed::text AS committed, paused,
                  reclaimable, expirable, reservable
-            FROM ${t.fn("claim")}(${p.groupId}, ${p.batchLimit}, ${p.head}, ${p.observation}::xid8, ${p.token}, ${p.timeoutDefault}, ${p.timeoutMin}, ${p.timeoutMax}, ${p.concurrency}, ${p.recordMargin}, ${p.leaseCapMs}, ${p.batchBytes}, ${p.recordToken}, ${p.recordExceptions}::jsonb, ${p.recordDeliveries}::jsonb, ${p.recordKeys}::jsonb, ${p.pastDue}, ${p.own}::uuid[])`);
+            FROM ${t.fn("claim")}(${p.groupId}, ${p.batchLimit}, ${p.head}, ${p.observation}::xid8, ${p.token}, ${p.timeoutDefault}, ${p.timeoutMin}, ${p.timeoutMax}, ${p.concurrency}, ${p.recordMargin}, ${p.leaseCapMs}, ${p.batchBytes}, ${p.recordToken}, ${p.recordExceptions}::jsonb, ${p.recordDeliveries}::jsonb, ${p.recordKeys}::jsonb, ${p.pastDue}, ${p.own}::uuid[], ${p.rate}::jsonb)`);
 
 /**
  * The messages of the range a claim just leased, read by the statement after the claim in the same
@@ -389,6 +391,8 @@ export interface ReserveParams extends LeaseParams, TimeoutParams {
   abandonedKeys: string[];
   /** Repeating a call whose reply was lost: find the own reservation instead of reserving. */
   repeat: boolean;
+  /** The group's resolved rateLimit as JSON, or null (docs/protocol/poll-cycle.md#rate-limit). */
+  rate: string | null;
 }
 
 /** A reserved row: the message, its exception row, and, when reserve_exceptions_N started it, what the start decided. */
@@ -408,12 +412,12 @@ export interface ReservedRow extends MessageRow {
 /** Reservation and the first starts, in one round trip (docs/protocol/poll-cycle.md#the-exception-phase): reserve_exceptions_N. */
 export const reserveExceptions = defineStatement<ReserveParams, Omit<ReservedRow, "id">>([
   "groupId", "batchLimit", "timeoutDefault", "timeoutMin", "timeoutMax", "concurrency", "recordMargin", "leaseCapMs", "token",
-  "startNow", "budgetMs", "abandonedKeys", "repeat",
+  "startNow", "budgetMs", "abandonedKeys", "repeat", "rate",
 ], (t, p) =>
   `SELECT message_id::text AS message_id, message_key, concurrency, attempts, delays, payload, options,
                  compaction_rank::text AS compaction_rank, created_at, kind, reason, ref::text AS ref,
                  key_token::text AS key_token, run_ms::float8 AS run_ms
-            FROM ${t.fn("reserve_exceptions")}(${p.groupId}, ${p.batchLimit}, ${p.timeoutDefault}, ${p.timeoutMin}, ${p.timeoutMax}, ${p.concurrency}, ${p.recordMargin}, ${p.leaseCapMs}, ${p.token}, ${p.startNow}, ${p.budgetMs}, ${p.abandonedKeys}::text[], ${p.repeat})`);
+            FROM ${t.fn("reserve_exceptions")}(${p.groupId}, ${p.batchLimit}, ${p.timeoutDefault}, ${p.timeoutMin}, ${p.timeoutMax}, ${p.concurrency}, ${p.recordMargin}, ${p.leaseCapMs}, ${p.token}, ${p.startNow}, ${p.budgetMs}, ${p.abandonedKeys}::text[], ${p.repeat}, ${p.rate}::jsonb)`);
 
 /** One row of exception_step_N's answer: a start's or a record's result for one message. */
 export interface ExceptionStepRow {

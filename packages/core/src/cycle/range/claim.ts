@@ -6,7 +6,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import type { ClaimParams, RecordParams } from "../../sql/cycle.js";
 import * as statements from "../../sql/cycle.js";
 import { type ClaimAnswer, type ClaimedRange, type FenceHolder, decodeClaim } from "../../sql/claim.js";
-import { type PollContext, aborted, leaseParams, rangeLeaseCap, timeoutParams } from "../context.js";
+import { type PollContext, aborted, leaseParams, rangeLeaseCap, rateLimited, timeoutParams } from "../context.js";
 import { type MonotonicMs, now } from "../../clock.js";
 import { fenceEvents } from "../fence-warning.js";
 
@@ -33,6 +33,7 @@ export function claimParams<T>(
   return {
     groupId: ctx.groupId, batchLimit: ctx.options.batchLimit, head: from?.head ?? null, observation: from?.obs ?? null, token,
     ...timeoutParams(ctx), ...leaseParams(ctx, rangeLeaseCap(ctx)), batchBytes: ctx.options.batchBytes, ...(rec ?? NO_RECORD), pastDue, own,
+    rate: ctx.rate,
   };
 }
 
@@ -44,7 +45,7 @@ export function claimParams<T>(
 export async function sendClaim<T>(ctx: PollContext<T>, p: ClaimParams): Promise<{ answer: ClaimAnswer; retried: boolean }> {
   let read: statements.ClaimedMessageRow[] = [];
   const readParams = { groupId: ctx.groupId, token: p.token, batchLimit: p.batchLimit };
-  return statements.claim.retryOrRecover(ctx.db, ctx.tables, p, () => ownClaim(ctx, p.token), (r) => decodeClaim(r.rows, read), {
+  const sent = await statements.claim.retryOrRecover(ctx.db, ctx.tables, p, () => ownClaim(ctx, p.token), (r) => decodeClaim(r.rows, read), {
     text: statements.claimRead.sql(ctx.tables),
     values: statements.claimRead.values(readParams),
     join: (claim, messages) => {
@@ -52,6 +53,8 @@ export async function sendClaim<T>(ctx: PollContext<T>, p: ClaimParams): Promise
       return claim;
     },
   });
+  if (sent.answer.rateLimitedMs !== null) rateLimited(ctx, sent.answer.rateLimitedMs);
+  return sent;
 }
 
 /** The claim after a load, asked again a few times while the fence holds it. */
@@ -65,10 +68,12 @@ export async function freshClaim<T>(ctx: PollContext<T>, load: { head: string; o
     // No range with a non-idle observation means the fence could not prove the head yet: a
     // transaction of this stream's producers is still open (docs/protocol/poll-cycle.md#the-fence). They
     // are usually milliseconds from committing, so ask again a few times before giving up.
-    if (answer.range !== null || wait >= FENCE_WAITS_MS.length || ctx.stop || aborted(ctx)) break;
+    if (answer.range !== null || answer.rateLimitedMs !== null || wait >= FENCE_WAITS_MS.length || ctx.stop || aborted(ctx)) break;
     if (ctx.options.deadline !== undefined && ctx.options.deadline - now() < ctx.options.recordMargin + FENCE_WAITS_MS[wait]) break;
     await sleep(FENCE_WAITS_MS[wait]);
   }
+  // A rate-limited claim that left nothing: the tokens, not the fence, held it back.
+  if (answer.range === null && answer.rateLimitedMs !== null) return { claim: null, fenceBlocked: false };
   if (answer.range === null) {
     warnFenceHolders(ctx, answer.fenceHolders);
     return { claim: null, fenceBlocked: true };
@@ -98,7 +103,7 @@ async function ownClaim<T>(ctx: PollContext<T>, token: string): Promise<ClaimAns
   if (own.rowCount === 0) return null;
   const { low, high, left_ms } = own.rows[0];
   const msgs = (await statements.readRange.query(db, db.pool, t, { low, high })).rows;
-  return { record: null, range: { low, high, leaseMs: left_ms, msgs: msgs.map((m) => ({ ...m, payload: JSON.stringify(m.payload) })) }, fenceHolders: [] };
+  return { record: null, range: { low, high, leaseMs: left_ms, msgs: msgs.map((m) => ({ ...m, payload: JSON.stringify(m.payload) })) }, fenceHolders: [], rateLimitedMs: null };
 }
 
 /** SQL0043: what to say about the holders a blocked claim reported is decided in fence-warning.ts. */
