@@ -97,13 +97,16 @@ export function countRecorded<T>(ctx: PollContext<T>, rows: RangeRows): void {
   }
 }
 
-/** A range whose lease was lost records nothing; its key leases are released. */
-export async function recordLost<T>(ctx: PollContext<T>, range: RecordedRange, keys: KeyRelease): Promise<Facts> {
+/**
+ * A range whose lease was lost records nothing; its key leases are released, and a range claimed
+ * ahead that starts next (`start`) is marked started all the same.
+ */
+export async function recordLost<T>(ctx: PollContext<T>, range: RecordedRange, keys: KeyRelease, start: string | null): Promise<Facts> {
   lostLease(ctx, `range (${range.low}, ${range.high}]`);
   const recordKeys = keyLeaseJson(keys);
-  if (recordKeys !== null) {
+  if (recordKeys !== null || start !== null) {
     await statements.recordRange.retry(ctx.db, ctx.tables, {
-      groupId: ctx.groupId, recordToken: randomUUID(), keepFrom: null, newToken: null, recordExceptions: "[]", recordDeliveries: "[]", recordKeys,
+      groupId: ctx.groupId, recordToken: randomUUID(), keepFrom: null, newToken: null, recordExceptions: "[]", recordDeliveries: "[]", recordKeys, start,
     });
   }
   return NO_FACTS;
@@ -111,12 +114,16 @@ export async function recordLost<T>(ctx: PollContext<T>, range: RecordedRange, k
 
 /**
  * record_range_N: the contiguous prefix of messages with an outcome is recorded (`keepFrom` the
- * last id recorded, null: all of it); the rest is released at once under a new token.
+ * last id recorded, null: all of it); the rest is released at once under a new token. `start`:
+ * the poll's range claimed ahead that starts after this record, marked started by it
+ * (docs/protocol/poll-cycle.md#claiming-ahead).
  */
-export async function recordAlone<T>(ctx: PollContext<T>, range: RecordedRange, rec: RangeRecord, keepFrom: string | null): Promise<Facts> {
+export async function recordAlone<T>(
+  ctx: PollContext<T>, range: RecordedRange, rec: RangeRecord, keepFrom: string | null, start: string | null,
+): Promise<Facts> {
   const newToken = keepFrom !== null ? randomUUID() : null;
   const retry: RetryState = { retried: false };
-  const r = await statements.recordRange.retry(ctx.db, ctx.tables, { groupId: ctx.groupId, keepFrom, newToken, ...recordParams(rec) }, retry);
+  const r = await statements.recordRange.retry(ctx.db, ctx.tables, { groupId: ctx.groupId, keepFrom, newToken, start, ...recordParams(rec) }, retry);
   const committed = r.rows[0].committed;
   if (committed === null) return recordMissing(ctx, range, rec.rows, retry, newToken);
   ctx.report.committedAfter = committed;

@@ -263,11 +263,12 @@ export class RangeRun<T> {
   /**
    * docs/protocol/poll-cycle.md#recording-a-range, in a statement of its own: the contiguous prefix of
    * messages with an outcome is recorded; the rest is released at once (the key leases as
-   * KeyLeases.release says).
+   * KeyLeases.release says). `start`: the token of the poll's range claimed ahead that starts
+   * after this record (docs/protocol/poll-cycle.md#claiming-ahead).
    */
-  async record(failed: boolean): Promise<Facts> {
-    if (this.lost) return recordLost(this.ctx, this.recorded, this.keys.release());
+  async record(failed: boolean, start: string | null = null): Promise<Facts> {
+    if (this.lost) return recordLost(this.ctx, this.recorded, this.keys.release(), start);
     const { recorded, keepFrom } = recordedPrefix(this.ctx, this.msgs, this.outcomes, failed);
-    return recordAlone(this.ctx, this.recorded, this.recordOf(recorded), keepFrom);
+    return recordAlone(this.ctx, this.recorded, this.recordOf(recorded), keepFrom, start);
   }
 }
