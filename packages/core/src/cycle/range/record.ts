@@ -75,6 +75,11 @@ export function rowsOf<T>(ctx: PollContext<T>, recorded: RangeMessage[], outcome
   return out;
 }
 
+/** The rows of a recorded prefix whose every message succeeded, outside mode `all`: none to write (as rowsOf would find). */
+export function plainRows(n: number): RangeRows {
+  return { exceptions: [], deliveries: [], plans: [], plainSuccesses: n };
+}
+
 /** A record's rows as JSON arrays, as record_range_N, claim_N and record_take_keys_N take them. */
 export function rowsJson(rows: RangeRows): { recordExceptions: string | null; recordDeliveries: string | null } {
   return {

@@ -9,7 +9,7 @@ import { runHandler } from "../run.js";
 import { watchRun } from "../abandoned.js";
 import type { RangeSample } from "../sizer.js";
 import { KeyLeases, keyTakeOutcome, keyedMember } from "./keys.js";
-import { type Facts, type RangeRecord, type RecordedRange, recordAlone, recordLost, recordedPrefix, rowsOf } from "./record.js";
+import { type Facts, type RangeRecord, type RecordedRange, plainRows, recordAlone, recordLost, recordedPrefix, rowsOf } from "./record.js";
 import { type MonotonicMs, after, now } from "../../clock.js";
 
 /** A range leased by a claim or a takeover: token, bounds, the lease's length (ms, from when it was asked for) and messages. */
@@ -46,6 +46,8 @@ export class RangeRun<T> {
   readonly units: RangeMessage[][];
   readonly keys: KeyLeases<T>;
   private readonly outcomes = new Map<string, RunOutcome>();
+  /** Outcomes other than success set so far: with none, a record writes no row (plainRows). */
+  private unplain = 0;
   /** When the range lease expires at the earliest. */
   private leaseExpiry: MonotonicMs;
   /**
@@ -166,19 +168,25 @@ export class RangeRun<T> {
     const m = unit[0];
     if (unit.length !== 1) return this.runChain(unit);
     if (!mayStart(this.ctx, m.resolved.timeout)) return undefined;
-    if (this.outlives(m.resolved.timeout, this.leaseExpiry)) return this.runChain(unit);
-    if (keyedMember(m)) {
+    const at = now();
+    if (this.outlives(m.resolved.timeout, this.leaseExpiry, at)) return this.runChain(unit);
+    if (this.takesKeys && keyedMember(m)) {
       const held = this.keys.heldOutcome(m, true, this.outlives);
       if (held === undefined) return this.runChain(unit);
       if (held !== null) {
-        this.outcomes.set(m.id, held);
+        this.settle(m, held);
         return undefined;
       }
     }
-    const outcome = this.runMember(m);
-    if (outcome instanceof Promise) return outcome.then((o) => void this.outcomes.set(m.id, o));
-    this.outcomes.set(m.id, outcome);
+    const outcome = this.runMember(m, at);
+    if (outcome instanceof Promise) return outcome.then((o) => this.settle(m, o));
+    this.settle(m, outcome);
     return undefined;
+  }
+
+  private settle(m: RangeMessage, o: RunOutcome): void {
+    this.outcomes.set(m.id, o);
+    if (o.kind !== "success") this.unplain++;
   }
 
   /** One chain (or a lone message): its members in order; an ordered member after one that did not complete waits. */
@@ -186,7 +194,7 @@ export class RangeRun<T> {
     let blockedBy: string | null = null;
     for (const m of unit) {
       if (blockedBy !== null && m.resolved.concurrency === "ordered") {
-        this.outcomes.set(m.id, { kind: "deferred", reason: `deferred: earlier message ${blockedBy} of this key in the range did not complete` });
+        this.settle(m, { kind: "deferred", reason: `deferred: earlier message ${blockedBy} of this key in the range did not complete` });
         continue;
       }
       if (!mayStart(this.ctx, m.resolved.timeout)) return;
@@ -199,7 +207,7 @@ export class RangeRun<T> {
       const held = keyedMember(m) ? await this.keyOutcome(m, m === unit[0]) : null;
       let outcome = held ?? this.runMember(m);
       if (outcome instanceof Promise) outcome = await outcome;
-      this.outcomes.set(m.id, outcome);
+      this.settle(m, outcome);
       if (outcome.kind === "success" || outcome.kind === "superseded") continue;
       const p = plan(outcome, 0, 0, m.resolved, this.ctx.resolution.exceptionInitialBackoff, this.ctx.mode);
       if (p.row.status !== "dead") blockedBy ??= m.id;
@@ -220,19 +228,18 @@ export class RangeRun<T> {
     return keyTakeOutcome(await this.keys.take(m, this.range.low, this.range.high, this.leaseExpiry));
   }
 
-  /** Runs the handler of one member (first delivery, attempt 0). */
-  private runMember(m: RangeMessage): RunOutcome | Promise<RunOutcome> {
+  /** Runs the handler of one member (first delivery, attempt 0), started at `at`. */
+  private runMember(m: RangeMessage, at = now()): RunOutcome | Promise<RunOutcome> {
     const { ctx } = this;
     ctx.report.started++;
-    const t0 = this.sample ? now() : 0;
-    const w = watchRun(ctx, keyedMember(m) ? m.message_key : null, this.keys.token, m.id, m.resolved.timeout);
+    const w = watchRun(ctx, this.takesKeys && keyedMember(m) ? m.message_key : null, this.keys.token, m.id, m.resolved.timeout);
     // Parsed at its start and then held by the run alone: a range's parsed payloads are not all
     // alive at once, so most die young (a scavenge copies only the few in flight).
     const payload = this.payloadsAsText ? JSON.parse(m.payload as string) : m.payload;
     m.payload = null;
     const outcome = runHandler(ctx.handler, message(ctx, m, 0, 0, payload), m.resolved.timeout, w.onAbandon);
-    if (outcome instanceof Promise) return outcome.then((o) => this.ran(m, w, t0, o));
-    return this.ran(m, w, t0, outcome);
+    if (outcome instanceof Promise) return outcome.then((o) => this.ran(m, w, at, o));
+    return this.ran(m, w, at, outcome);
   }
 
   /** After a member's run: its key if the run was abandoned, the drain's sample. */
@@ -251,13 +258,13 @@ export class RangeRun<T> {
    * sent with the next claim or key take; null when it must be recorded on its own.
    */
   whole(): RangeRecord | null {
-    const { msgs, outcomes } = this;
-    if (this.lost || msgs.some((m) => !outcomes.has(m.id))) return null;
-    return this.recordOf(msgs);
+    if (this.lost || this.outcomes.size !== this.msgs.length) return null;
+    return this.recordOf(this.msgs);
   }
 
   private recordOf(recorded: RangeMessage[]): RangeRecord {
-    return { token: this.range.token, rows: rowsOf(this.ctx, recorded, this.outcomes), keys: this.keys.release(), pastDue: !this.takesKeys };
+    const rows = this.unplain === 0 && this.ctx.mode !== "all" ? plainRows(recorded.length) : rowsOf(this.ctx, recorded, this.outcomes);
+    return { token: this.range.token, rows, keys: this.keys.release(), pastDue: !this.takesKeys };
   }
 
   /**
