@@ -258,7 +258,8 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     await s.produceBatch(Array.from({ length: 300 }, (_, i) => ({ payload: { i: i + 1 } })));
     const child = poller({ stream: "ahead.quarantine", group: "g", method: "drain", opts: { batchLimit: 50, concurrency: 50 }, actions: { "130": "hang" } });
     await child.waitFor({ event: "start", id: "130" });
-    await vi.waitUntil(async () => (await claimLeases(t, n, gid)).length === 2, { timeout: 10_000, interval: 20 });
+    // Killed once that statement has committed (its handlers start without waiting for it).
+    await vi.waitUntil(async () => (await claimLeases(t, n, gid)).map((l) => l.low).join() === "100,150", { timeout: 10_000, interval: 20 });
     expect((await child.kill()).signal).toBe("SIGKILL");
     const leases = await claimLeases(t, n, gid);
     expect(leases.map((l) => [l.low, l.high, l.reclaims, l.released])).toEqual([["100", "150", 0, false], ["150", "200", 0, true]]);

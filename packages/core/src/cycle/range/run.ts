@@ -43,6 +43,7 @@ export function chains(msgs: RangeMessage[]): RangeMessage[][] {
 
 export class RangeRun<T> {
   readonly msgs: RangeMessage[];
+  /** The chains of a range with keyed members (chains()); empty without: every member runs alone. */
   readonly units: RangeMessage[][];
   readonly keys: KeyLeases<T>;
   private readonly outcomes = new Map<string, RunOutcome>();
@@ -72,8 +73,8 @@ export class RangeRun<T> {
   ) {
     this.msgs = range.msgs as RangeMessage[];
     for (const m of this.msgs) m.resolved = resolve(ctx, m);
-    this.units = chains(this.msgs);
     this.keys = new KeyLeases(ctx, this.msgs.some(keyedMember));
+    this.units = this.keys.takesKeys ? chains(this.msgs) : [];
     this.leaseExpiry = after(sentAt, range.leaseMs);
     this.slack = Math.min(250, ctx.options.recordMargin / 4);
   }
@@ -141,14 +142,17 @@ export class RangeRun<T> {
    * (docs/protocol/crash-recovery.md#database-errors-inside-a-poll).
    */
   async dispatch(): Promise<{ e: unknown } | null> {
-    const { ctx, units } = this;
+    const { ctx, units, msgs } = this;
+    // Without keyed members every member is a unit of its own: no chain arrays are built.
+    const lone = !this.takesKeys;
+    const n = lone ? msgs.length : units.length;
     let next = 0;
     let failure = null as { e: unknown } | null;
     const worker = async () => {
-      while (!ctx.stop && next < units.length) {
+      while (!ctx.stop && next < n) {
         try {
           // A lone unkeyed member whose handler returned synchronously settles without a promise.
-          const running = this.runUnit(units[next++]);
+          const running = lone ? this.runLone(msgs[next++]) : this.runUnit(units[next++]);
           if (running !== undefined) await running;
         } catch (e) {
           failure ??= { e };
@@ -156,7 +160,7 @@ export class RangeRun<T> {
         }
       }
     };
-    await Promise.all(Array.from({ length: Math.min(ctx.options.concurrency, units.length) }, worker));
+    await Promise.all(Array.from({ length: Math.min(ctx.options.concurrency, n) }, worker));
     return failure;
   }
 
@@ -165,14 +169,17 @@ export class RangeRun<T> {
    * undefined when it settled synchronously.
    */
   private runUnit(unit: RangeMessage[]): Promise<void> | undefined {
-    const m = unit[0];
-    if (unit.length !== 1) return this.runChain(unit);
+    return unit.length !== 1 ? this.runChain(unit) : this.runLone(unit[0]);
+  }
+
+  /** A member that is a unit of its own: run at once unless its lease or key needs a chain's care. */
+  private runLone(m: RangeMessage): Promise<void> | undefined {
     if (!mayStart(this.ctx, m.resolved.timeout)) return undefined;
     const at = now();
-    if (this.outlives(m.resolved.timeout, this.leaseExpiry, at)) return this.runChain(unit);
+    if (this.outlives(m.resolved.timeout, this.leaseExpiry, at)) return this.runChain([m]);
     if (this.takesKeys && keyedMember(m)) {
       const held = this.keys.heldOutcome(m, true, this.outlives);
-      if (held === undefined) return this.runChain(unit);
+      if (held === undefined) return this.runChain([m]);
       if (held !== null) {
         this.settle(m, held);
         return undefined;
