@@ -8,11 +8,14 @@ import type { Db } from "../db.js";
 import { compareIds } from "../ids.js";
 import type { LeaseParams, MessageRow, Tables, TimeoutParams } from "../sql/cycle.js";
 import { RunMessage } from "./run.js";
+import type { RunOutcome } from "./plan.js";
 import type { CycleReport, Handler } from "./types.js";
 import { type OnMonotonicClock, now } from "../clock.js";
 
 export interface RangeMessage extends MessageRow {
   resolved: ResolvedMessage;
+  /** Its outcome in the range's run, once it has one (undefined: not run, or still running). */
+  outcome: RunOutcome | undefined;
 }
 
 /** Poll options as a poll runs with them: the deadline on the monotonic clock. */

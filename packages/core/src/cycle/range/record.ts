@@ -54,10 +54,10 @@ export interface RecordedRange {
 }
 
 /** The exception and delivery-log rows of a recorded prefix; plain successes write none. */
-export function rowsOf<T>(ctx: PollContext<T>, recorded: RangeMessage[], outcomes: ReadonlyMap<string, RunOutcome>): RangeRows {
+export function rowsOf<T>(ctx: PollContext<T>, recorded: RangeMessage[]): RangeRows {
   const out: RangeRows = { exceptions: [], deliveries: [], plans: [], plainSuccesses: 0 };
   for (const m of recorded) {
-    const o = outcomes.get(m.id) as RunOutcome;
+    const o = m.outcome as RunOutcome;
     if (o.kind === "success" && ctx.mode !== "all") {
       out.plainSuccesses++;
       continue;
@@ -137,14 +137,14 @@ export async function recordAlone<T>(
 }
 
 /** The prefix a record keeps: up to the first message without an outcome; logs the unstarted rest. */
-export function recordedPrefix<T>(ctx: PollContext<T>, msgs: RangeMessage[], outcomes: ReadonlyMap<string, RunOutcome>, failed: boolean): {
+export function recordedPrefix<T>(ctx: PollContext<T>, msgs: RangeMessage[], failed: boolean): {
   recorded: RangeMessage[];
   keepFrom: string | null;
 } {
-  const firstOpen = msgs.find((m) => !outcomes.has(m.id));
+  const firstOpen = msgs.find((m) => m.outcome === undefined);
   if (firstOpen === undefined) return { recorded: msgs, keepFrom: null };
   ctx.report.rangesPartial++;
-  if (!failed) logNotStarted(ctx, msgs.filter((m) => !outcomes.has(m.id)).length);
+  if (!failed) logNotStarted(ctx, msgs.filter((m) => m.outcome === undefined).length);
   return { recorded: msgs.filter((m) => big(m.id) < big(firstOpen.id)), keepFrom: (big(firstOpen.id) - 1n).toString() };
 }
 

@@ -46,7 +46,8 @@ export class RangeRun<T> {
   /** The chains of a range with keyed members (chains()); empty without: every member runs alone. */
   readonly units: RangeMessage[][];
   readonly keys: KeyLeases<T>;
-  private readonly outcomes = new Map<string, RunOutcome>();
+  /** Members with an outcome (RangeMessage.outcome). */
+  private settled = 0;
   /** Outcomes other than success set so far: with none, a record writes no row (plainRows). */
   private unplain = 0;
   /** When the range lease expires at the earliest. */
@@ -72,7 +73,10 @@ export class RangeRun<T> {
     private readonly payloadsAsText = false,
   ) {
     this.msgs = range.msgs as RangeMessage[];
-    for (const m of this.msgs) m.resolved = resolve(ctx, m);
+    for (const m of this.msgs) {
+      m.resolved = resolve(ctx, m);
+      m.outcome = undefined;
+    }
     this.keys = new KeyLeases(ctx, this.msgs.some(keyedMember));
     this.units = this.keys.takesKeys ? chains(this.msgs) : [];
     this.leaseExpiry = after(sentAt, range.leaseMs);
@@ -192,7 +196,8 @@ export class RangeRun<T> {
   }
 
   private settle(m: RangeMessage, o: RunOutcome): void {
-    this.outcomes.set(m.id, o);
+    if (m.outcome === undefined) this.settled++;
+    m.outcome = o;
     if (o.kind !== "success") this.unplain++;
   }
 
@@ -265,12 +270,12 @@ export class RangeRun<T> {
    * sent with the next claim or key take; null when it must be recorded on its own.
    */
   whole(): RangeRecord | null {
-    if (this.lost || this.outcomes.size !== this.msgs.length) return null;
+    if (this.lost || this.settled !== this.msgs.length) return null;
     return this.recordOf(this.msgs);
   }
 
   private recordOf(recorded: RangeMessage[]): RangeRecord {
-    const rows = this.unplain === 0 && this.ctx.mode !== "all" ? plainRows(recorded.length) : rowsOf(this.ctx, recorded, this.outcomes);
+    const rows = this.unplain === 0 && this.ctx.mode !== "all" ? plainRows(recorded.length) : rowsOf(this.ctx, recorded);
     return { token: this.range.token, rows, keys: this.keys.release(), pastDue: !this.takesKeys };
   }
 
@@ -282,7 +287,7 @@ export class RangeRun<T> {
    */
   async record(failed: boolean, start: string | null = null): Promise<Facts> {
     if (this.lost) return recordLost(this.ctx, this.recorded, this.keys.release(), start);
-    const { recorded, keepFrom } = recordedPrefix(this.ctx, this.msgs, this.outcomes, failed);
+    const { recorded, keepFrom } = recordedPrefix(this.ctx, this.msgs, failed);
     return recordAlone(this.ctx, this.recorded, this.recordOf(recorded), keepFrom, start);
   }
 }
