@@ -15,7 +15,7 @@ import { type OnMonotonicClock, now } from "../clock.js";
 export interface RangeMessage extends MessageRow {
   resolved: ResolvedMessage;
   /** Its outcome in the range's run, once it has one (undefined: not run, or still running). */
-  outcome: RunOutcome | undefined;
+  outcome?: RunOutcome | undefined;
 }
 
 /** Poll options as a poll runs with them: the deadline on the monotonic clock. */
