@@ -192,7 +192,7 @@ async function sendAlongside<T>(ctx: PollContext<T>, chain: Chain<T>, run: Range
     if (chain.mayClaimAhead(run)) out.ahead = settled(claimAhead(ctx, own));
   } else if (chain.mayClaimAhead(run)) {
     // The claim ahead carries the unsent record; without it, the unsent record goes first, alone.
-    // Either marks this range, claimed ahead, started.
+    // The record (with the claim, or alone) marks this range, claimed ahead, started.
     const own = [run.range.token];
     out.ahead = settled(unsent ? recordAndClaim(ctx, chain, unsent, false, own) : claimAhead(ctx, own));
   } else if (unsent !== null) chain.note(await unsent.run.record(false, starting(ctx, run.range.token)));
