@@ -62,6 +62,11 @@ BEGIN
     -- assigns below, which is the observation.
     SELECT COALESCE(max(m.id), 0) INTO v_head FROM "sqlstreams".message_log_1 m;
     committed := "sqlstreams".record_range_1(p_group, p_rec_token, NULL, NULL, p_rec_eq, p_rec_dl, p_rec_keys);
+    -- The caller's own range starts as this statement goes out.
+    IF p_own IS NOT NULL THEN
+      UPDATE "sqlstreams".claim_lease_1 l SET released = false
+       WHERE l.consumer_group_id = p_group AND l.token = ANY (p_own) AND l.released;
+    END IF;
     recorded := committed IS NOT NULL;
     IF recorded THEN
       SELECT g.paused,
@@ -224,8 +229,8 @@ BEGIN
       v_tmax := COALESCE(v_tmax, p_timeout_default);
     END IF;
     v_ms := "sqlstreams".lease_ms_1(v_tmax, v_n, p_concurrency, p_margin, p_cap_ms);
-    INSERT INTO "sqlstreams".claim_lease_1 (consumer_group_id, token, low, high, expires_at)
-    VALUES (p_group, p_token, v_low, v_high, now() + v_ms * interval '1 millisecond');
+    INSERT INTO "sqlstreams".claim_lease_1 (consumer_group_id, token, low, high, expires_at, released)
+    VALUES (p_group, p_token, v_low, v_high, now() + v_ms * interval '1 millisecond', COALESCE(cardinality(p_own), 0) > 0);
   END IF;
   r_low := v_low; r_high := v_high; id := NULL; message_key := NULL; compaction_rank := NULL;
   payload := NULL; options := NULL; created_ms := NULL; lease_ms := v_ms;
@@ -445,13 +450,17 @@ BEGIN
 END
 $$;
 
--- FUNCTION: record_range_1(bigint, uuid, bigint, uuid, jsonb, jsonb, jsonb)
+-- FUNCTION: record_range_1(bigint, uuid, bigint, uuid, jsonb, jsonb, jsonb, uuid)
 
-CREATE FUNCTION sqlstreams.record_range_1(p_group bigint, p_token uuid, p_keep_from bigint, p_new_token uuid, p_eq jsonb, p_dl jsonb, p_keys jsonb) RETURNS bigint
+CREATE FUNCTION sqlstreams.record_range_1(p_group bigint, p_token uuid, p_keep_from bigint, p_new_token uuid, p_eq jsonb, p_dl jsonb, p_keys jsonb, p_start uuid DEFAULT NULL::uuid) RETURNS bigint
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
+  IF p_start IS NOT NULL THEN
+    UPDATE "sqlstreams".claim_lease_1 SET released = false
+     WHERE consumer_group_id = p_group AND token = p_start AND released;
+  END IF;
   -- Key leases the range's chains held are released whatever happens to the range lease.
   IF p_keys IS NOT NULL AND jsonb_array_length(p_keys) > 0 THEN
     DELETE FROM "sqlstreams".message_key_lease_1 k
@@ -484,9 +493,9 @@ BEGIN
 END
 $$;
 
--- FUNCTION: record_take_keys_1(bigint, uuid, jsonb, jsonb, uuid, jsonb, uuid, bigint, bigint, jsonb)
+-- FUNCTION: record_take_keys_1(bigint, uuid, jsonb, jsonb, uuid, jsonb, uuid, bigint, bigint, jsonb, uuid)
 
-CREATE FUNCTION sqlstreams.record_take_keys_1(p_group bigint, p_rec_token uuid, p_rec_eq jsonb, p_rec_dl jsonb, p_rec_key_token uuid, p_rec_keys jsonb, p_token uuid, p_own_low bigint, p_own_high bigint, p_keys jsonb) RETURNS TABLE(recorded boolean, paused boolean, reclaimable boolean, expirable boolean, reservable boolean, k text, kind text, pred_id bigint)
+CREATE FUNCTION sqlstreams.record_take_keys_1(p_group bigint, p_rec_token uuid, p_rec_eq jsonb, p_rec_dl jsonb, p_rec_key_token uuid, p_rec_keys jsonb, p_token uuid, p_own_low bigint, p_own_high bigint, p_keys jsonb, p_start uuid DEFAULT NULL::uuid) RETURNS TABLE(recorded boolean, paused boolean, reclaimable boolean, expirable boolean, reservable boolean, k text, kind text, pred_id bigint)
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -503,6 +512,10 @@ BEGIN
      WHERE l.consumer_group_id = p_group
        AND l.message_key = ANY (ARRAY(SELECT jsonb_array_elements_text(p_rec_keys)))
        AND l.token = p_rec_key_token;
+  END IF;
+  IF p_start IS NOT NULL THEN
+    UPDATE "sqlstreams".claim_lease_1 l SET released = false
+     WHERE l.consumer_group_id = p_group AND l.token = p_start AND l.released;
   END IF;
   DELETE FROM "sqlstreams".claim_lease_1 l WHERE l.consumer_group_id = p_group AND l.token = p_rec_token;
   recorded := FOUND;

@@ -26,6 +26,10 @@
 -- beyond the cursor. A claim granted fewer tokens than it had messages answers, before its header
 -- (or instead of it, when none was granted), a row with options {"rateLimited": ms until the next
 -- token}. The bucket is locked first, before the record.
+-- With p_own set (a claim ahead, docs/protocol/poll-cycle.md#claiming-ahead) the lease is written
+-- `released`: nothing of it is started until one of the statements sent as it starts clears that
+-- (this one with a record, for the leases in p_own; record_range_N and record_take_keys_N with
+-- p_start), so a crash before then is no reclaim (docs/protocol/crash-recovery.md#quarantine).
 CREATE OR REPLACE FUNCTION {{schema}}.claim_{{N}}(
   p_group BIGINT, p_batch BIGINT, p_head BIGINT, p_obs XID8, p_token UUID,
   p_timeout_default BIGINT, p_timeout_min BIGINT, p_timeout_max BIGINT,
@@ -73,6 +77,11 @@ BEGIN
     -- assigns below, which is the observation.
     SELECT COALESCE(max(m.id), 0) INTO v_head FROM {{schema}}.message_log_{{N}} m;
     committed := {{schema}}.record_range_{{N}}(p_group, p_rec_token, NULL, NULL, p_rec_eq, p_rec_dl, p_rec_keys);
+    -- The caller's own range starts as this statement goes out.
+    IF p_own IS NOT NULL THEN
+      UPDATE {{schema}}.claim_lease_{{N}} l SET released = false
+       WHERE l.consumer_group_id = p_group AND l.token = ANY (p_own) AND l.released;
+    END IF;
     recorded := committed IS NOT NULL;
     IF recorded THEN
       SELECT g.paused,
@@ -235,8 +244,8 @@ BEGIN
       v_tmax := COALESCE(v_tmax, p_timeout_default);
     END IF;
     v_ms := {{schema}}.lease_ms_{{N}}(v_tmax, v_n, p_concurrency, p_margin, p_cap_ms);
-    INSERT INTO {{schema}}.claim_lease_{{N}} (consumer_group_id, token, low, high, expires_at)
-    VALUES (p_group, p_token, v_low, v_high, now() + v_ms * interval '1 millisecond');
+    INSERT INTO {{schema}}.claim_lease_{{N}} (consumer_group_id, token, low, high, expires_at, released)
+    VALUES (p_group, p_token, v_low, v_high, now() + v_ms * interval '1 millisecond', COALESCE(cardinality(p_own), 0) > 0);
   END IF;
   r_low := v_low; r_high := v_high; id := NULL; message_key := NULL; compaction_rank := NULL;
   payload := NULL; options := NULL; created_ms := NULL; lease_ms := v_ms;

@@ -17,9 +17,11 @@
 --      caller ends the chain on any of them, as claim_N does after a record;
 --   4. take_keys_N for the range after (its own range lease excluded from the rule as always),
 --      one row per key not taken.
+-- p_start names the range after when it was claimed ahead: it starts now, so its lease is no
+-- longer `released` (docs/protocol/poll-cycle.md#claiming-ahead), whatever became of the record.
 CREATE OR REPLACE FUNCTION {{schema}}.record_take_keys_{{N}}(
   p_group BIGINT, p_rec_token UUID, p_rec_eq JSONB, p_rec_dl JSONB, p_rec_key_token UUID, p_rec_keys JSONB,
-  p_token UUID, p_own_low BIGINT, p_own_high BIGINT, p_keys JSONB)
+  p_token UUID, p_own_low BIGINT, p_own_high BIGINT, p_keys JSONB, p_start UUID DEFAULT NULL)
 RETURNS TABLE (recorded BOOLEAN, paused BOOLEAN, reclaimable BOOLEAN, expirable BOOLEAN,
                reservable BOOLEAN, k TEXT, kind TEXT, pred_id BIGINT)
 LANGUAGE plpgsql VOLATILE
@@ -38,6 +40,10 @@ BEGIN
      WHERE l.consumer_group_id = p_group
        AND l.message_key = ANY (ARRAY(SELECT jsonb_array_elements_text(p_rec_keys)))
        AND l.token = p_rec_key_token;
+  END IF;
+  IF p_start IS NOT NULL THEN
+    UPDATE {{schema}}.claim_lease_{{N}} l SET released = false
+     WHERE l.consumer_group_id = p_group AND l.token = p_start AND l.released;
   END IF;
   DELETE FROM {{schema}}.claim_lease_{{N}} l WHERE l.consumer_group_id = p_group AND l.token = p_rec_token;
   recorded := FOUND;

@@ -215,7 +215,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     await checkInvariants(t, n);
   });
 
-  it("a crash while the next range was claimed ahead: both leases stay until they expire, then the range that never started is reclaimed like the one that was running", async () => {
+  it("a crash while the next range was claimed ahead: both leases stay until they expire, then the range that never started is resumed, not reclaimed", async () => {
     // docs/protocol/poll-cycle.md#claiming-ahead: ranges of 50, 50 handlers at once, quick handlers, so from
     // the second range on the next one is claimed while one runs. Message 80 hangs the child in
     // (50, 100] while (100, 150] is claimed ahead (early in the drain, well inside the chain's first
@@ -227,7 +227,8 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     await vi.waitUntil(async () => (await claimLeases(t, n, gid)).length === 2, { timeout: 10_000, interval: 20 });
     expect((await child.kill()).signal).toBe("SIGKILL");
     const leases = await claimLeases(t, n, gid);
-    expect(leases.map((l) => [l.low, l.high, l.reclaims])).toEqual([["50", "100", 0], ["100", "150", 0]]);
+    // The range claimed ahead is written `released`: nothing of it was handed out.
+    expect(leases.map((l) => [l.low, l.high, l.reclaims, l.released])).toEqual([["50", "100", 0, false], ["100", "150", 0, true]]);
     expect(await cursor(t, n, gid)).toMatchObject({ claimed: "150", committed: "50" });
     const inChild = started(child).map(Number);
     expect(inChild.filter((id) => id > 100)).toEqual([]); // the range claimed ahead never started
@@ -235,8 +236,11 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     // Nothing is reclaimable before the later lease expires on the database clock; then both are.
     await untilDbTime(t, leases[1].expires_at, 1);
     const seen: number[] = [];
+    t.events.length = 0;
     const r = await g.drain((m) => void seen.push(Number(m.id)), { batchLimit: 50 });
-    expect(r.rangesReclaimed).toBe(2);
+    // The running range is charged a reclaim (SQL0035); the one that never started is resumed.
+    expect(r).toMatchObject({ rangesReclaimed: 1, rangesResumed: 1, rangesQuarantined: 0 });
+    expect(t.events.filter((e) => e.code === "SQL0035").map((e) => [e.low, e.high, e.reclaims])).toEqual([["50", "100", 1]]);
     expect([...new Set(seen)].sort((a, b) => a - b)).toEqual(Array.from({ length: 250 }, (_, i) => 51 + i));
     expect(new Set(ended(child).map(Number).filter((id) => id <= 50)).size).toBe(50);
     expect(await cursor(t, n, gid)).toMatchObject({ claimed: "300", committed: "300" });
@@ -245,7 +249,41 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     await checkInvariants(t, n);
   });
 
-  it("a crash while a keyed range's successor was claimed ahead: the successor holds no key lease; both ranges are reclaimed in key order", async () => {
+  it("maxRangeReclaims 1: a crash in a started range claimed ahead quarantines it; the range claimed ahead behind it, never started, is delivered", async () => {
+    // As above, one range later: message 130 hangs the child in (100, 150], itself claimed ahead
+    // and started (the statement sent as it started recorded (50, 100], claimed (150, 200] ahead
+    // and marked (100, 150] started). With maxRangeReclaims 1 the first crash reclaim quarantines
+    // a range: (100, 150] is, (150, 200] never started and is not.
+    const { s, g, n, gid } = await setupProduced(t, "ahead.quarantine", { message: { timeout: 2_000 }, maxRangeReclaims: 1 }, 0);
+    await s.produceBatch(Array.from({ length: 300 }, (_, i) => ({ payload: { i: i + 1 } })));
+    const child = poller({ stream: "ahead.quarantine", group: "g", method: "drain", opts: { batchLimit: 50, concurrency: 50 }, actions: { "130": "hang" } });
+    await child.waitFor({ event: "start", id: "130" });
+    // Killed once that statement has committed (its handlers start without waiting for it).
+    await vi.waitUntil(async () => (await claimLeases(t, n, gid)).map((l) => l.low).join() === "100,150", { timeout: 10_000, interval: 20 });
+    expect((await child.kill()).signal).toBe("SIGKILL");
+    const leases = await claimLeases(t, n, gid);
+    expect(leases.map((l) => [l.low, l.high, l.reclaims, l.released])).toEqual([["100", "150", 0, false], ["150", "200", 0, true]]);
+    expect(await cursor(t, n, gid)).toMatchObject({ claimed: "200", committed: "100" });
+    expect(started(child).map(Number).filter((id) => id > 150)).toEqual([]);
+
+    await untilDbTime(t, leases[1].expires_at, 1);
+    const seen: number[] = [];
+    t.events.length = 0;
+    const r = await g.drain((m) => void seen.push(Number(m.id)), { batchLimit: 50 });
+    // The quarantine is that range's reclaim (SQL0035, reclaims 1, then SQL0036); the other one is resumed.
+    expect(r).toMatchObject({ rangesQuarantined: 1, rangesResumed: 1, rangesReclaimed: 1 });
+    expect(t.events.filter((e) => e.code === "SQL0035").map((e) => [e.low, e.high, e.reclaims])).toEqual([["100", "150", 1]]);
+    expect(t.events.filter((e) => e.code === "SQL0036")).toHaveLength(1);
+    const quarantined = (await dlRows(t, n, gid)).filter((d) => d.error.startsWith("quarantined")).map((d) => Number(d.message_id));
+    expect(quarantined).toEqual(Array.from({ length: 50 }, (_, i) => 101 + i));
+    // The range after it ran as claimed, with the rest; the quarantined ones run as exception rows.
+    expect([...new Set(seen.filter((id) => id > 150))].sort((a, b) => a - b)).toEqual(Array.from({ length: 150 }, (_, i) => 151 + i));
+    expect((await eqRows(t, n, gid)).filter((e) => Number(e.message_id) > 150)).toEqual([]);
+    expect(await claimLeases(t, n, gid)).toEqual([]);
+    await checkInvariants(t, n);
+  });
+
+  it("a crash while a keyed range's successor was claimed ahead: the successor holds no key lease and is resumed, not reclaimed; both run in key order", async () => {
     // docs/protocol/poll-cycle.md#keyed-ranges-claimed-ahead: ordered messages over 5 keys, ranges of 50.
     // From the second range on, the next range is claimed while one runs; a range's record goes
     // with the next range's key take. Message 130 hangs the child in (100, 150] (whose keys came
@@ -257,7 +295,8 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     await vi.waitUntil(async () => (await claimLeases(t, n, gid)).length === 2, { timeout: 10_000, interval: 20 });
     expect((await child.kill()).signal).toBe("SIGKILL");
     const leases = await claimLeases(t, n, gid);
-    expect(leases.map((l) => [l.low, l.high, l.reclaims])).toEqual([["100", "150", 0], ["150", "200", 0]]);
+    // (100, 150] was claimed ahead too, and marked started by the statement that took its keys.
+    expect(leases.map((l) => [l.low, l.high, l.reclaims, l.released])).toEqual([["100", "150", 0, false], ["150", "200", 0, true]]);
     // (50, 100] was recorded with (100, 150]'s keys; that record does not advance the cursor (the
     // chain's last record would have).
     expect(await cursor(t, n, gid)).toMatchObject({ claimed: "200", committed: "50" });
@@ -271,7 +310,8 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     await untilDbTime(t, leases[1].expires_at, 1);
     const seen: number[] = [];
     const r = await g.drain((m) => void seen.push(Number(m.id)), { batchLimit: 50 });
-    expect(r.rangesReclaimed).toBe(2);
+    // The successor's lease was written `released`: it never started, so it is resumed, not reclaimed.
+    expect(r).toMatchObject({ rangesReclaimed: 1, rangesResumed: 1 });
     expect([...new Set(seen)].sort((a, b) => a - b)).toEqual(Array.from({ length: 200 }, (_, i) => 101 + i));
     for (let k = 0; k < 5; k++) {
       const mine = seen.filter((id) => id % 5 === k);

@@ -42,7 +42,7 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
     );
     await t.sql(
       `INSERT INTO ${S}.exception_queue_${n} (consumer_group_id, message_id, status, message_key, concurrency, attempts)
-       VALUES ($1, $2, 'ready', 'exceptionQueue', 'ordered', 1), ($1, $3, 'dead', 'eqdead', 'ordered', 3)`,
+       VALUES ($1, $2, 'ready', 'eq', 'ordered', 1), ($1, $3, 'dead', 'eqdead', 'ordered', 3)`,
       [g, id(1), id(2)],
     );
     await t.sql(

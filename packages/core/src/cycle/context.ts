@@ -8,6 +8,7 @@ import type { Db } from "../db.js";
 import { compareIds } from "../ids.js";
 import type { LeaseParams, MessageRow, Tables, TimeoutParams } from "../sql/cycle.js";
 import { RunMessage } from "./run.js";
+import type { RunOutcome } from "./plan.js";
 import type { CycleReport, Handler } from "./types.js";
 import { type MonotonicMs, type OnMonotonicClock, now } from "../clock.js";
 
@@ -15,6 +16,8 @@ export interface RangeMessage extends MessageRow {
   resolved: ResolvedMessage;
   /** When the message expires on the monotonic clock (null: never; docs/guide/producing.md#expiry). */
   expiry: MonotonicMs | null;
+  /** Its outcome in the range's run, once it has one (undefined: not run, or still running). */
+  outcome?: RunOutcome | undefined;
 }
 
 /** Poll options as a poll runs with them: the deadline on the monotonic clock. */

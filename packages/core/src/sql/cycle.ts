@@ -129,6 +129,8 @@ export interface ClaimParams extends LeaseParams, TimeoutParams, RecordParams {
   /**
    * The range leases this poll still holds while it claims (a claim ahead): the claim does not count
    * them as another poll's range holding keys (docs/protocol/ordering.md#ranges-of-several-pollers).
+   * Not empty, the lease it writes is `released` until its range starts; with a record, the claim
+   * marks these leases started (docs/protocol/poll-cycle.md#claiming-ahead).
    */
   own: string[];
   /** The group's resolved rateLimit as JSON, or null: no token is taken (docs/protocol/poll-cycle.md#rate-limit). */
@@ -192,9 +194,12 @@ export const claimRead = defineStatement<{ groupId: string; token: string; batch
            ORDER BY m.id
            LIMIT ${p.batchLimit}`);
 
-export const recordRange = defineStatement<RecordParams & { groupId: string; keepFrom: string | null; newToken: string | null }, { committed: string | null }>(
-  ["groupId", "recordToken", "keepFrom", "newToken", "recordExceptions", "recordDeliveries", "recordKeys"], (t, p) =>
-    `SELECT ${t.fn("record_range")}(${p.groupId}, ${p.recordToken}, ${p.keepFrom}, ${p.newToken}, ${p.recordExceptions}::jsonb, ${p.recordDeliveries}::jsonb, ${p.recordKeys}::jsonb)::text AS committed`);
+/** `start`: the poll's range claimed ahead that starts after this record (docs/protocol/poll-cycle.md#claiming-ahead), or null. */
+export const recordRange = defineStatement<
+  RecordParams & { groupId: string; keepFrom: string | null; newToken: string | null; start: string | null },
+  { committed: string | null }
+>(["groupId", "recordToken", "keepFrom", "newToken", "recordExceptions", "recordDeliveries", "recordKeys", "start"], (t, p) =>
+  `SELECT ${t.fn("record_range")}(${p.groupId}, ${p.recordToken}, ${p.keepFrom}, ${p.newToken}, ${p.recordExceptions}::jsonb, ${p.recordDeliveries}::jsonb, ${p.recordKeys}::jsonb, ${p.start}::uuid)::text AS committed`);
 
 /** The keys to take as take_keys_N reads them: a JSON array of {k, id, ordered, ms, held?}. */
 export interface TakeKeysParams {
@@ -238,11 +243,13 @@ export function recordEndsChain(row: RecordFlagsRow, pastDue: boolean): boolean 
  * record's (recorded, and what the load would say); the rest are the keys not taken.
  */
 export const recordTakeKeys = defineStatement<
-  TakeKeysParams & Omit<RecordParams, "recordKeys" | "recordToken"> & { recordToken: string; recordKeyToken: string | null; releasedKeys: string | null },
+  TakeKeysParams & Omit<RecordParams, "recordKeys" | "recordToken"> & {
+    recordToken: string; recordKeyToken: string | null; releasedKeys: string | null; start: string | null;
+  },
   RecordFlagsRow & KeyRefusalRow
->(["groupId", "recordToken", "recordExceptions", "recordDeliveries", "recordKeyToken", "releasedKeys", "keyToken", "low", "high", "wanted"], (t, p) =>
+>(["groupId", "recordToken", "recordExceptions", "recordDeliveries", "recordKeyToken", "releasedKeys", "keyToken", "low", "high", "wanted", "start"], (t, p) =>
   `SELECT recorded, paused, reclaimable, expirable, reservable, k, kind, pred_id::text AS pred_id
-            FROM ${t.fn("record_take_keys")}(${p.groupId}, ${p.recordToken}, ${p.recordExceptions}::jsonb, ${p.recordDeliveries}::jsonb, ${p.recordKeyToken}, ${p.releasedKeys}::jsonb, ${p.keyToken}, ${p.low}, ${p.high}, ${p.wanted}::jsonb)`);
+            FROM ${t.fn("record_take_keys")}(${p.groupId}, ${p.recordToken}, ${p.recordExceptions}::jsonb, ${p.recordDeliveries}::jsonb, ${p.recordKeyToken}, ${p.releasedKeys}::jsonb, ${p.keyToken}, ${p.low}, ${p.high}, ${p.wanted}::jsonb, ${p.start}::uuid)`);
 
 export interface TakeKeyParams {
   groupId: string;
@@ -280,7 +287,10 @@ export const extendRange = defineStatement<{ groupId: string; token: string; ms:
     `UPDATE ${t.claimLease} SET expires_at = now() + ${p.ms} * interval '1 millisecond'
            WHERE consumer_group_id = ${p.groupId} AND token = ${p.token} RETURNING 1`);
 
-/** A range lease row: its bounds, how often it was reclaimed, and whether it was released unstarted. */
+/**
+ * A range lease row: its bounds, how often it was reclaimed, and whether nothing of it is started
+ * (released unstarted, or claimed ahead and not started yet): taking it over is no reclaim.
+ */
 export interface LeaseRow {
   token: string;
   low: string;

@@ -192,8 +192,10 @@ async function sendAlongside<T>(ctx: PollContext<T>, chain: Chain<T>, run: Range
     if (chain.mayClaimAhead(run)) out.ahead = settled(claimAhead(ctx, own));
   } else if (chain.mayClaimAhead(run)) {
     // The claim ahead carries the unsent record; without it, the unsent record goes first, alone.
-    out.ahead = settled(unsent ? recordAndClaim(ctx, chain, unsent, false) : claimAhead(ctx, [run.range.token]));
-  } else if (unsent !== null) chain.note(await unsent.run.record(false));
+    // The record (with the claim, or alone) marks this range, claimed ahead, started.
+    const own = [run.range.token];
+    out.ahead = settled(unsent ? recordAndClaim(ctx, chain, unsent, false, own) : claimAhead(ctx, own));
+  } else if (unsent !== null) chain.note(await unsent.run.record(false, starting(ctx, run.range.token)));
   // One turn of the event loop puts the statements on the wire before handlers that return
   // synchronously hold the thread for the whole range.
   if (out.ahead !== null || out.taking !== null) await new Promise(setImmediate);
@@ -203,7 +205,7 @@ async function sendAlongside<T>(ctx: PollContext<T>, chain: Chain<T>, run: Range
 /** After a range with nothing claimed ahead: recorded with the next claim when the chain goes on, else alone. */
 async function recordThenNext<T>(ctx: PollContext<T>, chain: Chain<T>, run: RangeRun<T>, failure: { e: unknown } | null): Promise<Step<T>> {
   const whole = failure === null && chain.mayChain() ? run.whole() : null;
-  if (whole !== null) return { next: await recordAndClaim(ctx, chain, { run, rec: whole }, true), unsent: null };
+  if (whole !== null) return { next: await recordAndClaim(ctx, chain, { run, rec: whole }, true, []), unsent: null };
   chain.note(await run.record(failure !== null));
   if (failure) throw failure.e;
   return { next: null, unsent: null };
@@ -221,13 +223,22 @@ async function afterAhead<T>(
   const whole = failure === null && next !== null && chain.mayChain() ? run.whole() : null;
   chain.nextRangeSize(); // this range's sample; the range claimed ahead was sized before it ran
   if (whole !== null) return { next, unsent: { run, rec: whole } };
-  chain.note(await run.record(failure !== null));
+  chain.note(await run.record(failure !== null, failure === null && next !== null ? starting(ctx, next.token) : null));
   if (failure) {
     if (next !== null) await releaseUnstarted(ctx, chain, next);
     throw failure.e;
   }
   if (!ahead.ok) throw ahead.error;
   return { next, unsent: null };
+}
+
+/**
+ * The token of a range claimed ahead that starts after the record about to be sent, which marks it
+ * started (docs/protocol/poll-cycle.md#claiming-ahead); null when a stop or an abort means nothing of
+ * it will start.
+ */
+function starting<T>(ctx: PollContext<T>, token: string): string | null {
+  return ctx.stop || aborted(ctx) ? null : token;
 }
 
 /** Releases a range claimed ahead that will not run: recorded with no outcome, so any poll resumes it at once. */
@@ -245,13 +256,16 @@ async function releaseUnstarted<T>(ctx: PollContext<T>, chain: Chain<T>, claim: 
  * (docs/protocol/poll-cycle.md#the-steady-state). Its first row says whether the range was recorded and,
  * if so, what the load would say: anything to reclaim, expire or reserve, or a pause, and no
  * range was claimed; the exception phase of this poll (or the next poll's load) sees to it.
+ * `own`: for a claim ahead, the range starting as it goes out (docs/protocol/poll-cycle.md#claiming-ahead).
  */
-async function recordAndClaim<T>(ctx: PollContext<T>, chain: Chain<T>, unsent: UnsentRecord<T>, resize: boolean): Promise<Claimed | null> {
+async function recordAndClaim<T>(
+  ctx: PollContext<T>, chain: Chain<T>, unsent: UnsentRecord<T>, resize: boolean, own: string[],
+): Promise<Claimed | null> {
   const { run, rec } = unsent;
   if (resize) chain.nextRangeSize();
   const token = randomUUID();
   const sentAt = now();
-  const { answer, retried } = await sendClaim(ctx, claimParams(ctx, token, null, recordParams(rec), rec.pastDue));
+  const { answer, retried } = await sendClaim(ctx, claimParams(ctx, token, null, recordParams(rec), rec.pastDue, own));
   if (answer.record === null) {
     // The recovery found the lease the lost attempt took: it committed, and the record with it.
     chain.note({ ...NO_FACTS, advance: true });
@@ -285,7 +299,7 @@ async function takeFirstKeys<T>(ctx: PollContext<T>, chain: Chain<T>, run: Range
   const retry = { retried: false };
   const r = await statements.recordTakeKeys.retry(ctx.db, ctx.tables, {
     recordToken: rec.token, ...rowsJson(rec.rows), recordKeyToken: rec.keys.token, releasedKeys: passed ? null : releaseJson(rec.keys),
-    ...run.keys.takeParams(take, run.range.low, run.range.high),
+    ...run.keys.takeParams(take, run.range.low, run.range.high), start: run.range.token,
   }, retry);
   // No cursor advance here: the chain's last record (or the poll's advance) moves the cursor.
   const row = r.rows[0];

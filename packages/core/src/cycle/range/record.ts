@@ -54,10 +54,10 @@ export interface RecordedRange {
 }
 
 /** The exception and delivery-log rows of a recorded prefix; plain successes write none. */
-export function rowsOf<T>(ctx: PollContext<T>, recorded: RangeMessage[], outcomes: ReadonlyMap<string, RunOutcome>): RangeRows {
+export function rowsOf<T>(ctx: PollContext<T>, recorded: RangeMessage[]): RangeRows {
   const out: RangeRows = { exceptions: [], deliveries: [], plans: [], plainSuccesses: 0 };
   for (const m of recorded) {
-    const o = outcomes.get(m.id) as RunOutcome;
+    const o = m.outcome as RunOutcome;
     if (o.kind === "success" && ctx.mode !== "all") {
       out.plainSuccesses++;
       continue;
@@ -73,6 +73,11 @@ export function rowsOf<T>(ctx: PollContext<T>, recorded: RangeMessage[], outcome
     if (p.log) out.deliveries.push({ message_id: m.id, attempt: p.log.attempt, status: p.log.status, error: p.log.error });
   }
   return out;
+}
+
+/** The rows of a recorded prefix whose every message succeeded, outside mode `all`: none to write (as rowsOf would find). */
+export function plainRows(n: number): RangeRows {
+  return { exceptions: [], deliveries: [], plans: [], plainSuccesses: n };
 }
 
 /** A record's rows as JSON arrays, as record_range_N, claim_N and record_take_keys_N take them. */
@@ -97,13 +102,16 @@ export function countRecorded<T>(ctx: PollContext<T>, rows: RangeRows): void {
   }
 }
 
-/** A range whose lease was lost records nothing; its key leases are released. */
-export async function recordLost<T>(ctx: PollContext<T>, range: RecordedRange, keys: KeyRelease): Promise<Facts> {
+/**
+ * A range whose lease was lost records nothing; its key leases are released, and a range claimed
+ * ahead that starts next (`start`) is marked started all the same.
+ */
+export async function recordLost<T>(ctx: PollContext<T>, range: RecordedRange, keys: KeyRelease, start: string | null): Promise<Facts> {
   lostLease(ctx, `range (${range.low}, ${range.high}]`);
   const recordKeys = keyLeaseJson(keys);
-  if (recordKeys !== null) {
+  if (recordKeys !== null || start !== null) {
     await statements.recordRange.retry(ctx.db, ctx.tables, {
-      groupId: ctx.groupId, recordToken: randomUUID(), keepFrom: null, newToken: null, recordExceptions: "[]", recordDeliveries: "[]", recordKeys,
+      groupId: ctx.groupId, recordToken: randomUUID(), keepFrom: null, newToken: null, recordExceptions: "[]", recordDeliveries: "[]", recordKeys, start,
     });
   }
   return NO_FACTS;
@@ -111,12 +119,16 @@ export async function recordLost<T>(ctx: PollContext<T>, range: RecordedRange, k
 
 /**
  * record_range_N: the contiguous prefix of messages with an outcome is recorded (`keepFrom` the
- * last id recorded, null: all of it); the rest is released at once under a new token.
+ * last id recorded, null: all of it); the rest is released at once under a new token. `start`:
+ * the poll's range claimed ahead that starts after this record, marked started by it
+ * (docs/protocol/poll-cycle.md#claiming-ahead).
  */
-export async function recordAlone<T>(ctx: PollContext<T>, range: RecordedRange, rec: RangeRecord, keepFrom: string | null): Promise<Facts> {
+export async function recordAlone<T>(
+  ctx: PollContext<T>, range: RecordedRange, rec: RangeRecord, keepFrom: string | null, start: string | null,
+): Promise<Facts> {
   const newToken = keepFrom !== null ? randomUUID() : null;
   const retry: RetryState = { retried: false };
-  const r = await statements.recordRange.retry(ctx.db, ctx.tables, { groupId: ctx.groupId, keepFrom, newToken, ...recordParams(rec) }, retry);
+  const r = await statements.recordRange.retry(ctx.db, ctx.tables, { groupId: ctx.groupId, keepFrom, newToken, start, ...recordParams(rec) }, retry);
   const committed = r.rows[0].committed;
   if (committed === null) return recordMissing(ctx, range, rec.rows, retry, newToken);
   ctx.report.committedAfter = committed;
@@ -125,14 +137,14 @@ export async function recordAlone<T>(ctx: PollContext<T>, range: RecordedRange, 
 }
 
 /** The prefix a record keeps: up to the first message without an outcome; logs the unstarted rest. */
-export function recordedPrefix<T>(ctx: PollContext<T>, msgs: RangeMessage[], outcomes: ReadonlyMap<string, RunOutcome>, failed: boolean): {
+export function recordedPrefix<T>(ctx: PollContext<T>, msgs: RangeMessage[], failed: boolean): {
   recorded: RangeMessage[];
   keepFrom: string | null;
 } {
-  const firstOpen = msgs.find((m) => !outcomes.has(m.id));
+  const firstOpen = msgs.find((m) => m.outcome === undefined);
   if (firstOpen === undefined) return { recorded: msgs, keepFrom: null };
   ctx.report.rangesPartial++;
-  if (!failed) logNotStarted(ctx, msgs.filter((m) => !outcomes.has(m.id)).length);
+  if (!failed) logNotStarted(ctx, msgs.filter((m) => m.outcome === undefined).length);
   return { recorded: msgs.filter((m) => big(m.id) < big(firstOpen.id)), keepFrom: (big(firstOpen.id) - 1n).toString() };
 }
 

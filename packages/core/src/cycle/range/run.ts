@@ -9,7 +9,7 @@ import { runHandler } from "../run.js";
 import { watchRun } from "../abandoned.js";
 import type { RangeSample } from "../sizer.js";
 import { KeyLeases, keyTakeOutcome, keyedMember } from "./keys.js";
-import { type Facts, type RangeRecord, type RecordedRange, recordAlone, recordLost, recordedPrefix, rowsOf } from "./record.js";
+import { type Facts, type RangeRecord, type RecordedRange, plainRows, recordAlone, recordLost, recordedPrefix, rowsOf } from "./record.js";
 import { type MonotonicMs, after, now } from "../../clock.js";
 
 /** A range leased by a claim or a takeover: token, bounds, the lease's length (ms, from when it was asked for) and messages. */
@@ -57,9 +57,13 @@ function orderedKeys(msgs: RangeMessage[]): Set<string> {
 
 export class RangeRun<T> {
   readonly msgs: RangeMessage[];
+  /** The chains of a range with keyed members (chains()); empty without: every member runs alone. */
   readonly units: RangeMessage[][];
   readonly keys: KeyLeases<T>;
-  private readonly outcomes = new Map<string, RunOutcome>();
+  /** Members with an outcome (RangeMessage.outcome). */
+  private settled = 0;
+  /** Outcomes other than success set so far: with none, a record writes no row (plainRows). */
+  private unplain = 0;
   /** When the range lease expires at the earliest. */
   private leaseExpiry: MonotonicMs;
   /**
@@ -87,9 +91,10 @@ export class RangeRun<T> {
       m.resolved = resolve(ctx, m);
       // Measured from before the claim was sent: never later than the database's expiry, at most a round trip early.
       m.expiry = m.expires_in === null || m.expires_in === undefined ? null : after(sentAt, m.expires_in);
+      m.outcome = undefined;
     }
-    this.units = chains(this.msgs, ctx.resolution.keyConcurrency);
     this.keys = new KeyLeases(ctx, this.msgs.some(keyedMember));
+    this.units = this.keys.takesKeys ? chains(this.msgs, ctx.resolution.keyConcurrency) : [];
     this.leaseExpiry = after(sentAt, range.leaseMs);
     this.slack = Math.min(250, ctx.options.recordMargin / 4);
   }
@@ -157,14 +162,17 @@ export class RangeRun<T> {
    * (docs/protocol/crash-recovery.md#database-errors-inside-a-poll).
    */
   async dispatch(): Promise<{ e: unknown } | null> {
-    const { ctx, units } = this;
+    const { ctx, units, msgs } = this;
+    // Without keyed members every member is a unit of its own: no chain arrays are built.
+    const lone = !this.takesKeys;
+    const n = lone ? msgs.length : units.length;
     let next = 0;
     let failure = null as { e: unknown } | null;
     const worker = async () => {
-      while (!ctx.stop && next < units.length) {
+      while (!ctx.stop && next < n) {
         try {
           // A lone unkeyed member whose handler returned synchronously settles without a promise.
-          const running = this.runUnit(units[next++]);
+          const running = lone ? this.runLone(msgs[next++]) : this.runUnit(units[next++]);
           if (running !== undefined) await running;
         } catch (e) {
           failure ??= { e };
@@ -172,7 +180,7 @@ export class RangeRun<T> {
         }
       }
     };
-    await Promise.all(Array.from({ length: Math.min(ctx.options.concurrency, units.length) }, worker));
+    await Promise.all(Array.from({ length: Math.min(ctx.options.concurrency, n) }, worker));
     return failure;
   }
 
@@ -181,23 +189,33 @@ export class RangeRun<T> {
    * undefined when it settled synchronously.
    */
   private runUnit(unit: RangeMessage[]): Promise<void> | undefined {
-    const m = unit[0];
-    if (unit.length !== 1) return this.runChain(unit);
+    return unit.length !== 1 ? this.runChain(unit) : this.runLone(unit[0]);
+  }
+
+  /** A member that is a unit of its own: run at once unless its lease or key needs a chain's care. */
+  private runLone(m: RangeMessage): Promise<void> | undefined {
     if (this.expired(m)) return undefined;
     if (!mayStart(this.ctx, m.resolved.timeout)) return undefined;
-    if (this.outlives(m.resolved.timeout, this.leaseExpiry)) return this.runChain(unit);
-    if (keyedMember(m)) {
+    const at = now();
+    if (this.outlives(m.resolved.timeout, this.leaseExpiry, at)) return this.runChain([m]);
+    if (this.takesKeys && keyedMember(m)) {
       const held = this.keys.heldOutcome(m, true, this.outlives);
-      if (held === undefined) return this.runChain(unit);
+      if (held === undefined) return this.runChain([m]);
       if (held !== null) {
-        this.outcomes.set(m.id, held);
+        this.settle(m, held);
         return undefined;
       }
     }
-    const outcome = this.runMember(m);
-    if (outcome instanceof Promise) return outcome.then((o) => void this.outcomes.set(m.id, o));
-    this.outcomes.set(m.id, outcome);
+    const outcome = this.runMember(m, at);
+    if (outcome instanceof Promise) return outcome.then((o) => this.settle(m, o));
+    this.settle(m, outcome);
     return undefined;
+  }
+
+  private settle(m: RangeMessage, o: RunOutcome): void {
+    if (m.outcome === undefined) this.settled++;
+    m.outcome = o;
+    if (o.kind !== "success") this.unplain++;
   }
 
   /** One chain (or a lone message): its members in order; an ordered member after one that did not complete waits. */
@@ -207,7 +225,7 @@ export class RangeRun<T> {
       // An expired member never runs and never holds its key: the chain goes on past it.
       if (this.expired(m)) continue;
       if (blockedBy !== null && m.resolved.concurrency === "ordered") {
-        this.outcomes.set(m.id, { kind: "deferred", reason: `deferred: earlier message ${blockedBy} of this key in the range did not complete` });
+        this.settle(m, { kind: "deferred", reason: `deferred: earlier message ${blockedBy} of this key in the range did not complete` });
         continue;
       }
       if (!mayStart(this.ctx, m.resolved.timeout)) return;
@@ -220,7 +238,7 @@ export class RangeRun<T> {
       const held = keyedMember(m) ? await this.keyOutcome(m, m === unit[0]) : null;
       let outcome = held ?? this.runMember(m);
       if (outcome instanceof Promise) outcome = await outcome;
-      this.outcomes.set(m.id, outcome);
+      this.settle(m, outcome);
       if (outcome.kind === "success" || outcome.kind === "superseded") continue;
       const p = plan(outcome, 0, 0, m.resolved, this.ctx.resolution.exceptionInitialBackoff, this.ctx.mode);
       if (p.row.status !== "dead") blockedBy ??= m.id;
@@ -247,23 +265,22 @@ export class RangeRun<T> {
    */
   private expired(m: RangeMessage): boolean {
     if (m.expiry === null || this.ctx.stop || now() < m.expiry) return false;
-    this.outcomes.set(m.id, { kind: "expired" });
+    this.settle(m, { kind: "expired" });
     return true;
   }
 
-  /** Runs the handler of one member (first delivery, attempt 0). */
-  private runMember(m: RangeMessage): RunOutcome | Promise<RunOutcome> {
+  /** Runs the handler of one member (first delivery, attempt 0), started at `at`. */
+  private runMember(m: RangeMessage, at = now()): RunOutcome | Promise<RunOutcome> {
     const { ctx } = this;
     ctx.report.started++;
-    const t0 = this.sample ? now() : 0;
-    const w = watchRun(ctx, keyedMember(m) ? m.message_key : null, this.keys.token, m.id, m.resolved.timeout);
+    const w = watchRun(ctx, this.takesKeys && keyedMember(m) ? m.message_key : null, this.keys.token, m.id, m.resolved.timeout);
     // Parsed at its start and then held by the run alone: a range's parsed payloads are not all
     // alive at once, so most die young (a scavenge copies only the few in flight).
     const payload = this.payloadsAsText ? JSON.parse(m.payload as string) : m.payload;
     m.payload = null;
     const outcome = runHandler(ctx.handler, message(ctx, m, 0, 0, payload), m.resolved.timeout, w.onAbandon);
-    if (outcome instanceof Promise) return outcome.then((o) => this.ran(m, w, t0, o));
-    return this.ran(m, w, t0, outcome);
+    if (outcome instanceof Promise) return outcome.then((o) => this.ran(m, w, at, o));
+    return this.ran(m, w, at, outcome);
   }
 
   /** After a member's run: its key if the run was abandoned, the drain's sample. */
@@ -282,23 +299,24 @@ export class RangeRun<T> {
    * sent with the next claim or key take; null when it must be recorded on its own.
    */
   whole(): RangeRecord | null {
-    const { msgs, outcomes } = this;
-    if (this.lost || msgs.some((m) => !outcomes.has(m.id))) return null;
-    return this.recordOf(msgs);
+    if (this.lost || this.settled !== this.msgs.length) return null;
+    return this.recordOf(this.msgs);
   }
 
   private recordOf(recorded: RangeMessage[]): RangeRecord {
-    return { token: this.range.token, rows: rowsOf(this.ctx, recorded, this.outcomes), keys: this.keys.release(), pastDue: !this.takesKeys };
+    const rows = this.unplain === 0 && this.ctx.mode !== "all" ? plainRows(recorded.length) : rowsOf(this.ctx, recorded);
+    return { token: this.range.token, rows, keys: this.keys.release(), pastDue: !this.takesKeys };
   }
 
   /**
    * docs/protocol/poll-cycle.md#recording-a-range, in a statement of its own: the contiguous prefix of
    * messages with an outcome is recorded; the rest is released at once (the key leases as
-   * KeyLeases.release says).
+   * KeyLeases.release says). `start`: the token of the poll's range claimed ahead that starts
+   * after this record (docs/protocol/poll-cycle.md#claiming-ahead).
    */
-  async record(failed: boolean): Promise<Facts> {
-    if (this.lost) return recordLost(this.ctx, this.recorded, this.keys.release());
-    const { recorded, keepFrom } = recordedPrefix(this.ctx, this.msgs, this.outcomes, failed);
-    return recordAlone(this.ctx, this.recorded, this.recordOf(recorded), keepFrom);
+  async record(failed: boolean, start: string | null = null): Promise<Facts> {
+    if (this.lost) return recordLost(this.ctx, this.recorded, this.keys.release(), start);
+    const { recorded, keepFrom } = recordedPrefix(this.ctx, this.msgs, failed);
+    return recordAlone(this.ctx, this.recorded, this.recordOf(recorded), keepFrom, start);
   }
 }
