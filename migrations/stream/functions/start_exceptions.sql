@@ -1,7 +1,12 @@
 -- Start reserved rows, guarded per row by the reservation token p_token
 -- (docs/protocol/poll-cycle.md#batched-starts-and-records). p_rows is a JSON array of {id, key_token,
--- run_ms}: the row, the key lease token its run would hold (NULL for rows without a key lease), and
--- its run lease length. One result row per input row:
+-- run_ms, lead}: the row, the key lease token its run would hold (NULL for rows without a key lease),
+-- its run lease length, and, for a later row of a group (lead: the group's first row, of the same
+-- key, below it), the row it follows. A group's later rows take no key lease of their own: they
+-- start only when their lead started in this call, every row before them in the group started, and
+-- no unresolved predecessor outside the group lies between the lead and the group's last row
+-- (ordered keys: an exception row, a message in a range lease or one not claimed yet); they then run
+-- after the lead, one after another, under its key lease. One result row per input row:
 --   kind 'lost'       the row is not reserved under p_token (any more): nothing written;
 --   kind 'started'    the row is inflight under p_token until now() + run_ms (and holds its key
 --                     lease): the caller may run its handler. A row found already inflight under
@@ -25,6 +30,10 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
   x RECORD;
+  v_lead BIGINT;
+  v_cut BIGINT;
+  v_high BIGINT;
+  v_group BIGINT[];
   r RECORD;
   v_rank BIGINT;
   v_head BIGINT;
@@ -57,16 +66,33 @@ BEGIN
 
   RETURN QUERY SELECT u.id, 'started'::text, NULL::text, NULL::bigint FROM unnest(v_started) AS u(id);
 
-  FOR x IN SELECT j.id, j.key_token, j.run_ms,
+  FOR x IN SELECT j.id, j.key_token, j.run_ms, j.lead,
                   (SELECT e.message_key FROM {{schema}}.exception_queue_{{N}} e
                     WHERE e.consumer_group_id = p_group AND e.message_id = j.id) AS k
-             FROM jsonb_to_recordset(p_rows) AS j(id BIGINT, key_token UUID, run_ms BIGINT)
+             FROM jsonb_to_recordset(p_rows) AS j(id BIGINT, key_token UUID, run_ms BIGINT, lead BIGINT)
             WHERE j.id <> ALL (v_started)
             ORDER BY k NULLS FIRST, j.id
   LOOP
     message_id := x.id;
     reason := NULL;
     ref := NULL;
+    IF x.lead IS NOT NULL THEN
+      IF v_lead IS NOT DISTINCT FROM x.lead AND v_high IS NULL THEN
+        SELECT max(j.id), array_agg(j.id) INTO v_high, v_group
+          FROM jsonb_to_recordset(p_rows) AS j(id BIGINT, lead BIGINT) WHERE j.lead = x.lead;
+        IF r.concurrency = 'ordered' THEN
+          v_cut := {{schema}}.group_pred_{{N}}(p_group, r.message_key, x.lead, v_high, v_group);
+        END IF;
+      END IF;
+      SELECT f.kind, f.reason, f.ref INTO kind, reason, ref
+        FROM {{schema}}.start_follower_{{N}}(p_group, p_token, x.id, x.lead, x.run_ms, v_lead IS NOT DISTINCT FROM x.lead, v_cut) f;
+      IF kind <> 'started' THEN v_lead := NULL; END IF;
+      RETURN NEXT;
+      CONTINUE;
+    END IF;
+    v_lead := NULL;
+    v_cut := NULL;
+    v_high := NULL;
     SELECT e.message_key, e.concurrency, e.status INTO r FROM {{schema}}.exception_queue_{{N}} e
      WHERE e.consumer_group_id = p_group AND e.message_id = x.id AND e.lease_token = p_token
        AND e.status IN ('ready', 'deferred', 'inflight')
@@ -79,6 +105,7 @@ BEGIN
     -- Only this function makes a row inflight under the reservation token.
     IF r.status = 'inflight' THEN
       kind := 'started';
+      v_lead := x.id;
       RETURN NEXT;
       CONTINUE;
     END IF;
@@ -115,6 +142,7 @@ BEGIN
        SET status = 'inflight', lease_expires_at = now() + x.run_ms * interval '1 millisecond', updated_at = now()
      WHERE e.consumer_group_id = p_group AND e.message_id = x.id;
     kind := 'started';
+    v_lead := x.id;
     RETURN NEXT;
   END LOOP;
 END
