@@ -260,6 +260,27 @@ CREATE FUNCTION sqlstreams.fence_holders_1() RETURNS TABLE(pid integer, xact_age
    ORDER BY a.xact_start NULLS FIRST
 $$;
 
+-- FUNCTION: group_pred_1(bigint, text, bigint, bigint, bigint[])
+
+CREATE FUNCTION sqlstreams.group_pred_1(p_group bigint, p_key text, p_lead bigint, p_high bigint, p_rows bigint[]) RETURNS bigint
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  SELECT LEAST(
+    (SELECT min(e.message_id) FROM "sqlstreams".exception_queue_1 e
+      WHERE e.consumer_group_id = p_group AND e.message_key = p_key
+        AND e.message_id > p_lead AND e.message_id < p_high AND e.message_id <> ALL (p_rows)
+        AND e.status IN ('ready', 'inflight', 'deferred')),
+    (SELECT min(m.id) FROM "sqlstreams".claim_lease_1 l
+       JOIN "sqlstreams".message_log_1 m
+         ON m.message_key = p_key AND m.id > l.low AND m.id <= l.high AND m.id > p_lead AND m.id < p_high
+      WHERE l.consumer_group_id = p_group AND l.low < p_high AND l.high > p_lead),
+    (SELECT min(m.id) FROM "sqlstreams".consumer_group_cursor_1 c
+       JOIN "sqlstreams".message_log_1 m
+         ON m.message_key = p_key AND m.id > GREATEST(c.claimed, p_lead) AND m.id < p_high
+      WHERE c.consumer_group_id = p_group))
+$$;
+
 -- FUNCTION: lease_ms_1(bigint, bigint, integer, bigint, bigint)
 
 CREATE FUNCTION sqlstreams.lease_ms_1(p_tmax bigint, p_n bigint, p_concurrency integer, p_margin bigint, p_cap bigint) RETURNS bigint
@@ -470,55 +491,79 @@ BEGIN
       FROM "sqlstreams".exception_queue_1 e WHERE e.consumer_group_id = p_group AND e.lease_token = p_token;
   END IF;
   IF v_ids IS NULL THEN
-  WITH cand AS (
+  WITH scan AS MATERIALIZED (
+    -- The candidates in id order: the lowest waiting row of each exclusive/ordered key (leased or
+    -- not: a key whose lowest row is reserved waits), read in one pass over the key index without
+    -- a probe per row, and the waiting unkeyed or parallel rows; then, in id order until p_limit
+    -- pass, those not reserved by a live poll, whose message exists, whose key is not leased and
+    -- that pass the predecessor rule.
+    SELECT h.message_id AS id
+      FROM (SELECT u.* FROM (
+              SELECT k.message_id, k.message_key, k.concurrency, k.lease_expires_at FROM (
+                SELECT DISTINCT ON (e.message_key) e.message_id, e.message_key, e.concurrency, e.lease_expires_at
+                  FROM "sqlstreams".exception_queue_1 e
+                 WHERE e.consumer_group_id = p_group AND e.message_key IS NOT NULL AND e.concurrency <> 'parallel'
+                   AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
+                 ORDER BY e.message_key, e.message_id) k
+              UNION ALL
+              SELECT p.message_id, p.message_key, p.concurrency, p.lease_expires_at FROM (
+                SELECT e.message_id, e.message_key, e.concurrency, e.lease_expires_at
+                  FROM "sqlstreams".exception_queue_1 e
+                 WHERE e.consumer_group_id = p_group AND (e.message_key IS NULL OR e.concurrency = 'parallel')
+                   AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
+                   AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now())
+                 ORDER BY e.message_id
+                 LIMIT p_limit) p) u
+             ORDER BY u.message_id
+            OFFSET 0) h
+     WHERE (h.lease_expires_at IS NULL OR h.lease_expires_at < now())
+       AND EXISTS (SELECT 1 FROM "sqlstreams".message_log_1 m WHERE m.id = h.message_id)
+       AND (h.concurrency = 'parallel' OR h.message_key IS NULL OR (
+             NOT EXISTS (SELECT 1 FROM "sqlstreams".message_key_lease_1 k
+                          WHERE k.consumer_group_id = p_group AND k.message_key = h.message_key
+                            AND k.expires_at >= now())
+             -- The predecessor rule, per key (docs/protocol/ordering.md#the-predecessor-rule).
+             AND (h.concurrency <> 'ordered'
+                  OR "sqlstreams".ordered_pred_1(p_group, h.message_key, h.message_id, 0, 0) IS NULL)))
+     LIMIT p_limit
+  ), cand AS (
     SELECT e.message_id, e.message_key, e.concurrency
       FROM "sqlstreams".exception_queue_1 e
-     WHERE e.consumer_group_id = p_group
+     -- ANY (ARRAY(...)): the candidates are found once, whatever the planner thinks of the table.
+     WHERE e.consumer_group_id = p_group AND e.message_id = ANY (ARRAY(SELECT s.id FROM scan s))
        AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
        AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now())
-       AND EXISTS (SELECT 1 FROM "sqlstreams".message_log_1 m WHERE m.id = e.message_id)
-       AND (e.concurrency = 'parallel' OR e.message_key IS NULL OR (
-             NOT EXISTS (SELECT 1 FROM "sqlstreams".message_key_lease_1 k
-                          WHERE k.consumer_group_id = p_group AND k.message_key = e.message_key
-                            AND k.expires_at >= now())
-             -- Only the lowest waiting row per key, decided before LIMIT: otherwise one key's
-             -- backlog fills the batch and the per-key pick below leaves a single row to run.
-             AND NOT EXISTS (SELECT 1 FROM "sqlstreams".exception_queue_1 w
-                              WHERE w.consumer_group_id = p_group AND w.message_key = e.message_key
-                                AND w.message_id < e.message_id AND w.concurrency <> 'parallel'
-                                AND ((w.status = 'ready' AND w.can_run_after <= now()) OR w.status = 'deferred'))
-             -- The predecessor rule, per key (docs/protocol/ordering.md#the-predecessor-rule).
-             AND (e.concurrency <> 'ordered'
-                  OR "sqlstreams".ordered_pred_1(p_group, e.message_key, e.message_id, 0, 0) IS NULL)))
      ORDER BY e.message_id
-     LIMIT p_limit
      FOR UPDATE OF e SKIP LOCKED
-  ), pick AS (
-    SELECT x.message_id FROM (
-      SELECT cand.*, row_number() OVER (
-               PARTITION BY CASE WHEN cand.concurrency <> 'parallel' THEN cand.message_key END
-               ORDER BY cand.message_id) AS rn
-        FROM cand) x
-     WHERE x.rn = 1 OR x.concurrency = 'parallel' OR x.message_key IS NULL
-  ), follow AS (
+  ), ahead AS MATERIALIZED (
     -- A key's chain: the waiting rows of each picked exclusive/ordered key after its first, in id
-    -- order, up to the batch's limit. The caller runs them one after another, each started in
-    -- the statement that records the one before (the predecessor rule and the key lease are
-    -- checked then, as for any start), so a deferred backlog drains a chain per key per batch
-    -- instead of one row per key (docs/protocol/poll-cycle.md#the-exception-phase).
+    -- order, up to the batch's limit, read per key from the key index. The caller runs them one
+    -- after another, started in groups (start_exceptions_N: a group's later rows are checked
+    -- against the predecessor rule and run under the group's key lease), so a deferred backlog
+    -- drains a chain per key per batch (docs/protocol/poll-cycle.md#the-exception-phase).
+    SELECT w.message_id
+      FROM cand c
+      CROSS JOIN LATERAL (
+        SELECT w.message_id FROM "sqlstreams".exception_queue_1 w
+         WHERE w.consumer_group_id = p_group AND w.message_key = c.message_key AND w.message_id > c.message_id
+           AND w.concurrency <> 'parallel'
+           AND ((w.status = 'ready' AND w.can_run_after <= now()) OR w.status = 'deferred')
+           AND (w.lease_expires_at IS NULL OR w.lease_expires_at < now())
+           AND EXISTS (SELECT 1 FROM "sqlstreams".message_log_1 m WHERE m.id = w.message_id)
+         ORDER BY w.message_id
+         LIMIT p_limit) w
+     WHERE c.concurrency <> 'parallel' AND c.message_key IS NOT NULL
+     ORDER BY w.message_id
+     LIMIT GREATEST(p_limit - (SELECT count(*) FROM cand), 0)
+  ), follow AS (
     SELECT w.message_id, w.message_key
       FROM "sqlstreams".exception_queue_1 w
-     WHERE w.consumer_group_id = p_group
-       AND w.message_key IN (SELECT c.message_key FROM cand c JOIN pick p ON p.message_id = c.message_id
-                              WHERE c.concurrency <> 'parallel' AND c.message_key IS NOT NULL)
-       AND w.concurrency <> 'parallel'
-       AND w.message_id NOT IN (SELECT p.message_id FROM pick p)
+     WHERE w.consumer_group_id = p_group AND w.message_id = ANY (ARRAY(SELECT a.message_id FROM ahead a))
        AND ((w.status = 'ready' AND w.can_run_after <= now()) OR w.status = 'deferred')
        AND (w.lease_expires_at IS NULL OR w.lease_expires_at < now())
-       AND EXISTS (SELECT 1 FROM "sqlstreams".message_log_1 m WHERE m.id = w.message_id)
-     ORDER BY w.message_id
-     LIMIT GREATEST(p_limit - (SELECT count(*) FROM pick), 0)
      FOR UPDATE OF w SKIP LOCKED
+  ), pick AS (
+    SELECT c.message_id FROM cand c
   ), chain AS (
     SELECT COALESCE(max(x.n), 0) + 1 AS n FROM (SELECT count(*) AS n FROM follow f GROUP BY f.message_key) x
   ), len AS (
@@ -540,27 +585,52 @@ BEGIN
   WITH res AS (
     SELECT e.message_id AS id, e.message_key AS k, e.concurrency AS c,
            LEAST(GREATEST(COALESCE((m.options->>'timeout')::bigint, p_tdef), p_tmin), p_tmax) AS tmo,
-           -- A chain's later rows (kn > 1) start after the row before them is recorded.
+           -- Never charged a failure or an expiry, not compacted: may run in a group behind
+           -- another row (docs/protocol/poll-cycle.md#the-exception-phase).
+           (e.attempts = e.delays AND m.compaction_rank IS NULL) AS clean,
            row_number() OVER (PARTITION BY CASE WHEN e.concurrency <> 'parallel' THEN e.message_key END
                               ORDER BY e.message_id) AS kn
       FROM unnest(v_ids) AS i(id)
       JOIN "sqlstreams".exception_queue_1 e ON e.consumer_group_id = p_group AND e.message_id = i.id
       JOIN "sqlstreams".message_log_1 m ON m.id = i.id
   ), ord AS (
-    SELECT r.id, r.k, r.c, r.tmo, row_number() OVER (ORDER BY r.id) AS rn
+    SELECT r.id, r.k, r.c, r.tmo, r.clean, row_number() OVER (ORDER BY r.id) AS rn
       FROM res r
      WHERE r.c = 'parallel' OR r.k IS NULL OR (NOT (r.k = ANY (p_skip_keys)) AND r.kn = 1)
   ), cut AS (
     SELECT COALESCE(min(o.rn), 9223372036854775807) AS rn FROM ord o WHERE o.tmo + p_margin > p_budget
+  ), sel AS (
+    SELECT o.* FROM ord o, cut x WHERE o.rn <= p_start AND o.rn < x.rn
+  ), grp AS (
+    -- A started chain's first group: its first row and, when that row is clean, the clean rows
+    -- after it, while their timeouts added up still fit the time left and the lease cap. They
+    -- start together under one key lease as long as the group (start_exceptions_N).
+    SELECT g.lead, g.id, g.cum FROM (
+      SELECT h.id AS lead, r.id, r.kn,
+             sum(r.tmo) OVER w AS cum, bool_and(r.clean) OVER w AS clean
+        FROM sel h
+        JOIN res r ON r.k = h.k AND r.c <> 'parallel'
+       WHERE h.c <> 'parallel' AND h.k IS NOT NULL
+      WINDOW w AS (PARTITION BY h.id ORDER BY r.id)) g
+     WHERE g.kn = 1
+        OR (g.clean AND g.cum + p_margin <= LEAST(COALESCE(p_budget, 9223372036854775807), COALESCE(p_cap, 9223372036854775807)))
+  ), glen AS (
+    SELECT g.lead, max(g.cum) AS total FROM grp g GROUP BY g.lead
   )
   -- The key lease token is derived from the reservation token and the row, so a repeat of this
   -- call after a lost reply names the lease its first call took.
-  SELECT COALESCE(jsonb_agg(jsonb_build_object(
-           'id', o.id,
-           'key_token', CASE WHEN o.c <> 'parallel' AND o.k IS NOT NULL THEN md5(p_token::text || ':' || o.id)::uuid END,
-           'run_ms', LEAST(o.tmo + p_margin, COALESCE(p_cap, 9223372036854775807))) ORDER BY o.id), '[]'::jsonb)
-    INTO v_starts
-    FROM ord o, cut x WHERE o.rn <= p_start AND o.rn < x.rn;
+  SELECT COALESCE(jsonb_agg(x.j ORDER BY x.id), '[]'::jsonb) INTO v_starts
+    FROM (SELECT o.id, jsonb_build_object(
+                 'id', o.id,
+                 'key_token', CASE WHEN o.c <> 'parallel' AND o.k IS NOT NULL THEN md5(p_token::text || ':' || o.id)::uuid END,
+                 'run_ms', LEAST(COALESCE(l.total, o.tmo) + p_margin, COALESCE(p_cap, 9223372036854775807))) AS j
+            FROM sel o LEFT JOIN glen l ON l.lead = o.id
+          UNION ALL
+          SELECT g.id, jsonb_build_object(
+                 'id', g.id, 'key_token', NULL, 'lead', g.lead,
+                 'run_ms', LEAST(l.total + p_margin, COALESCE(p_cap, 9223372036854775807)))
+            FROM grp g JOIN glen l ON l.lead = g.lead
+           WHERE g.id <> g.lead) x;
   IF jsonb_array_length(v_starts) > 0 THEN
     SELECT COALESCE(jsonb_agg(to_jsonb(s)), '[]'::jsonb) INTO v_started
       FROM "sqlstreams".start_exceptions_1(p_group, p_token, v_starts) s;
@@ -572,7 +642,7 @@ BEGIN
       FROM unnest(v_ids) AS i(id)
       JOIN "sqlstreams".exception_queue_1 e ON e.consumer_group_id = p_group AND e.message_id = i.id
       JOIN "sqlstreams".message_log_1 m ON m.id = i.id
-      LEFT JOIN jsonb_to_recordset(v_starts) AS st(id BIGINT, key_token UUID, run_ms BIGINT) ON st.id = i.id
+      LEFT JOIN jsonb_to_recordset(v_starts) AS st(id BIGINT, key_token UUID, run_ms BIGINT, lead BIGINT) ON st.id = i.id
       LEFT JOIN jsonb_to_recordset(v_started) AS s(message_id BIGINT, kind TEXT, reason TEXT, ref BIGINT)
         ON s.message_id = i.id
      ORDER BY i.id;
@@ -587,6 +657,10 @@ CREATE FUNCTION sqlstreams.start_exceptions_1(p_group bigint, p_token uuid, p_ro
     AS $$
 DECLARE
   x RECORD;
+  v_lead BIGINT;
+  v_cut BIGINT;
+  v_high BIGINT;
+  v_group BIGINT[];
   r RECORD;
   v_rank BIGINT;
   v_head BIGINT;
@@ -619,16 +693,33 @@ BEGIN
 
   RETURN QUERY SELECT u.id, 'started'::text, NULL::text, NULL::bigint FROM unnest(v_started) AS u(id);
 
-  FOR x IN SELECT j.id, j.key_token, j.run_ms,
+  FOR x IN SELECT j.id, j.key_token, j.run_ms, j.lead,
                   (SELECT e.message_key FROM "sqlstreams".exception_queue_1 e
                     WHERE e.consumer_group_id = p_group AND e.message_id = j.id) AS k
-             FROM jsonb_to_recordset(p_rows) AS j(id BIGINT, key_token UUID, run_ms BIGINT)
+             FROM jsonb_to_recordset(p_rows) AS j(id BIGINT, key_token UUID, run_ms BIGINT, lead BIGINT)
             WHERE j.id <> ALL (v_started)
             ORDER BY k NULLS FIRST, j.id
   LOOP
     message_id := x.id;
     reason := NULL;
     ref := NULL;
+    IF x.lead IS NOT NULL THEN
+      IF v_lead IS NOT DISTINCT FROM x.lead AND v_high IS NULL THEN
+        SELECT max(j.id), array_agg(j.id) INTO v_high, v_group
+          FROM jsonb_to_recordset(p_rows) AS j(id BIGINT, lead BIGINT) WHERE j.lead = x.lead;
+        IF r.concurrency = 'ordered' THEN
+          v_cut := "sqlstreams".group_pred_1(p_group, r.message_key, x.lead, v_high, v_group);
+        END IF;
+      END IF;
+      SELECT f.kind, f.reason, f.ref INTO kind, reason, ref
+        FROM "sqlstreams".start_follower_1(p_group, p_token, x.id, x.lead, x.run_ms, v_lead IS NOT DISTINCT FROM x.lead, v_cut) f;
+      IF kind <> 'started' THEN v_lead := NULL; END IF;
+      RETURN NEXT;
+      CONTINUE;
+    END IF;
+    v_lead := NULL;
+    v_cut := NULL;
+    v_high := NULL;
     SELECT e.message_key, e.concurrency, e.status INTO r FROM "sqlstreams".exception_queue_1 e
      WHERE e.consumer_group_id = p_group AND e.message_id = x.id AND e.lease_token = p_token
        AND e.status IN ('ready', 'deferred', 'inflight')
@@ -641,6 +732,7 @@ BEGIN
     -- Only this function makes a row inflight under the reservation token.
     IF r.status = 'inflight' THEN
       kind := 'started';
+      v_lead := x.id;
       RETURN NEXT;
       CONTINUE;
     END IF;
@@ -677,8 +769,55 @@ BEGIN
        SET status = 'inflight', lease_expires_at = now() + x.run_ms * interval '1 millisecond', updated_at = now()
      WHERE e.consumer_group_id = p_group AND e.message_id = x.id;
     kind := 'started';
+    v_lead := x.id;
     RETURN NEXT;
   END LOOP;
+END
+$$;
+
+-- FUNCTION: start_follower_1(bigint, uuid, bigint, bigint, bigint, boolean, bigint)
+
+CREATE FUNCTION sqlstreams.start_follower_1(p_group bigint, p_token uuid, p_id bigint, p_lead bigint, p_run_ms bigint, p_lead_ok boolean, p_cut bigint) RETURNS TABLE(kind text, reason text, ref bigint)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  v_status TEXT;
+  v_rank BIGINT;
+BEGIN
+  SELECT e.status INTO v_status FROM "sqlstreams".exception_queue_1 e
+   WHERE e.consumer_group_id = p_group AND e.message_id = p_id AND e.lease_token = p_token
+     AND e.status IN ('ready', 'deferred', 'inflight')
+   FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN QUERY SELECT 'lost'::text, NULL::text, NULL::bigint;
+    RETURN;
+  END IF;
+  IF v_status = 'inflight' THEN
+    RETURN QUERY SELECT 'started'::text, NULL::text, NULL::bigint;
+    RETURN;
+  END IF;
+  IF NOT p_lead_ok THEN
+    RETURN QUERY SELECT 'deferred'::text, 'pred'::text, p_lead;
+    RETURN;
+  END IF;
+  IF p_cut IS NOT NULL AND p_cut < p_id THEN
+    RETURN QUERY SELECT 'deferred'::text, 'pred'::text, p_cut;
+    RETURN;
+  END IF;
+  SELECT m.compaction_rank INTO v_rank FROM "sqlstreams".message_log_1 m WHERE m.id = p_id;
+  IF NOT FOUND THEN
+    RETURN QUERY SELECT 'lost'::text, NULL::text, NULL::bigint;
+    RETURN;
+  END IF;
+  IF v_rank IS NOT NULL THEN
+    RETURN QUERY SELECT 'deferred'::text, 'pred'::text, p_lead;
+    RETURN;
+  END IF;
+  UPDATE "sqlstreams".exception_queue_1 e
+     SET status = 'inflight', lease_expires_at = now() + p_run_ms * interval '1 millisecond', updated_at = now()
+   WHERE e.consumer_group_id = p_group AND e.message_id = p_id;
+  RETURN QUERY SELECT 'started'::text, NULL::text, NULL::bigint;
 END
 $$;
 
