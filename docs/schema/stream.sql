@@ -481,6 +481,10 @@ CREATE FUNCTION sqlstreams.reserve_exceptions_1(p_group bigint, p_limit integer,
 #variable_conflict use_column
 DECLARE
   v_ids BIGINT[];
+  v_cands BIGINT[];
+  v_deep BOOLEAN;
+  v_last BIGINT;
+  v_seen TEXT[];
   v_starts JSONB;
   v_started JSONB := '[]'::jsonb;
 BEGIN
@@ -491,34 +495,32 @@ BEGIN
       FROM "sqlstreams".exception_queue_1 e WHERE e.consumer_group_id = p_group AND e.lease_token = p_token;
   END IF;
   IF v_ids IS NULL THEN
-  WITH scan AS MATERIALIZED (
-    -- The candidates in id order: the lowest waiting row of each exclusive/ordered key (leased or
-    -- not: a key whose lowest row is reserved waits), read in one pass over the key index without
-    -- a probe per row, and the waiting unkeyed or parallel rows; then, in id order until p_limit
-    -- pass, those not reserved by a live poll, whose message exists, whose key is not leased and
-    -- that pass the predecessor rule.
-    SELECT h.message_id AS id
-      FROM (SELECT u.* FROM (
-              SELECT k.message_id, k.message_key, k.concurrency, k.lease_expires_at FROM (
-                SELECT DISTINCT ON (e.message_key) e.message_id, e.message_key, e.concurrency, e.lease_expires_at
-                  FROM "sqlstreams".exception_queue_1 e
-                 WHERE e.consumer_group_id = p_group AND e.message_key IS NOT NULL AND e.concurrency <> 'parallel'
-                   AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
-                 ORDER BY e.message_key, e.message_id) k
-              UNION ALL
-              SELECT p.message_id, p.message_key, p.concurrency, p.lease_expires_at FROM (
-                SELECT e.message_id, e.message_key, e.concurrency, e.lease_expires_at
-                  FROM "sqlstreams".exception_queue_1 e
-                 WHERE e.consumer_group_id = p_group AND (e.message_key IS NULL OR e.concurrency = 'parallel')
-                   AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
-                   AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now())
-                 ORDER BY e.message_id
-                 LIMIT p_limit) p) u
-             ORDER BY u.message_id
-            OFFSET 0) h
+  -- The candidates, in id order until p_limit pass the rules: the lowest waiting row of each
+  -- exclusive/ordered key (leased or not: a key whose lowest row is reserved waits) and the waiting
+  -- unkeyed or parallel rows; passing: not reserved by a live poll, the message exists, the key is
+  -- not leased, the predecessor rule holds. First among the group's first 4 × p_limit waiting rows
+  -- in id order (each key's first row there is its lowest); when they are all taken and too few
+  -- passed, the rows after them: each key not seen there by a skip scan of the key index (a probe
+  -- per key, not per row) and the unkeyed rows. Either way the answer is the first p_limit passing
+  -- candidates in id order, read without a probe per waiting row.
+  WITH pre AS MATERIALIZED (
+    SELECT e.message_id, e.message_key, e.concurrency, e.lease_expires_at,
+           (e.concurrency <> 'parallel' AND e.message_key IS NOT NULL) AS keyed
+      FROM "sqlstreams".exception_queue_1 e
+     WHERE e.consumer_group_id = p_group
+       AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
+     ORDER BY e.message_id
+     LIMIT p_limit * 4
+  ), heads AS MATERIALIZED (
+    SELECT DISTINCT ON (p.keyed, CASE WHEN p.keyed THEN p.message_key END, CASE WHEN NOT p.keyed THEN p.message_id END) p.*
+      FROM pre p
+     ORDER BY p.keyed, CASE WHEN p.keyed THEN p.message_key END, CASE WHEN NOT p.keyed THEN p.message_id END, p.message_id
+  ), ok AS (
+    SELECT h.message_id FROM (SELECT * FROM heads ORDER BY message_id OFFSET 0) h
      WHERE (h.lease_expires_at IS NULL OR h.lease_expires_at < now())
-       AND EXISTS (SELECT 1 FROM "sqlstreams".message_log_1 m WHERE m.id = h.message_id)
-       AND (h.concurrency = 'parallel' OR h.message_key IS NULL OR (
+       -- A scalar subquery, a probe per candidate: EXISTS could become a join that reads the log.
+       AND (SELECT true FROM "sqlstreams".message_log_1 m WHERE m.id = h.message_id)
+       AND (NOT h.keyed OR (
              NOT EXISTS (SELECT 1 FROM "sqlstreams".message_key_lease_1 k
                           WHERE k.consumer_group_id = p_group AND k.message_key = h.message_key
                             AND k.expires_at >= now())
@@ -526,11 +528,61 @@ BEGIN
              AND (h.concurrency <> 'ordered'
                   OR "sqlstreams".ordered_pred_1(p_group, h.message_key, h.message_id, 0, 0) IS NULL)))
      LIMIT p_limit
-  ), cand AS (
+  )
+  SELECT ARRAY(SELECT o.message_id FROM ok o ORDER BY o.message_id),
+         (SELECT count(*) = p_limit * 4 FROM pre), (SELECT max(p.message_id) FROM pre p),
+         ARRAY(SELECT DISTINCT p.message_key FROM pre p WHERE p.keyed)
+    INTO v_cands, v_deep, v_last, v_seen;
+  IF v_deep AND cardinality(v_cands) < p_limit THEN
+    v_cands := v_cands || ARRAY(
+      WITH RECURSIVE ks AS (
+        SELECT (SELECT min(e.message_key) FROM "sqlstreams".exception_queue_1 e
+                 WHERE e.consumer_group_id = p_group AND e.message_key IS NOT NULL) AS k
+        UNION ALL
+        SELECT (SELECT min(e.message_key) FROM "sqlstreams".exception_queue_1 e
+                 WHERE e.consumer_group_id = p_group AND e.message_key > ks.k)
+          FROM ks WHERE ks.k IS NOT NULL
+      )
+      SELECT h.message_id FROM (
+        SELECT x.* FROM (
+          SELECT f.message_id, f.message_key, f.concurrency, f.lease_expires_at, true AS keyed
+            FROM ks
+            CROSS JOIN LATERAL (
+              SELECT e.message_id, e.message_key, e.concurrency, e.lease_expires_at
+                FROM "sqlstreams".exception_queue_1 e
+               WHERE e.consumer_group_id = p_group AND e.message_key = ks.k AND e.concurrency <> 'parallel'
+                 AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
+               ORDER BY e.message_id
+               LIMIT 1) f
+           WHERE ks.k IS NOT NULL AND NOT (ks.k = ANY (v_seen))
+          UNION ALL
+          -- Unkeyed and parallel rows are never deferred (nothing to wait for): the due ready rows.
+          SELECT u.* FROM (
+            SELECT e.message_id, e.message_key, e.concurrency, e.lease_expires_at, false AS keyed
+              FROM "sqlstreams".exception_queue_1 e
+             WHERE e.consumer_group_id = p_group AND e.message_id > v_last
+               AND (e.message_key IS NULL OR e.concurrency = 'parallel')
+               AND e.status = 'ready' AND e.can_run_after <= now()
+             ORDER BY e.message_id
+             LIMIT p_limit) u) x
+         ORDER BY x.message_id
+        OFFSET 0) h
+     WHERE (h.lease_expires_at IS NULL OR h.lease_expires_at < now())
+       -- A scalar subquery, a probe per candidate: EXISTS could become a join that reads the log.
+       AND (SELECT true FROM "sqlstreams".message_log_1 m WHERE m.id = h.message_id)
+       AND (NOT h.keyed OR (
+             NOT EXISTS (SELECT 1 FROM "sqlstreams".message_key_lease_1 k
+                          WHERE k.consumer_group_id = p_group AND k.message_key = h.message_key
+                            AND k.expires_at >= now())
+             -- The predecessor rule, per key (docs/protocol/ordering.md#the-predecessor-rule).
+             AND (h.concurrency <> 'ordered'
+                  OR "sqlstreams".ordered_pred_1(p_group, h.message_key, h.message_id, 0, 0) IS NULL)))
+     LIMIT p_limit - cardinality(v_cands));
+  END IF;
+  WITH cand AS (
     SELECT e.message_id, e.message_key, e.concurrency
       FROM "sqlstreams".exception_queue_1 e
-     -- ANY (ARRAY(...)): the candidates are found once, whatever the planner thinks of the table.
-     WHERE e.consumer_group_id = p_group AND e.message_id = ANY (ARRAY(SELECT s.id FROM scan s))
+     WHERE e.consumer_group_id = p_group AND e.message_id = ANY (v_cands)
        AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
        AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now())
      ORDER BY e.message_id
@@ -661,6 +713,8 @@ DECLARE
   v_cut BIGINT;
   v_high BIGINT;
   v_group BIGINT[];
+  v_done BIGINT;
+  v_followers JSONB;
   r RECORD;
   v_rank BIGINT;
   v_head BIGINT;
@@ -704,22 +758,26 @@ BEGIN
     reason := NULL;
     ref := NULL;
     IF x.lead IS NOT NULL THEN
-      IF v_lead IS NOT DISTINCT FROM x.lead AND v_high IS NULL THEN
-        SELECT max(j.id), array_agg(j.id) INTO v_high, v_group
-          FROM jsonb_to_recordset(p_rows) AS j(id BIGINT, lead BIGINT) WHERE j.lead = x.lead;
-        IF r.concurrency = 'ordered' THEN
+      -- A group's later rows start together, when the first of them comes up (start_followers_N).
+      IF v_done IS DISTINCT FROM x.lead THEN
+        v_done := x.lead;
+        v_cut := NULL;
+        IF v_lead IS NOT DISTINCT FROM x.lead AND r.concurrency = 'ordered' THEN
+          SELECT max(j.id), array_agg(j.id) INTO v_high, v_group
+            FROM jsonb_to_recordset(p_rows) AS j(id BIGINT, lead BIGINT) WHERE j.lead = x.lead;
           v_cut := "sqlstreams".group_pred_1(p_group, r.message_key, x.lead, v_high, v_group);
         END IF;
+        SELECT COALESCE(jsonb_object_agg(f.message_id::text, jsonb_build_object('kind', f.kind, 'reason', f.reason, 'ref', f.ref)), '{}')
+          INTO v_followers
+          FROM "sqlstreams".start_followers_1(p_group, p_token, x.lead, v_lead IS NOT DISTINCT FROM x.lead, v_cut, p_rows) f;
       END IF;
-      SELECT f.kind, f.reason, f.ref INTO kind, reason, ref
-        FROM "sqlstreams".start_follower_1(p_group, p_token, x.id, x.lead, x.run_ms, v_lead IS NOT DISTINCT FROM x.lead, v_cut) f;
-      IF kind <> 'started' THEN v_lead := NULL; END IF;
+      kind := v_followers -> x.id::text ->> 'kind';
+      reason := v_followers -> x.id::text ->> 'reason';
+      ref := (v_followers -> x.id::text ->> 'ref')::bigint;
       RETURN NEXT;
       CONTINUE;
     END IF;
     v_lead := NULL;
-    v_cut := NULL;
-    v_high := NULL;
     SELECT e.message_key, e.concurrency, e.status INTO r FROM "sqlstreams".exception_queue_1 e
      WHERE e.consumer_group_id = p_group AND e.message_id = x.id AND e.lease_token = p_token
        AND e.status IN ('ready', 'deferred', 'inflight')
@@ -775,50 +833,44 @@ BEGIN
 END
 $$;
 
--- FUNCTION: start_follower_1(bigint, uuid, bigint, bigint, bigint, boolean, bigint)
+-- FUNCTION: start_followers_1(bigint, uuid, bigint, boolean, bigint, jsonb)
 
-CREATE FUNCTION sqlstreams.start_follower_1(p_group bigint, p_token uuid, p_id bigint, p_lead bigint, p_run_ms bigint, p_lead_ok boolean, p_cut bigint) RETURNS TABLE(kind text, reason text, ref bigint)
-    LANGUAGE plpgsql
+CREATE FUNCTION sqlstreams.start_followers_1(p_group bigint, p_token uuid, p_lead bigint, p_lead_ok boolean, p_cut bigint, p_rows jsonb) RETURNS TABLE(message_id bigint, kind text, reason text, ref bigint)
+    LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-DECLARE
-  v_status TEXT;
-  v_rank BIGINT;
-BEGIN
-  SELECT e.status INTO v_status FROM "sqlstreams".exception_queue_1 e
-   WHERE e.consumer_group_id = p_group AND e.message_id = p_id AND e.lease_token = p_token
-     AND e.status IN ('ready', 'deferred', 'inflight')
-   FOR UPDATE;
-  IF NOT FOUND THEN
-    RETURN QUERY SELECT 'lost'::text, NULL::text, NULL::bigint;
-    RETURN;
-  END IF;
-  IF v_status = 'inflight' THEN
-    RETURN QUERY SELECT 'started'::text, NULL::text, NULL::bigint;
-    RETURN;
-  END IF;
-  IF NOT p_lead_ok THEN
-    RETURN QUERY SELECT 'deferred'::text, 'pred'::text, p_lead;
-    RETURN;
-  END IF;
-  IF p_cut IS NOT NULL AND p_cut < p_id THEN
-    RETURN QUERY SELECT 'deferred'::text, 'pred'::text, p_cut;
-    RETURN;
-  END IF;
-  SELECT m.compaction_rank INTO v_rank FROM "sqlstreams".message_log_1 m WHERE m.id = p_id;
-  IF NOT FOUND THEN
-    RETURN QUERY SELECT 'lost'::text, NULL::text, NULL::bigint;
-    RETURN;
-  END IF;
-  IF v_rank IS NOT NULL THEN
-    RETURN QUERY SELECT 'deferred'::text, 'pred'::text, p_lead;
-    RETURN;
-  END IF;
-  UPDATE "sqlstreams".exception_queue_1 e
-     SET status = 'inflight', lease_expires_at = now() + p_run_ms * interval '1 millisecond', updated_at = now()
-   WHERE e.consumer_group_id = p_group AND e.message_id = p_id;
-  RETURN QUERY SELECT 'started'::text, NULL::text, NULL::bigint;
-END
+  WITH f AS (
+    SELECT j.id, j.run_ms FROM jsonb_to_recordset(p_rows) AS j(id BIGINT, run_ms BIGINT, lead BIGINT)
+     WHERE j.lead = p_lead
+  ), cur AS (
+    -- Each row by primary key, locked in id order.
+    SELECT f.id, f.run_ms, e.status, (SELECT m.compaction_rank IS NULL FROM "sqlstreams".message_log_1 m WHERE m.id = f.id) AS plain
+      FROM (SELECT * FROM f ORDER BY f.id) f
+      LEFT JOIN LATERAL (SELECT e.status FROM "sqlstreams".exception_queue_1 e
+                          WHERE e.consumer_group_id = p_group AND e.message_id = f.id AND e.lease_token = p_token
+                            AND e.status IN ('ready', 'deferred', 'inflight')
+                          OFFSET 0
+                            FOR UPDATE) e ON true
+  ), ok AS (
+    SELECT c.*, bool_and(COALESCE(p_lead_ok AND c.status IS NOT NULL
+                                  AND (c.status = 'inflight' OR (c.plain AND (p_cut IS NULL OR c.id < p_cut))), false))
+                  OVER (ORDER BY c.id) AS go
+      FROM cur c
+  ), upd AS (
+    -- Runs to completion whether or not the answer reads it.
+    UPDATE "sqlstreams".exception_queue_1 e
+       SET status = 'inflight', lease_expires_at = now() + o.run_ms * interval '1 millisecond', updated_at = now()
+      FROM ok o
+     WHERE e.consumer_group_id = p_group AND e.message_id = o.id AND o.go AND o.status <> 'inflight'
+    RETURNING e.message_id
+  )
+  SELECT o.id,
+         CASE WHEN o.go THEN 'started' WHEN o.status IS NULL OR o.plain IS NULL THEN 'lost' ELSE 'deferred' END,
+         CASE WHEN o.go OR o.status IS NULL OR o.plain IS NULL THEN NULL ELSE 'pred' END,
+         CASE WHEN o.go OR o.status IS NULL OR o.plain IS NULL THEN NULL
+              WHEN p_cut IS NOT NULL AND p_cut < o.id THEN p_cut ELSE p_lead END
+    FROM ok o
+   ORDER BY o.id
 $$;
 
 -- FUNCTION: take_key_1(bigint, text, uuid, bigint, bigint, boolean, bigint, bigint, boolean)

@@ -31,6 +31,10 @@ AS $fn$
 #variable_conflict use_column
 DECLARE
   v_ids BIGINT[];
+  v_cands BIGINT[];
+  v_deep BOOLEAN;
+  v_last BIGINT;
+  v_seen TEXT[];
   v_starts JSONB;
   v_started JSONB := '[]'::jsonb;
 BEGIN
@@ -41,34 +45,32 @@ BEGIN
       FROM {{schema}}.exception_queue_{{N}} e WHERE e.consumer_group_id = p_group AND e.lease_token = p_token;
   END IF;
   IF v_ids IS NULL THEN
-  WITH scan AS MATERIALIZED (
-    -- The candidates in id order: the lowest waiting row of each exclusive/ordered key (leased or
-    -- not: a key whose lowest row is reserved waits), read in one pass over the key index without
-    -- a probe per row, and the waiting unkeyed or parallel rows; then, in id order until p_limit
-    -- pass, those not reserved by a live poll, whose message exists, whose key is not leased and
-    -- that pass the predecessor rule.
-    SELECT h.message_id AS id
-      FROM (SELECT u.* FROM (
-              SELECT k.message_id, k.message_key, k.concurrency, k.lease_expires_at FROM (
-                SELECT DISTINCT ON (e.message_key) e.message_id, e.message_key, e.concurrency, e.lease_expires_at
-                  FROM {{schema}}.exception_queue_{{N}} e
-                 WHERE e.consumer_group_id = p_group AND e.message_key IS NOT NULL AND e.concurrency <> 'parallel'
-                   AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
-                 ORDER BY e.message_key, e.message_id) k
-              UNION ALL
-              SELECT p.message_id, p.message_key, p.concurrency, p.lease_expires_at FROM (
-                SELECT e.message_id, e.message_key, e.concurrency, e.lease_expires_at
-                  FROM {{schema}}.exception_queue_{{N}} e
-                 WHERE e.consumer_group_id = p_group AND (e.message_key IS NULL OR e.concurrency = 'parallel')
-                   AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
-                   AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now())
-                 ORDER BY e.message_id
-                 LIMIT p_limit) p) u
-             ORDER BY u.message_id
-            OFFSET 0) h
+  -- The candidates, in id order until p_limit pass the rules: the lowest waiting row of each
+  -- exclusive/ordered key (leased or not: a key whose lowest row is reserved waits) and the waiting
+  -- unkeyed or parallel rows; passing: not reserved by a live poll, the message exists, the key is
+  -- not leased, the predecessor rule holds. First among the group's first 4 × p_limit waiting rows
+  -- in id order (each key's first row there is its lowest); when they are all taken and too few
+  -- passed, the rows after them: each key not seen there by a skip scan of the key index (a probe
+  -- per key, not per row) and the unkeyed rows. Either way the answer is the first p_limit passing
+  -- candidates in id order, read without a probe per waiting row.
+  WITH pre AS MATERIALIZED (
+    SELECT e.message_id, e.message_key, e.concurrency, e.lease_expires_at,
+           (e.concurrency <> 'parallel' AND e.message_key IS NOT NULL) AS keyed
+      FROM {{schema}}.exception_queue_{{N}} e
+     WHERE e.consumer_group_id = p_group
+       AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
+     ORDER BY e.message_id
+     LIMIT p_limit * 4
+  ), heads AS MATERIALIZED (
+    SELECT DISTINCT ON (p.keyed, CASE WHEN p.keyed THEN p.message_key END, CASE WHEN NOT p.keyed THEN p.message_id END) p.*
+      FROM pre p
+     ORDER BY p.keyed, CASE WHEN p.keyed THEN p.message_key END, CASE WHEN NOT p.keyed THEN p.message_id END, p.message_id
+  ), ok AS (
+    SELECT h.message_id FROM (SELECT * FROM heads ORDER BY message_id OFFSET 0) h
      WHERE (h.lease_expires_at IS NULL OR h.lease_expires_at < now())
-       AND EXISTS (SELECT 1 FROM {{schema}}.message_log_{{N}} m WHERE m.id = h.message_id)
-       AND (h.concurrency = 'parallel' OR h.message_key IS NULL OR (
+       -- A scalar subquery, a probe per candidate: EXISTS could become a join that reads the log.
+       AND (SELECT true FROM {{schema}}.message_log_{{N}} m WHERE m.id = h.message_id)
+       AND (NOT h.keyed OR (
              NOT EXISTS (SELECT 1 FROM {{schema}}.message_key_lease_{{N}} k
                           WHERE k.consumer_group_id = p_group AND k.message_key = h.message_key
                             AND k.expires_at >= now())
@@ -76,11 +78,61 @@ BEGIN
              AND (h.concurrency <> 'ordered'
                   OR {{schema}}.ordered_pred_{{N}}(p_group, h.message_key, h.message_id, 0, 0) IS NULL)))
      LIMIT p_limit
-  ), cand AS (
+  )
+  SELECT ARRAY(SELECT o.message_id FROM ok o ORDER BY o.message_id),
+         (SELECT count(*) = p_limit * 4 FROM pre), (SELECT max(p.message_id) FROM pre p),
+         ARRAY(SELECT DISTINCT p.message_key FROM pre p WHERE p.keyed)
+    INTO v_cands, v_deep, v_last, v_seen;
+  IF v_deep AND cardinality(v_cands) < p_limit THEN
+    v_cands := v_cands || ARRAY(
+      WITH RECURSIVE ks AS (
+        SELECT (SELECT min(e.message_key) FROM {{schema}}.exception_queue_{{N}} e
+                 WHERE e.consumer_group_id = p_group AND e.message_key IS NOT NULL) AS k
+        UNION ALL
+        SELECT (SELECT min(e.message_key) FROM {{schema}}.exception_queue_{{N}} e
+                 WHERE e.consumer_group_id = p_group AND e.message_key > ks.k)
+          FROM ks WHERE ks.k IS NOT NULL
+      )
+      SELECT h.message_id FROM (
+        SELECT x.* FROM (
+          SELECT f.message_id, f.message_key, f.concurrency, f.lease_expires_at, true AS keyed
+            FROM ks
+            CROSS JOIN LATERAL (
+              SELECT e.message_id, e.message_key, e.concurrency, e.lease_expires_at
+                FROM {{schema}}.exception_queue_{{N}} e
+               WHERE e.consumer_group_id = p_group AND e.message_key = ks.k AND e.concurrency <> 'parallel'
+                 AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
+               ORDER BY e.message_id
+               LIMIT 1) f
+           WHERE ks.k IS NOT NULL AND NOT (ks.k = ANY (v_seen))
+          UNION ALL
+          -- Unkeyed and parallel rows are never deferred (nothing to wait for): the due ready rows.
+          SELECT u.* FROM (
+            SELECT e.message_id, e.message_key, e.concurrency, e.lease_expires_at, false AS keyed
+              FROM {{schema}}.exception_queue_{{N}} e
+             WHERE e.consumer_group_id = p_group AND e.message_id > v_last
+               AND (e.message_key IS NULL OR e.concurrency = 'parallel')
+               AND e.status = 'ready' AND e.can_run_after <= now()
+             ORDER BY e.message_id
+             LIMIT p_limit) u) x
+         ORDER BY x.message_id
+        OFFSET 0) h
+     WHERE (h.lease_expires_at IS NULL OR h.lease_expires_at < now())
+       -- A scalar subquery, a probe per candidate: EXISTS could become a join that reads the log.
+       AND (SELECT true FROM {{schema}}.message_log_{{N}} m WHERE m.id = h.message_id)
+       AND (NOT h.keyed OR (
+             NOT EXISTS (SELECT 1 FROM {{schema}}.message_key_lease_{{N}} k
+                          WHERE k.consumer_group_id = p_group AND k.message_key = h.message_key
+                            AND k.expires_at >= now())
+             -- The predecessor rule, per key (docs/protocol/ordering.md#the-predecessor-rule).
+             AND (h.concurrency <> 'ordered'
+                  OR {{schema}}.ordered_pred_{{N}}(p_group, h.message_key, h.message_id, 0, 0) IS NULL)))
+     LIMIT p_limit - cardinality(v_cands));
+  END IF;
+  WITH cand AS (
     SELECT e.message_id, e.message_key, e.concurrency
       FROM {{schema}}.exception_queue_{{N}} e
-     -- ANY (ARRAY(...)): the candidates are found once, whatever the planner thinks of the table.
-     WHERE e.consumer_group_id = p_group AND e.message_id = ANY (ARRAY(SELECT s.id FROM scan s))
+     WHERE e.consumer_group_id = p_group AND e.message_id = ANY (v_cands)
        AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
        AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now())
      ORDER BY e.message_id

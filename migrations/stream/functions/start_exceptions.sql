@@ -3,10 +3,10 @@
 -- run_ms, lead}: the row, the key lease token its run would hold (NULL for rows without a key lease),
 -- its run lease length, and, for a later row of a group (lead: the group's first row, of the same
 -- key, below it), the row it follows. A group's later rows take no key lease of their own: they
--- start only when their lead started in this call, every row before them in the group started, and
--- no unresolved predecessor outside the group lies between the lead and the group's last row
--- (ordered keys: an exception row, a message in a range lease or one not claimed yet); they then run
--- after the lead, one after another, under its key lease. One result row per input row:
+-- start (start_followers_N, together) only when their lead started in this call, every row before
+-- them in the group started, and no unresolved predecessor outside the group lies below them
+-- (group_pred_N, ordered keys: an exception row, a message in a range lease or one not claimed
+-- yet); they then run after the lead, one after another, under its key lease. One result row per input row:
 --   kind 'lost'       the row is not reserved under p_token (any more): nothing written;
 --   kind 'started'    the row is inflight under p_token until now() + run_ms (and holds its key
 --                     lease): the caller may run its handler. A row found already inflight under
@@ -34,6 +34,8 @@ DECLARE
   v_cut BIGINT;
   v_high BIGINT;
   v_group BIGINT[];
+  v_done BIGINT;
+  v_followers JSONB;
   r RECORD;
   v_rank BIGINT;
   v_head BIGINT;
@@ -77,22 +79,26 @@ BEGIN
     reason := NULL;
     ref := NULL;
     IF x.lead IS NOT NULL THEN
-      IF v_lead IS NOT DISTINCT FROM x.lead AND v_high IS NULL THEN
-        SELECT max(j.id), array_agg(j.id) INTO v_high, v_group
-          FROM jsonb_to_recordset(p_rows) AS j(id BIGINT, lead BIGINT) WHERE j.lead = x.lead;
-        IF r.concurrency = 'ordered' THEN
+      -- A group's later rows start together, when the first of them comes up (start_followers_N).
+      IF v_done IS DISTINCT FROM x.lead THEN
+        v_done := x.lead;
+        v_cut := NULL;
+        IF v_lead IS NOT DISTINCT FROM x.lead AND r.concurrency = 'ordered' THEN
+          SELECT max(j.id), array_agg(j.id) INTO v_high, v_group
+            FROM jsonb_to_recordset(p_rows) AS j(id BIGINT, lead BIGINT) WHERE j.lead = x.lead;
           v_cut := {{schema}}.group_pred_{{N}}(p_group, r.message_key, x.lead, v_high, v_group);
         END IF;
+        SELECT COALESCE(jsonb_object_agg(f.message_id::text, jsonb_build_object('kind', f.kind, 'reason', f.reason, 'ref', f.ref)), '{}')
+          INTO v_followers
+          FROM {{schema}}.start_followers_{{N}}(p_group, p_token, x.lead, v_lead IS NOT DISTINCT FROM x.lead, v_cut, p_rows) f;
       END IF;
-      SELECT f.kind, f.reason, f.ref INTO kind, reason, ref
-        FROM {{schema}}.start_follower_{{N}}(p_group, p_token, x.id, x.lead, x.run_ms, v_lead IS NOT DISTINCT FROM x.lead, v_cut) f;
-      IF kind <> 'started' THEN v_lead := NULL; END IF;
+      kind := v_followers -> x.id::text ->> 'kind';
+      reason := v_followers -> x.id::text ->> 'reason';
+      ref := (v_followers -> x.id::text ->> 'ref')::bigint;
       RETURN NEXT;
       CONTINUE;
     END IF;
     v_lead := NULL;
-    v_cut := NULL;
-    v_high := NULL;
     SELECT e.message_key, e.concurrency, e.status INTO r FROM {{schema}}.exception_queue_{{N}} e
      WHERE e.consumer_group_id = p_group AND e.message_id = x.id AND e.lease_token = p_token
        AND e.status IN ('ready', 'deferred', 'inflight')
