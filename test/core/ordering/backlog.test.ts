@@ -120,4 +120,47 @@ describe("a deferred backlog drains in groups", () => {
     expect(ran).toEqual(["2", "3", "4"]);
     await checkInvariants(t, n);
   });
+
+  it("an abort inside a group (exclusive key): the group's rows that did not run go back to waiting uncharged, its key lease is released, the next drain runs them", async () => {
+    const t = testClient(url());
+    await t.client.migrate();
+    const name = "backlog.abort";
+    const s = t.client.stream<{ i: number }>(name);
+    await s.register();
+    const g = s.consumer("g");
+    await g.register({ concurrencyOverride: "exclusive", exceptionInitialBackoff: 60_000 });
+    await s.produceBatch(Array.from({ length: 6 }, (_, i) => ({ payload: { i }, key: "k" })));
+    const n = await streamIdOf(t, name);
+    const gid = await groupIdOf(t, "g", name);
+    // Every first delivery fails, so all six wait as retries; made clean again (attempts = delays)
+    // and due, they form one group.
+    await g.drain(() => {
+      throw new Error("first delivery fails");
+    }, { batchLimit: 10 });
+    await t.sql(`UPDATE ${S}.exception_queue_${n} SET status = 'deferred', attempts = 0, can_run_after = now()`);
+    const ac = new AbortController();
+    const ran: string[] = [];
+    const mark = t.statements.length;
+    let during: string[][] = [];
+    const r = await g.poll(async (m: Message) => {
+      ran.push(m.id);
+      if (m.id !== "2") return;
+      during = (await eqRows(t, n, gid)).map((e) => [e.message_id, e.status]);
+      ac.abort();
+    }, { batchLimit: 10, concurrency: 1, signal: ac.signal });
+    expect(ran).toEqual(["1", "2"]);
+    // The group had started whole: its rows were inflight while 2 ran.
+    expect(during.filter(([id]) => Number(id) >= 2)).toEqual([["2", "inflight"], ["3", "inflight"], ["4", "inflight"], ["5", "inflight"], ["6", "inflight"]]);
+    expect(r).toMatchObject({ started: 2, succeeded: 2 });
+    expect(calls(t, mark, "reserve_exceptions", n)).toBe(1);
+    expect((await eqRows(t, n, gid)).map((e) => [e.message_id, e.status, e.attempts, e.lease_token])).toEqual([
+      ["3", "deferred", 0, null], ["4", "deferred", 0, null], ["5", "deferred", 0, null], ["6", "deferred", 0, null],
+    ]);
+    expect(await keyLeases(t, n, gid)).toEqual([]);
+    expect((await dlRows(t, n, gid)).filter((d) => d.status === "expired")).toEqual([]);
+    await g.drain((m: Message) => void ran.push(m.id), { batchLimit: 10 });
+    expect(ran).toEqual(["1", "2", "3", "4", "5", "6"]);
+    expect(await eqRows(t, n, gid)).toEqual([]);
+    await checkInvariants(t, n);
+  });
 });
