@@ -35,6 +35,9 @@ DECLARE
   v_deep BOOLEAN;
   v_last BIGINT;
   v_seen TEXT[];
+  v_committed BIGINT;
+  v_floor BIGINT;
+  v_from BIGINT;
   v_starts JSONB;
   v_started JSONB := '[]'::jsonb;
 BEGIN
@@ -45,11 +48,25 @@ BEGIN
       FROM {{schema}}.exception_queue_{{N}} e WHERE e.consumer_group_id = p_group AND e.lease_token = p_token;
   END IF;
   IF v_ids IS NULL THEN
+  -- Waiting rows lie above committed, or at or above the redrive floor (0003_redrive_floor.sql):
+  -- reading from there passes no resolved row that was not vacuumed yet. The floor is cleared once
+  -- no unresolved row is left at or below committed.
+  SELECT c.committed, c.redrive_floor INTO v_committed, v_floor
+    FROM {{schema}}.consumer_group_cursor_{{N}} c WHERE c.consumer_group_id = p_group;
+  IF v_floor IS NOT NULL AND NOT EXISTS (
+       SELECT 1 FROM {{schema}}.exception_queue_{{N}} e
+        WHERE e.consumer_group_id = p_group AND e.message_id >= v_floor AND e.message_id <= v_committed
+          AND e.status IN ('ready', 'inflight', 'deferred')) THEN
+    UPDATE {{schema}}.consumer_group_cursor_{{N}} c SET redrive_floor = NULL
+     WHERE c.consumer_group_id = p_group AND c.redrive_floor = v_floor;
+    v_floor := NULL;
+  END IF;
+  v_from := LEAST(COALESCE(v_committed, 0), COALESCE(v_floor - 1, v_committed, 0));
   -- The candidates, in id order until p_limit pass the rules: the lowest waiting row of each
   -- exclusive/ordered key (leased or not: a key whose lowest row is reserved waits) and the waiting
   -- unkeyed or parallel rows; passing: not reserved by a live poll, the message exists, the key is
   -- not leased, the predecessor rule holds. First among the group's first 4 × p_limit waiting rows
-  -- in id order (each key's first row there is its lowest); when they are all taken and too few
+  -- in id order after v_from (each key's first row there is its lowest); when they are all taken and too few
   -- passed, the rows after them: each key not seen there by a skip scan of the key index (a probe
   -- per key, not per row) and the unkeyed rows. Either way the answer is the first p_limit passing
   -- candidates in id order, read without a probe per waiting row.
@@ -57,7 +74,7 @@ BEGIN
     SELECT e.message_id, e.message_key, e.concurrency, e.lease_expires_at,
            (e.concurrency <> 'parallel' AND e.message_key IS NOT NULL) AS keyed
       FROM {{schema}}.exception_queue_{{N}} e
-     WHERE e.consumer_group_id = p_group
+     WHERE e.consumer_group_id = p_group AND e.message_id > v_from
        AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
      ORDER BY e.message_id
      LIMIT p_limit * 4

@@ -163,4 +163,40 @@ describe("a deferred backlog drains in groups", () => {
     expect(await eqRows(t, n, gid)).toEqual([]);
     await checkInvariants(t, n);
   });
+
+  it("the reservation reads from the committed cursor, and from the redrive floor below it: a redriven row runs, and the floor clears once nothing is left below committed", async () => {
+    const t = testClient(url());
+    await t.client.migrate();
+    const name = "backlog.floor";
+    const s = t.client.stream<{ i: number }>(name);
+    await s.register();
+    const g = s.consumer("g");
+    await g.register({ exceptionInitialBackoff: 0, message: { retry: { maxRetries: 1, baseDelay: 1 } } });
+    await s.produceBatch(Array.from({ length: 3 }, (_, i) => ({ payload: { i } })));
+    const n = await streamIdOf(t, name);
+    const gid = await groupIdOf(t, "g", name);
+    const floor = async () => (await t.sql<{ f: string | null }>(
+      `SELECT redrive_floor::text AS f FROM ${S}.consumer_group_cursor_${n} WHERE consumer_group_id = $1`, [gid]))[0].f;
+    await g.drain((m: Message) => {
+      if (m.id === "2") throw new Error("broken");
+    });
+    expect((await eqRows(t, n, gid)).map((e) => [e.message_id, e.status])).toEqual([["2", "dead"]]);
+    expect((await cursor(t, n, gid)).committed).toBe("3");
+    expect(await floor()).toBeNull();
+    expect(await g.redrive({ ids: ["2"] })).toEqual({ redriven: 1, skipped: 0 });
+    expect(await floor()).toBe("2");
+    const ran: string[] = [];
+    await g.drain((m: Message) => void ran.push(m.id));
+    expect(ran).toEqual(["2"]);
+    expect(await eqRows(t, n, gid)).toEqual([]);
+    // The next reservation finds nothing left at or below committed and clears the floor.
+    await s.produce({ i: 3 });
+    await g.drain((m: Message) => {
+      if (m.attempt === 0) throw new Error("once");
+      ran.push(m.id);
+    });
+    expect(ran).toEqual(["2", "4"]);
+    expect(await floor()).toBeNull();
+    await checkInvariants(t, n);
+  });
 });
