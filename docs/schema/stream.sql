@@ -300,6 +300,27 @@ CREATE FUNCTION sqlstreams.fence_holders_1() RETURNS TABLE(pid integer, xact_age
    ORDER BY a.xact_start NULLS FIRST
 $$;
 
+-- FUNCTION: group_pred_1(bigint, text, bigint, bigint, bigint[])
+
+CREATE FUNCTION sqlstreams.group_pred_1(p_group bigint, p_key text, p_lead bigint, p_high bigint, p_rows bigint[]) RETURNS bigint
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  SELECT LEAST(
+    (SELECT min(e.message_id) FROM "sqlstreams".exception_queue_1 e
+      WHERE e.consumer_group_id = p_group AND e.message_key = p_key
+        AND e.message_id > p_lead AND e.message_id < p_high AND e.message_id <> ALL (p_rows)
+        AND e.status IN ('ready', 'inflight', 'deferred')),
+    (SELECT min(m.id) FROM "sqlstreams".claim_lease_1 l
+       JOIN "sqlstreams".message_log_1 m
+         ON m.message_key = p_key AND m.id > l.low AND m.id <= l.high AND m.id > p_lead AND m.id < p_high
+      WHERE l.consumer_group_id = p_group AND l.low < p_high AND l.high > p_lead),
+    (SELECT min(m.id) FROM "sqlstreams".consumer_group_cursor_1 c
+       JOIN "sqlstreams".message_log_1 m
+         ON m.message_key = p_key AND m.id > GREATEST(c.claimed, p_lead) AND m.id < p_high
+      WHERE c.consumer_group_id = p_group))
+$$;
+
 -- FUNCTION: lease_ms_1(bigint, bigint, integer, bigint, bigint)
 
 CREATE FUNCTION sqlstreams.lease_ms_1(p_tmax bigint, p_n bigint, p_concurrency integer, p_margin bigint, p_cap bigint) RETURNS bigint
@@ -562,6 +583,13 @@ CREATE FUNCTION sqlstreams.reserve_exceptions_1(p_group bigint, p_limit integer,
 #variable_conflict use_column
 DECLARE
   v_ids BIGINT[];
+  v_cands BIGINT[];
+  v_deep BOOLEAN;
+  v_last BIGINT;
+  v_seen TEXT[];
+  v_committed BIGINT;
+  v_floor BIGINT;
+  v_from BIGINT;
   v_starts JSONB;
   v_started JSONB := '[]'::jsonb;
   v_limit INTEGER := p_limit;
@@ -577,55 +605,141 @@ BEGIN
   IF p_rate IS NOT NULL THEN
     SELECT LEAST(t.available, p_limit) INTO v_limit FROM "sqlstreams".take_tokens(p_group, 0, p_rate) t;
   END IF;
+  -- Waiting rows lie above committed, or at or above the redrive floor (0005_redrive_floor.sql):
+  -- reading from there passes no resolved row that was not vacuumed yet. The floor is cleared once
+  -- no unresolved row is left at or below committed.
+  SELECT c.committed, c.redrive_floor INTO v_committed, v_floor
+    FROM "sqlstreams".consumer_group_cursor_1 c WHERE c.consumer_group_id = p_group;
+  IF v_floor IS NOT NULL AND NOT EXISTS (
+       SELECT 1 FROM "sqlstreams".exception_queue_1 e
+        WHERE e.consumer_group_id = p_group AND e.message_id >= v_floor AND e.message_id <= v_committed
+          AND e.status IN ('ready', 'inflight', 'deferred')) THEN
+    UPDATE "sqlstreams".consumer_group_cursor_1 c SET redrive_floor = NULL
+     WHERE c.consumer_group_id = p_group AND c.redrive_floor = v_floor;
+    v_floor := NULL;
+  END IF;
+  v_from := LEAST(COALESCE(v_committed, 0), COALESCE(v_floor - 1, v_committed, 0));
+  -- The candidates, in id order until p_limit pass the rules: the lowest waiting row of each
+  -- exclusive/ordered key (leased or not: a key whose lowest row is reserved waits) and the waiting
+  -- unkeyed or parallel rows; passing: not reserved by a live poll, the message exists, the key is
+  -- not leased, the predecessor rule holds. First among the group's first 4 × p_limit waiting rows
+  -- in id order after v_from (each key's first row there is its lowest); when they are all taken and too few
+  -- passed, the rows after them: each key not seen there by a skip scan of the key index (a probe
+  -- per key, not per row) and the unkeyed rows. Either way the answer is the first p_limit passing
+  -- candidates in id order, read without a probe per waiting row.
+  WITH pre AS MATERIALIZED (
+    SELECT e.message_id, e.message_key, e.concurrency, e.lease_expires_at,
+           (e.concurrency <> 'parallel' AND e.message_key IS NOT NULL) AS keyed
+      FROM "sqlstreams".exception_queue_1 e
+     WHERE e.consumer_group_id = p_group AND e.message_id > v_from
+       AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
+     ORDER BY e.message_id
+     LIMIT p_limit * 4
+  ), heads AS MATERIALIZED (
+    SELECT DISTINCT ON (p.keyed, CASE WHEN p.keyed THEN p.message_key END, CASE WHEN NOT p.keyed THEN p.message_id END) p.*
+      FROM pre p
+     ORDER BY p.keyed, CASE WHEN p.keyed THEN p.message_key END, CASE WHEN NOT p.keyed THEN p.message_id END, p.message_id
+  ), ok AS (
+    SELECT h.message_id FROM (SELECT * FROM heads ORDER BY message_id OFFSET 0) h
+     WHERE (h.lease_expires_at IS NULL OR h.lease_expires_at < now())
+       -- A scalar subquery, a probe per candidate: EXISTS could become a join that reads the log.
+       AND (SELECT true FROM "sqlstreams".message_log_1 m WHERE m.id = h.message_id)
+       AND (NOT h.keyed OR (
+             NOT EXISTS (SELECT 1 FROM "sqlstreams".message_key_lease_1 k
+                          WHERE k.consumer_group_id = p_group AND k.message_key = h.message_key
+                            AND k.expires_at >= now())
+             -- The predecessor rule, per key (docs/protocol/ordering.md#the-predecessor-rule).
+             AND (h.concurrency <> 'ordered'
+                  OR "sqlstreams".ordered_pred_1(p_group, h.message_key, h.message_id, 0, 0) IS NULL)))
+     LIMIT v_limit
+  )
+  SELECT ARRAY(SELECT o.message_id FROM ok o ORDER BY o.message_id),
+         (SELECT count(*) = p_limit * 4 FROM pre), (SELECT max(p.message_id) FROM pre p),
+         ARRAY(SELECT DISTINCT p.message_key FROM pre p WHERE p.keyed)
+    INTO v_cands, v_deep, v_last, v_seen;
+  IF v_deep AND cardinality(v_cands) < v_limit THEN
+    v_cands := v_cands || ARRAY(
+      WITH RECURSIVE ks AS (
+        SELECT (SELECT min(e.message_key) FROM "sqlstreams".exception_queue_1 e
+                 WHERE e.consumer_group_id = p_group AND e.message_key IS NOT NULL) AS k
+        UNION ALL
+        SELECT (SELECT min(e.message_key) FROM "sqlstreams".exception_queue_1 e
+                 WHERE e.consumer_group_id = p_group AND e.message_key > ks.k)
+          FROM ks WHERE ks.k IS NOT NULL
+      )
+      SELECT h.message_id FROM (
+        SELECT x.* FROM (
+          SELECT f.message_id, f.message_key, f.concurrency, f.lease_expires_at, true AS keyed
+            FROM ks
+            CROSS JOIN LATERAL (
+              SELECT e.message_id, e.message_key, e.concurrency, e.lease_expires_at
+                FROM "sqlstreams".exception_queue_1 e
+               WHERE e.consumer_group_id = p_group AND e.message_key = ks.k AND e.concurrency <> 'parallel'
+                 AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
+               ORDER BY e.message_id
+               LIMIT 1) f
+           WHERE ks.k IS NOT NULL AND NOT (ks.k = ANY (v_seen))
+          UNION ALL
+          -- Unkeyed and parallel rows are never deferred (nothing to wait for): the due ready rows.
+          SELECT u.* FROM (
+            SELECT e.message_id, e.message_key, e.concurrency, e.lease_expires_at, false AS keyed
+              FROM "sqlstreams".exception_queue_1 e
+             WHERE e.consumer_group_id = p_group AND e.message_id > v_last
+               AND (e.message_key IS NULL OR e.concurrency = 'parallel')
+               AND e.status = 'ready' AND e.can_run_after <= now()
+             ORDER BY e.message_id
+             LIMIT p_limit) u) x
+         ORDER BY x.message_id
+        OFFSET 0) h
+     WHERE (h.lease_expires_at IS NULL OR h.lease_expires_at < now())
+       -- A scalar subquery, a probe per candidate: EXISTS could become a join that reads the log.
+       AND (SELECT true FROM "sqlstreams".message_log_1 m WHERE m.id = h.message_id)
+       AND (NOT h.keyed OR (
+             NOT EXISTS (SELECT 1 FROM "sqlstreams".message_key_lease_1 k
+                          WHERE k.consumer_group_id = p_group AND k.message_key = h.message_key
+                            AND k.expires_at >= now())
+             -- The predecessor rule, per key (docs/protocol/ordering.md#the-predecessor-rule).
+             AND (h.concurrency <> 'ordered'
+                  OR "sqlstreams".ordered_pred_1(p_group, h.message_key, h.message_id, 0, 0) IS NULL)))
+     LIMIT v_limit - cardinality(v_cands));
+  END IF;
   WITH cand AS (
     SELECT e.message_id, e.message_key, e.concurrency
       FROM "sqlstreams".exception_queue_1 e
-     WHERE e.consumer_group_id = p_group
+     WHERE e.consumer_group_id = p_group AND e.message_id = ANY (v_cands)
        AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
        AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now())
-       AND EXISTS (SELECT 1 FROM "sqlstreams".message_log_1 m WHERE m.id = e.message_id)
-       AND (e.concurrency = 'parallel' OR e.message_key IS NULL OR (
-             NOT EXISTS (SELECT 1 FROM "sqlstreams".message_key_lease_1 k
-                          WHERE k.consumer_group_id = p_group AND k.message_key = e.message_key
-                            AND k.expires_at >= now())
-             -- Only the lowest waiting row per key, decided before LIMIT: otherwise one key's
-             -- backlog fills the batch and the per-key pick below leaves a single row to run.
-             AND NOT EXISTS (SELECT 1 FROM "sqlstreams".exception_queue_1 w
-                              WHERE w.consumer_group_id = p_group AND w.message_key = e.message_key
-                                AND w.message_id < e.message_id AND w.concurrency <> 'parallel'
-                                AND ((w.status = 'ready' AND w.can_run_after <= now()) OR w.status = 'deferred'))
-             -- The predecessor rule, per key (docs/protocol/ordering.md#the-predecessor-rule).
-             AND (e.concurrency <> 'ordered'
-                  OR "sqlstreams".ordered_pred_1(p_group, e.message_key, e.message_id, 0, 0) IS NULL)))
      ORDER BY e.message_id
-     LIMIT v_limit
      FOR UPDATE OF e SKIP LOCKED
-  ), pick AS (
-    SELECT x.message_id FROM (
-      SELECT cand.*, row_number() OVER (
-               PARTITION BY CASE WHEN cand.concurrency <> 'parallel' THEN cand.message_key END
-               ORDER BY cand.message_id) AS rn
-        FROM cand) x
-     WHERE x.rn = 1 OR x.concurrency = 'parallel' OR x.message_key IS NULL
-  ), follow AS (
+  ), ahead AS MATERIALIZED (
     -- A key's chain: the waiting rows of each picked exclusive/ordered key after its first, in id
-    -- order, up to the batch's limit. The caller runs them one after another, each started in
-    -- the statement that records the one before (the predecessor rule and the key lease are
-    -- checked then, as for any start), so a deferred backlog drains a chain per key per batch
-    -- instead of one row per key (docs/protocol/poll-cycle.md#the-exception-phase).
+    -- order, up to the batch's limit, read per key from the key index. The caller runs them one
+    -- after another, started in groups (start_exceptions_N: a group's later rows are checked
+    -- against the predecessor rule and run under the group's key lease), so a deferred backlog
+    -- drains a chain per key per batch (docs/protocol/poll-cycle.md#the-exception-phase).
+    SELECT w.message_id
+      FROM cand c
+      CROSS JOIN LATERAL (
+        SELECT w.message_id FROM "sqlstreams".exception_queue_1 w
+         WHERE w.consumer_group_id = p_group AND w.message_key = c.message_key AND w.message_id > c.message_id
+           AND w.concurrency <> 'parallel'
+           AND ((w.status = 'ready' AND w.can_run_after <= now()) OR w.status = 'deferred')
+           AND (w.lease_expires_at IS NULL OR w.lease_expires_at < now())
+           AND EXISTS (SELECT 1 FROM "sqlstreams".message_log_1 m WHERE m.id = w.message_id)
+         ORDER BY w.message_id
+         LIMIT p_limit) w
+     WHERE c.concurrency <> 'parallel' AND c.message_key IS NOT NULL
+     ORDER BY w.message_id
+     LIMIT GREATEST(v_limit - (SELECT count(*) FROM cand), 0)
+  ), follow AS (
     SELECT w.message_id, w.message_key
       FROM "sqlstreams".exception_queue_1 w
-     WHERE w.consumer_group_id = p_group
-       AND w.message_key IN (SELECT c.message_key FROM cand c JOIN pick p ON p.message_id = c.message_id
-                              WHERE c.concurrency <> 'parallel' AND c.message_key IS NOT NULL)
-       AND w.concurrency <> 'parallel'
-       AND w.message_id NOT IN (SELECT p.message_id FROM pick p)
+     WHERE w.consumer_group_id = p_group AND w.message_id = ANY (ARRAY(SELECT a.message_id FROM ahead a))
        AND ((w.status = 'ready' AND w.can_run_after <= now()) OR w.status = 'deferred')
        AND (w.lease_expires_at IS NULL OR w.lease_expires_at < now())
-       AND EXISTS (SELECT 1 FROM "sqlstreams".message_log_1 m WHERE m.id = w.message_id)
-     ORDER BY w.message_id
-     LIMIT GREATEST(v_limit - (SELECT count(*) FROM pick), 0)
      FOR UPDATE OF w SKIP LOCKED
+  ), pick AS (
+    SELECT c.message_id FROM cand c
   ), chain AS (
     SELECT COALESCE(max(x.n), 0) + 1 AS n FROM (SELECT count(*) AS n FROM follow f GROUP BY f.message_key) x
   ), len AS (
@@ -659,27 +773,54 @@ BEGIN
   WITH res AS (
     SELECT e.message_id AS id, e.message_key AS k, e.concurrency AS c,
            LEAST(GREATEST(COALESCE((m.options->>'timeout')::bigint, p_tdef), p_tmin), p_tmax) AS tmo,
-           -- A chain's later rows (kn > 1) start after the row before them is recorded.
+           -- Never charged a failure or an expiry, not compacted: may run in a group behind
+           -- another row (docs/protocol/poll-cycle.md#the-exception-phase).
+           -- A message with an expiry runs alone, so its start checks the expiry (start_exceptions_N).
+           (e.attempts = e.delays AND m.compaction_rank IS NULL
+            AND (e.expiry_waived OR "sqlstreams".expires_in_1(m.options, m.created_at) IS NULL)) AS clean,
            row_number() OVER (PARTITION BY CASE WHEN e.concurrency <> 'parallel' THEN e.message_key END
                               ORDER BY e.message_id) AS kn
       FROM unnest(v_ids) AS i(id)
       JOIN "sqlstreams".exception_queue_1 e ON e.consumer_group_id = p_group AND e.message_id = i.id
       JOIN "sqlstreams".message_log_1 m ON m.id = i.id
   ), ord AS (
-    SELECT r.id, r.k, r.c, r.tmo, row_number() OVER (ORDER BY r.id) AS rn
+    SELECT r.id, r.k, r.c, r.tmo, r.clean, row_number() OVER (ORDER BY r.id) AS rn
       FROM res r
      WHERE r.c = 'parallel' OR r.k IS NULL OR (NOT (r.k = ANY (p_skip_keys)) AND r.kn = 1)
   ), cut AS (
     SELECT COALESCE(min(o.rn), 9223372036854775807) AS rn FROM ord o WHERE o.tmo + p_margin > p_budget
+  ), sel AS (
+    SELECT o.* FROM ord o, cut x WHERE o.rn <= p_start AND o.rn < x.rn
+  ), grp AS (
+    -- A started chain's first group: its first row and, when that row is clean, the clean rows
+    -- after it, while their timeouts added up still fit the time left and the lease cap. They
+    -- start together under one key lease as long as the group (start_exceptions_N).
+    SELECT g.lead, g.id, g.cum FROM (
+      SELECT h.id AS lead, r.id, r.kn,
+             sum(r.tmo) OVER w AS cum, bool_and(r.clean) OVER w AS clean
+        FROM sel h
+        JOIN res r ON r.k = h.k AND r.c <> 'parallel'
+       WHERE h.c <> 'parallel' AND h.k IS NOT NULL
+      WINDOW w AS (PARTITION BY h.id ORDER BY r.id)) g
+     WHERE g.kn = 1
+        OR (g.clean AND g.cum + p_margin <= LEAST(COALESCE(p_budget, 9223372036854775807), COALESCE(p_cap, 9223372036854775807)))
+  ), glen AS (
+    SELECT g.lead, max(g.cum) AS total FROM grp g GROUP BY g.lead
   )
   -- The key lease token is derived from the reservation token and the row, so a repeat of this
   -- call after a lost reply names the lease its first call took.
-  SELECT COALESCE(jsonb_agg(jsonb_build_object(
-           'id', o.id,
-           'key_token', CASE WHEN o.c <> 'parallel' AND o.k IS NOT NULL THEN md5(p_token::text || ':' || o.id)::uuid END,
-           'run_ms', LEAST(o.tmo + p_margin, COALESCE(p_cap, 9223372036854775807))) ORDER BY o.id), '[]'::jsonb)
-    INTO v_starts
-    FROM ord o, cut x WHERE o.rn <= p_start AND o.rn < x.rn;
+  SELECT COALESCE(jsonb_agg(x.j ORDER BY x.id), '[]'::jsonb) INTO v_starts
+    FROM (SELECT o.id, jsonb_build_object(
+                 'id', o.id,
+                 'key_token', CASE WHEN o.c <> 'parallel' AND o.k IS NOT NULL THEN md5(p_token::text || ':' || o.id)::uuid END,
+                 'run_ms', LEAST(COALESCE(l.total, o.tmo) + p_margin, COALESCE(p_cap, 9223372036854775807))) AS j
+            FROM sel o LEFT JOIN glen l ON l.lead = o.id
+          UNION ALL
+          SELECT g.id, jsonb_build_object(
+                 'id', g.id, 'key_token', NULL, 'lead', g.lead,
+                 'run_ms', LEAST(l.total + p_margin, COALESCE(p_cap, 9223372036854775807)))
+            FROM grp g JOIN glen l ON l.lead = g.lead
+           WHERE g.id <> g.lead) x;
   IF jsonb_array_length(v_starts) > 0 THEN
     SELECT COALESCE(jsonb_agg(to_jsonb(s)), '[]'::jsonb) INTO v_started
       FROM "sqlstreams".start_exceptions_1(p_group, p_token, v_starts) s;
@@ -691,7 +832,7 @@ BEGIN
       FROM unnest(v_ids) AS i(id)
       JOIN "sqlstreams".exception_queue_1 e ON e.consumer_group_id = p_group AND e.message_id = i.id
       JOIN "sqlstreams".message_log_1 m ON m.id = i.id
-      LEFT JOIN jsonb_to_recordset(v_starts) AS st(id BIGINT, key_token UUID, run_ms BIGINT) ON st.id = i.id
+      LEFT JOIN jsonb_to_recordset(v_starts) AS st(id BIGINT, key_token UUID, run_ms BIGINT, lead BIGINT) ON st.id = i.id
       LEFT JOIN jsonb_to_recordset(v_started) AS s(message_id BIGINT, kind TEXT, reason TEXT, ref BIGINT)
         ON s.message_id = i.id
      ORDER BY i.id;
@@ -706,6 +847,12 @@ CREATE FUNCTION sqlstreams.start_exceptions_1(p_group bigint, p_token uuid, p_ro
     AS $$
 DECLARE
   x RECORD;
+  v_lead BIGINT;
+  v_cut BIGINT;
+  v_high BIGINT;
+  v_group BIGINT[];
+  v_done BIGINT;
+  v_followers JSONB;
   r RECORD;
   v_rank BIGINT;
   v_left FLOAT8;
@@ -740,16 +887,37 @@ BEGIN
 
   RETURN QUERY SELECT u.id, 'started'::text, NULL::text, NULL::bigint FROM unnest(v_started) AS u(id);
 
-  FOR x IN SELECT j.id, j.key_token, j.run_ms,
+  FOR x IN SELECT j.id, j.key_token, j.run_ms, j.lead,
                   (SELECT e.message_key FROM "sqlstreams".exception_queue_1 e
                     WHERE e.consumer_group_id = p_group AND e.message_id = j.id) AS k
-             FROM jsonb_to_recordset(p_rows) AS j(id BIGINT, key_token UUID, run_ms BIGINT)
+             FROM jsonb_to_recordset(p_rows) AS j(id BIGINT, key_token UUID, run_ms BIGINT, lead BIGINT)
             WHERE j.id <> ALL (v_started)
             ORDER BY k NULLS FIRST, j.id
   LOOP
     message_id := x.id;
     reason := NULL;
     ref := NULL;
+    IF x.lead IS NOT NULL THEN
+      -- A group's later rows start together, when the first of them comes up (start_followers_N).
+      IF v_done IS DISTINCT FROM x.lead THEN
+        v_done := x.lead;
+        v_cut := NULL;
+        IF v_lead IS NOT DISTINCT FROM x.lead AND r.concurrency = 'ordered' THEN
+          SELECT max(j.id), array_agg(j.id) INTO v_high, v_group
+            FROM jsonb_to_recordset(p_rows) AS j(id BIGINT, lead BIGINT) WHERE j.lead = x.lead;
+          v_cut := "sqlstreams".group_pred_1(p_group, r.message_key, x.lead, v_high, v_group);
+        END IF;
+        SELECT COALESCE(jsonb_object_agg(f.message_id::text, jsonb_build_object('kind', f.kind, 'reason', f.reason, 'ref', f.ref)), '{}')
+          INTO v_followers
+          FROM "sqlstreams".start_followers_1(p_group, p_token, x.lead, v_lead IS NOT DISTINCT FROM x.lead, v_cut, p_rows) f;
+      END IF;
+      kind := v_followers -> x.id::text ->> 'kind';
+      reason := v_followers -> x.id::text ->> 'reason';
+      ref := (v_followers -> x.id::text ->> 'ref')::bigint;
+      RETURN NEXT;
+      CONTINUE;
+    END IF;
+    v_lead := NULL;
     SELECT e.message_key, e.concurrency, e.status, e.expiry_waived INTO r FROM "sqlstreams".exception_queue_1 e
      WHERE e.consumer_group_id = p_group AND e.message_id = x.id AND e.lease_token = p_token
        AND e.status IN ('ready', 'deferred', 'inflight')
@@ -762,6 +930,7 @@ BEGIN
     -- Only this function makes a row inflight under the reservation token.
     IF r.status = 'inflight' THEN
       kind := 'started';
+      v_lead := x.id;
       RETURN NEXT;
       CONTINUE;
     END IF;
@@ -804,9 +973,50 @@ BEGIN
        SET status = 'inflight', lease_expires_at = now() + x.run_ms * interval '1 millisecond', updated_at = now()
      WHERE e.consumer_group_id = p_group AND e.message_id = x.id;
     kind := 'started';
+    v_lead := x.id;
     RETURN NEXT;
   END LOOP;
 END
+$$;
+
+-- FUNCTION: start_followers_1(bigint, uuid, bigint, boolean, bigint, jsonb)
+
+CREATE FUNCTION sqlstreams.start_followers_1(p_group bigint, p_token uuid, p_lead bigint, p_lead_ok boolean, p_cut bigint, p_rows jsonb) RETURNS TABLE(message_id bigint, kind text, reason text, ref bigint)
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  WITH f AS (
+    SELECT j.id, j.run_ms FROM jsonb_to_recordset(p_rows) AS j(id BIGINT, run_ms BIGINT, lead BIGINT)
+     WHERE j.lead = p_lead
+  ), cur AS (
+    -- Each row by primary key, locked in id order.
+    SELECT f.id, f.run_ms, e.status, (SELECT m.compaction_rank IS NULL FROM "sqlstreams".message_log_1 m WHERE m.id = f.id) AS plain
+      FROM (SELECT * FROM f ORDER BY f.id) f
+      LEFT JOIN LATERAL (SELECT e.status FROM "sqlstreams".exception_queue_1 e
+                          WHERE e.consumer_group_id = p_group AND e.message_id = f.id AND e.lease_token = p_token
+                            AND e.status IN ('ready', 'deferred', 'inflight')
+                          OFFSET 0
+                            FOR UPDATE) e ON true
+  ), ok AS (
+    SELECT c.*, bool_and(COALESCE(p_lead_ok AND c.status IS NOT NULL
+                                  AND (c.status = 'inflight' OR (c.plain AND (p_cut IS NULL OR c.id < p_cut))), false))
+                  OVER (ORDER BY c.id) AS go
+      FROM cur c
+  ), upd AS (
+    -- Runs to completion whether or not the answer reads it.
+    UPDATE "sqlstreams".exception_queue_1 e
+       SET status = 'inflight', lease_expires_at = now() + o.run_ms * interval '1 millisecond', updated_at = now()
+      FROM ok o
+     WHERE e.consumer_group_id = p_group AND e.message_id = o.id AND o.go AND o.status <> 'inflight'
+    RETURNING e.message_id
+  )
+  SELECT o.id,
+         CASE WHEN o.go THEN 'started' WHEN o.status IS NULL OR o.plain IS NULL THEN 'lost' ELSE 'deferred' END,
+         CASE WHEN o.go OR o.status IS NULL OR o.plain IS NULL THEN NULL ELSE 'pred' END,
+         CASE WHEN o.go OR o.status IS NULL OR o.plain IS NULL THEN NULL
+              WHEN p_cut IS NOT NULL AND p_cut < o.id THEN p_cut ELSE p_lead END
+    FROM ok o
+   ORDER BY o.id
 $$;
 
 -- FUNCTION: take_key_1(bigint, text, uuid, bigint, bigint, boolean, bigint, bigint, boolean)
@@ -956,7 +1166,8 @@ CREATE TABLE sqlstreams.consumer_group_cursor_1 (
     settled_head bigint DEFAULT 0 NOT NULL,
     pending_head bigint DEFAULT 0 NOT NULL,
     pending_xid xid8,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    redrive_floor bigint
 );
 
 -- TABLE: delivery_log_1

@@ -8,7 +8,8 @@
 //     database, stream and group across calls in this process) except across seek().
 // I2  committed ≤ low < high ≤ claimed for every claim lease; one group's leases never overlap.
 // I3  no ready/inflight/deferred row at or below committed, except rows put back by redrive()
-//     (a `redriven` delivery-log row, or an id passed in `redriven` for streams in mode off).
+//     (a `redriven` delivery-log row, or an id passed in `redriven` for streams in mode off), and
+//     those at or above the group's redrive floor.
 // I4  inflight rows hold a lease; dead and superseded rows hold none; attempts ≥ delays ≥ 0.
 // I9  mode off writes no delivery_log_N row; mode failures writes no success row.
 // I10 the delivery-log attempts of one (group, message) never decrease, except right after a
@@ -82,6 +83,15 @@ export async function checkInvariants(t: TestClient, streamId: string | number, 
     [opts.redriven ?? []],
   );
   expect(below, `I3 stream ${n}: unresolved rows at or below committed`).toEqual([]);
+  // ... and each of those lies at or above the group's redrive floor, where the exception
+  // reservation starts reading at or below committed (migrations/stream/0005_redrive_floor.sql).
+  const belowFloor = await t.sql(
+    `SELECT e.consumer_group_id::text AS g, e.message_id::text, e.status, c.committed::text, c.redrive_floor::text
+       FROM ${S}.exception_queue_${n} e JOIN ${S}.consumer_group_cursor_${n} c USING (consumer_group_id)
+      WHERE e.status IN ('ready', 'inflight', 'deferred') AND e.message_id <= c.committed
+        AND (c.redrive_floor IS NULL OR e.message_id < c.redrive_floor)`,
+  );
+  expect(belowFloor, `I3 stream ${n}: unresolved rows at or below committed and below the redrive floor`).toEqual([]);
 
   // I4
   const badRows = await t.sql(

@@ -1,7 +1,12 @@
 -- Start reserved rows, guarded per row by the reservation token p_token
 -- (docs/protocol/poll-cycle.md#batched-starts-and-records). p_rows is a JSON array of {id, key_token,
--- run_ms}: the row, the key lease token its run would hold (NULL for rows without a key lease), and
--- its run lease length. One result row per input row:
+-- run_ms, lead}: the row, the key lease token its run would hold (NULL for rows without a key lease),
+-- its run lease length, and, for a later row of a group (lead: the group's first row, of the same
+-- key, below it), the row it follows. A group's later rows take no key lease of their own: they
+-- start (start_followers_N, together) only when their lead started in this call, every row before
+-- them in the group started, and no unresolved predecessor outside the group lies below them
+-- (group_pred_N, ordered keys: an exception row, a message in a range lease or one not claimed
+-- yet); they then run after the lead, one after another, under its key lease. One result row per input row:
 --   kind 'lost'       the row is not reserved under p_token (any more): nothing written;
 --   kind 'started'    the row is inflight under p_token until now() + run_ms (and holds its key
 --                     lease): the caller may run its handler. A row found already inflight under
@@ -27,6 +32,12 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
   x RECORD;
+  v_lead BIGINT;
+  v_cut BIGINT;
+  v_high BIGINT;
+  v_group BIGINT[];
+  v_done BIGINT;
+  v_followers JSONB;
   r RECORD;
   v_rank BIGINT;
   v_left FLOAT8;
@@ -61,16 +72,37 @@ BEGIN
 
   RETURN QUERY SELECT u.id, 'started'::text, NULL::text, NULL::bigint FROM unnest(v_started) AS u(id);
 
-  FOR x IN SELECT j.id, j.key_token, j.run_ms,
+  FOR x IN SELECT j.id, j.key_token, j.run_ms, j.lead,
                   (SELECT e.message_key FROM {{schema}}.exception_queue_{{N}} e
                     WHERE e.consumer_group_id = p_group AND e.message_id = j.id) AS k
-             FROM jsonb_to_recordset(p_rows) AS j(id BIGINT, key_token UUID, run_ms BIGINT)
+             FROM jsonb_to_recordset(p_rows) AS j(id BIGINT, key_token UUID, run_ms BIGINT, lead BIGINT)
             WHERE j.id <> ALL (v_started)
             ORDER BY k NULLS FIRST, j.id
   LOOP
     message_id := x.id;
     reason := NULL;
     ref := NULL;
+    IF x.lead IS NOT NULL THEN
+      -- A group's later rows start together, when the first of them comes up (start_followers_N).
+      IF v_done IS DISTINCT FROM x.lead THEN
+        v_done := x.lead;
+        v_cut := NULL;
+        IF v_lead IS NOT DISTINCT FROM x.lead AND r.concurrency = 'ordered' THEN
+          SELECT max(j.id), array_agg(j.id) INTO v_high, v_group
+            FROM jsonb_to_recordset(p_rows) AS j(id BIGINT, lead BIGINT) WHERE j.lead = x.lead;
+          v_cut := {{schema}}.group_pred_{{N}}(p_group, r.message_key, x.lead, v_high, v_group);
+        END IF;
+        SELECT COALESCE(jsonb_object_agg(f.message_id::text, jsonb_build_object('kind', f.kind, 'reason', f.reason, 'ref', f.ref)), '{}')
+          INTO v_followers
+          FROM {{schema}}.start_followers_{{N}}(p_group, p_token, x.lead, v_lead IS NOT DISTINCT FROM x.lead, v_cut, p_rows) f;
+      END IF;
+      kind := v_followers -> x.id::text ->> 'kind';
+      reason := v_followers -> x.id::text ->> 'reason';
+      ref := (v_followers -> x.id::text ->> 'ref')::bigint;
+      RETURN NEXT;
+      CONTINUE;
+    END IF;
+    v_lead := NULL;
     SELECT e.message_key, e.concurrency, e.status, e.expiry_waived INTO r FROM {{schema}}.exception_queue_{{N}} e
      WHERE e.consumer_group_id = p_group AND e.message_id = x.id AND e.lease_token = p_token
        AND e.status IN ('ready', 'deferred', 'inflight')
@@ -83,6 +115,7 @@ BEGIN
     -- Only this function makes a row inflight under the reservation token.
     IF r.status = 'inflight' THEN
       kind := 'started';
+      v_lead := x.id;
       RETURN NEXT;
       CONTINUE;
     END IF;
@@ -125,6 +158,7 @@ BEGIN
        SET status = 'inflight', lease_expires_at = now() + x.run_ms * interval '1 millisecond', updated_at = now()
      WHERE e.consumer_group_id = p_group AND e.message_id = x.id;
     kind := 'started';
+    v_lead := x.id;
     RETURN NEXT;
   END LOOP;
 END

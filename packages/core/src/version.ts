@@ -6,4 +6,4 @@ export const LIBRARY_VERSION = "0.1.0";
  * baseline. Functions are versioned apart, by the hash of their files (docs/protocol/data-model.md#upgrades).
  */
 export const SYSTEM_VERSION = 4;
-export const STREAM_VERSION = 4;
+export const STREAM_VERSION = 5;

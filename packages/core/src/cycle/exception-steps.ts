@@ -8,11 +8,15 @@ import * as statements from "../sql/cycle.js";
 import { type ExceptionRecord, type ExceptionStart, decodeExceptionStep } from "../sql/results.js";
 import type { PollContext } from "./context.js";
 
-/** A reserved row to start: its key lease token (null: none to take) and run lease length. */
+/**
+ * A reserved row to start: its key lease token (null: none to take), run lease length, and for a
+ * group's later row the group's first row (start_exceptions_N).
+ */
 export interface StartRequest {
   id: string;
   key_token: string | null;
   run_ms: number;
+  lead: string | null;
 }
 
 /** An outcome to record (record_exceptions_N's input row). */

@@ -33,6 +33,12 @@ export async function expirePhase<T>(ctx: PollContext<T>): Promise<ExceptionFact
     let charged = 0;
     const killedIds: string[] = [];
     for (const r of rows) {
+      // A group's later row never ran while a lower row of its group was still inflight (they run
+      // in id order): it goes back to waiting, uncharged; the lowest is charged.
+      if (r.chained) {
+        updates.push({ message_id: r.message_id, status: "deferred", attempts: r.attempts, run_after_ms: null, last_error: r.last_error });
+        continue;
+      }
       const resolved = resolveMessage(ctx.resolution, r.options, r.message_key !== null, r.compacted === true).resolved;
       const e = planExpired(r.attempts, r.delays, r.last_error, resolved, ctx.resolution.exceptionInitialBackoff);
       updates.push({ message_id: r.message_id, status: e.status, attempts: e.attempts, run_after_ms: e.runAfterMs, last_error: e.lastError });
@@ -54,7 +60,7 @@ export async function expirePhase<T>(ctx: PollContext<T>): Promise<ExceptionFact
   return { took, advance: took };
 }
 
-/** A row reserve_exceptions_N started: what the start decided and the key lease token its run holds. */
+/** A row's start: what it decided and the key lease token its run holds (a group's later rows: the lead's). */
 interface Prestart {
   start: ExceptionStart;
   keyToken: string | null;
@@ -106,6 +112,22 @@ export async function exceptionPhase<T>(ctx: PollContext<T>): Promise<ExceptionF
 }
 
 type Row = statements.ReservedRow;
+
+/** A row of a started group, with its start. */
+interface Started {
+  row: Row;
+  pre: Prestart;
+}
+
+/** Never charged a failure or an expiry, not compacted: may run in a group behind another row. */
+function clean(r: Row): boolean {
+  return r.attempts === r.delays && r.compaction_rank === null;
+}
+
+/** Whether runs adding up to `ms` still fit before the deadline, with recordMargin to record. */
+function fits<T>(ctx: PollContext<T>, ms: number): boolean {
+  return ctx.options.deadline === undefined || now() + ms + ctx.options.recordMargin <= ctx.options.deadline;
+}
 
 /**
  * A reservation's rows as units: the rows of one exclusive/ordered key form a chain, in id order,
@@ -186,38 +208,122 @@ class ExceptionRun<T> {
   }
 
   /**
-   * A row alone, or a key's chain: each later row is started in the round trip that records the
-   * one before (its start then sees that row resolved), and only after a row that resolved its
-   * message (success, dead, superseded or expired); else the rest of the chain is released unstarted.
+   * A row alone, or a key's chain, run group by group (docs/protocol/poll-cycle.md#the-exception-phase):
+   * a group starts in one round trip (with the record of the row before it, so its start sees that
+   * row resolved) and its rows run one after another under its key lease; the next group starts
+   * only after a row that resolved its message (success, dead, superseded or expired). Otherwise the
+   * group's rows that started and did not run go back to waiting, and the rest of the chain is
+   * released unstarted, with nothing written.
    */
   private async runUnit(unit: Row[]): Promise<void> {
-    for (let i = 0; i < unit.length; i++) {
-      if (!(await this.runRow(unit[i], i > 0))) {
+    for (let i = 0; i < unit.length; ) {
+      const group = await this.startGroup(unit, i);
+      if (group === null) {
         this.skipped += unit.length - i - 1;
         return;
       }
+      const ran = await this.runGroup(group, i > 0);
+      if (ran < group.length) {
+        this.skipped += unit.length - i - group.length;
+        return;
+      }
+      i += group.length;
     }
   }
 
-  /** Runs one row; true when it resolved its message, so the next row of its chain may start. */
-  private async runRow(row: Row, follower = false): Promise<boolean> {
+  /**
+   * Starts unit[i] and, when it is a clean keyed row, the clean rows after it that fit the time
+   * left, as one group under one key lease. Rows the reservation started come as they are. Null:
+   * unit[i] may not start (counted here).
+   */
+  private async startGroup(unit: Row[], i: number): Promise<Started[] | null> {
+    const { ctx } = this;
+    const head = unit[i];
+    const pre = this.pre.get(head.id);
+    if (pre !== undefined) {
+      const out: Started[] = [{ row: head, pre }];
+      for (let j = i + 1; j < unit.length; j++) {
+        const p = this.pre.get(unit[j].id);
+        if (p === undefined) break;
+        out.push({ row: unit[j], pre: { ...p, keyToken: pre.keyToken } });
+      }
+      return out;
+    }
+    const timeout = resolve(ctx, head).timeout;
+    if (!mayStart(ctx, timeout)) {
+      this.unstarted++;
+      return null;
+    }
+    const key = isKeyed(head.concurrency, head.message_key) ? head.message_key : null;
+    // An abandoned run of the key, still running here, keeps it (docs/protocol/ordering.md#key-leases).
+    if (key !== null && keyAbandoned(ctx, key)) {
+      this.skipped++;
+      return null;
+    }
+    const rows = [head];
+    let total = timeout;
+    if (key !== null && clean(head)) {
+      for (let j = i + 1; j < unit.length && clean(unit[j]); j++) {
+        const t = resolve(ctx, unit[j]).timeout;
+        if (!fits(ctx, total + t)) break;
+        rows.push(unit[j]);
+        total += t;
+      }
+    }
+    const keyToken = key !== null ? randomUUID() : null;
+    const runMs = runLeaseMs(ctx, total);
+    const answers = await Promise.all(rows.map((r, j) =>
+      this.steps.start({ id: r.id, key_token: j === 0 ? keyToken : null, run_ms: runMs, lead: j === 0 ? null : head.id })));
+    return rows.map((row, j) => ({ row, pre: { ...answers[j], keyToken } }));
+  }
+
+  /** Runs a group's rows in order; returns how many ran and resolved their message. */
+  private async runGroup(group: Started[], follower: boolean): Promise<number> {
+    let last = -1;
+    group.forEach((g, j) => {
+      if (g.pre.start.kind === "started") last = j;
+    });
+    for (let j = 0; j < group.length; j++) {
+      if (j > 0 && j <= last && (this.ctx.stop || aborted(this.ctx))) {
+        // Nothing recorded so far released the group's key lease: the first row put back does.
+        this.putBack(group.slice(j, last + 1), group[0].pre.keyToken);
+        this.skipped += group.length - 1 - last;
+        return j;
+      }
+      if (!(await this.runRow(group[j].row, group[j].pre, follower || j > 0, j === last))) {
+        this.putBack(group.slice(j + 1, last + 1), null);
+        this.skipped += group.length - 1 - Math.max(j, last);
+        return j;
+      }
+    }
+    return group.length;
+  }
+
+  /** A group's started rows that will not run: back to waiting, uncharged, nothing logged. */
+  private putBack(rows: Started[], keyToken: string | null): void {
+    rows.forEach(({ row, pre }, j) => {
+      const w: OutcomeWrite = {
+        id: row.id, key: row.message_key, key_token: j === 0 ? keyToken : null, status: "deferred",
+        attempts: row.attempts, delays: row.delays, run_after_ms: null, last_error: null, dl_status: null, dl_attempt: null, dl_error: null,
+      };
+      this.recording.push(this.steps.record(w, pre.leaseUntil).then(
+        (rec) => {
+          if (rec.kind === "lost") lostLease(this.ctx, `exception row ${row.id}`);
+        },
+        (e: unknown) => this.fail(e),
+      ));
+    });
+  }
+
+  /**
+   * Runs one started (or resolved-at-start) row; true when it resolved its message, so the next
+   * row of its chain may run. Its record releases the key lease when it is the group's last
+   * started row or ends the chain.
+   */
+  private async runRow(row: Row, pre: Prestart, follower: boolean, last: boolean): Promise<boolean> {
     const { ctx } = this;
     const resolved = resolve(ctx, row);
     const key = isKeyed(row.concurrency, row.message_key) ? row.message_key : null;
-    let pre = this.pre.get(row.id);
-    if (pre === undefined) {
-      if (!mayStart(ctx, resolved.timeout)) {
-        this.unstarted++;
-        return false;
-      }
-      // An abandoned run of the key, still running here, keeps it (docs/protocol/ordering.md#key-leases).
-      if (key !== null && keyAbandoned(ctx, key)) {
-        this.skipped++;
-        return false;
-      }
-      const keyToken = key !== null ? randomUUID() : null;
-      pre = { ...(await this.steps.start({ id: row.id, key_token: keyToken, run_ms: runLeaseMs(ctx, resolved.timeout) })), keyToken };
-    }
     const { start: s, keyToken, leaseUntil } = pre;
     if (s.kind === "lost") {
       lostLease(ctx, `exception row ${row.id}`);
@@ -240,9 +346,10 @@ class ExceptionRun<T> {
     const w = watchRun(ctx, key, keyToken, row.id, resolved.timeout);
     const outcome = await runHandler(ctx.handler, message(ctx, row, row.attempts, row.delays), resolved.timeout, w.onAbandon);
     const p = plan(outcome, row.attempts, row.delays, resolved, ctx.resolution.exceptionInitialBackoff, ctx.mode);
+    const ok = !w.abandoned && (p.row.status === "delete" || p.row.status === "dead");
     // An abandoned run's key lease is not released here but when the run settles.
-    this.record(row, p, w.abandoned ? null : keyToken, leaseUntil);
-    return !w.abandoned && (p.row.status === "delete" || p.row.status === "dead");
+    this.record(row, p, w.abandoned || (ok && !last) ? null : keyToken, leaseUntil);
+    return ok;
   }
 
   /** Queues the outcome; the worker goes on to its next row meanwhile. */

@@ -92,6 +92,8 @@ export async function redrive(ref: GroupRef, selector: RedriveSelector, opts: Ba
         concurrency: resolveMessage(g, x.options, x.message_key !== null, x.compacted === true).resolved.concurrency,
       }));
       await query(db, c, Admin.redriveRows(t), [groupId, JSON.stringify(upd)]);
+      const lowest = live.map((x) => BigInt(x.message_id)).reduce((a, v) => (v < a ? v : a));
+      await query(db, c, Admin.lowerRedriveFloor(t), [groupId, lowest.toString()]);
       if (mode !== "off") {
         const logs = live.map((x) => ({ message_id: x.message_id, attempt: x.attempts, status: "redriven", error: `redriven: ${b.reason}` }));
         await insertDeliveryLog.query(db, c, t, { groupId, rows: JSON.stringify(logs) });

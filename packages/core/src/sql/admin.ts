@@ -95,6 +95,15 @@ export function seekCursor(t: Tables): string {
        RETURNING claimed::text, committed::text`;
 }
 
+/**
+ * Lowers the group's redrive floor to $2, the lowest row redriven (migrations/stream/0005_redrive_floor.sql): the
+ * exception reservation reads waiting rows from there when it lies at or below committed.
+ */
+export function lowerRedriveFloor(t: Tables): string {
+  return `UPDATE ${t.groupCursor} SET redrive_floor = LEAST(COALESCE(redrive_floor, $2::bigint), $2::bigint)
+           WHERE consumer_group_id = $1`;
+}
+
 /** $2: JSON array of {message_id, concurrency}. A redriven expired row runs all the same (expiry_waived). */
 export function redriveRows(t: Tables): string {
   return `UPDATE ${t.exceptionQueue} e

@@ -369,11 +369,18 @@ export interface ExpiredRunRow {
   message_key: string | null;
   options: MessageOptions | null;
   compacted: boolean | null;
+  /** A later row of a group whose lower row of the key, under the same token, is inflight too: it never ran. */
+  chained: boolean;
 }
 
 export const lockExpiredRuns = defineStatement<{ groupId: string }, ExpiredRunRow>(["groupId"], (t, p) =>
   `SELECT e.message_id::text AS message_id, e.attempts, e.delays, e.last_error, e.message_key,
-                 m.options, m.compaction_rank IS NOT NULL AS compacted
+                 m.options, m.compaction_rank IS NOT NULL AS compacted,
+                 e.message_key IS NOT NULL AND e.concurrency <> 'parallel' AND EXISTS (
+                   SELECT 1 FROM ${t.exceptionQueue} o
+                    WHERE o.consumer_group_id = e.consumer_group_id AND o.message_key = e.message_key
+                      AND o.message_id < e.message_id AND o.concurrency <> 'parallel'
+                      AND o.lease_token = e.lease_token AND o.status = 'inflight') AS chained
             FROM ${t.exceptionQueue} e LEFT JOIN ${t.messageLog} m ON m.id = e.message_id
            WHERE e.consumer_group_id = ${p.groupId} AND ${runExpired("e")}
            ORDER BY e.message_id LIMIT 1000
