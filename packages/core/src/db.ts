@@ -73,6 +73,14 @@ const REFUSING = new Set(["53300", "57P03"]);
 const UNREACHABLE_NETWORK = new Set([...NETWORK, "EHOSTUNREACH", "ENETUNREACH", "ECONNABORTED"]);
 
 /**
+ * The login refused because the database does not allow connections now (ALLOW_CONNECTIONS false,
+ * as an operator sets it for maintenance): 55000 from CheckMyDatabase, a FATAL that ends the session.
+ */
+function isClosedDatabase(err: { code?: unknown; severity?: unknown; routine?: unknown }): boolean {
+  return err.code === "55000" && (err.routine === "CheckMyDatabase" || err.severity === "FATAL");
+}
+
+/**
  * The one classifier of connection failures (docs/guide/operations.md#connection-errors): a database
  * that cannot be reached, does not exist, refuses new connections or the credentials, a
  * connection string pg cannot parse, or a connection lost mid-statement. Returns the coded error
@@ -88,7 +96,7 @@ export function connectionFailure(e: unknown, what: string): SqlStreamsError | u
   if (code === "ERR_INVALID_URL") return coded("SQL0001", "the connection string is malformed (expected a URL like postgres://user@host:5432/database)");
   if (code === "28P01" || code === "28000" || (code === "08P01" && isPoolerAuthMessage(raw))) return coded("SQL0032", "the database rejected the credentials");
   if (code === "3D000") return coded("SQL0033", "the database does not exist");
-  if (REFUSING.has(code) || isPoolerNotSent(e)) return coded("SQL0033", "the database refuses new connections now (too many connections, or starting up or shutting down)");
+  if (REFUSING.has(code) || isClosedDatabase(err) || isPoolerNotSent(e)) return coded("SQL0033", "the database refuses new connections now (too many connections, starting up or shutting down, or closed to connections)");
   if (UNREACHABLE_NETWORK.has(code) || /timeout exceeded when trying to connect/i.test(raw)) return coded("SQL0033", "cannot reach the database");
   if (code.startsWith("08") || code === "57P01" || code === "57P02" || (!code && isTransient(e))) return coded("SQL0033", "the connection to the database failed");
   return undefined;
@@ -97,14 +105,17 @@ export function connectionFailure(e: unknown, what: string): SqlStreamsError | u
 /**
  * Runs a public call: a connection failure leaves it as a coded error (connectionFailure), also
  * when a poll already reported it as SQL0033 (its cause is classified, so a drain and a produce
- * word the same failure alike); every other error passes unchanged.
+ * word the same failure alike, and the poll's details, its stream and group, are kept); every
+ * other error passes unchanged.
  */
 export async function atEdge<T>(what: string, call: () => Promise<T>): Promise<T> {
   try {
     return await call();
   } catch (e) {
-    const failure = e instanceof SqlStreamsError && e.code === "SQL0033" ? e.cause : e;
-    throw connectionFailure(failure, what) ?? e;
+    const poll = e instanceof SqlStreamsError && e.code === "SQL0033" ? e : undefined;
+    const coded = connectionFailure(poll ? poll.cause : e, what);
+    if (coded && poll) Object.assign(coded.details, { ...poll.details, ...coded.details });
+    throw coded ?? e;
   }
 }
 

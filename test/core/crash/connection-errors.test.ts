@@ -81,13 +81,17 @@ function calls(c: SqlStreams, tx: pg.Client): [string, () => Promise<unknown>][]
   ];
 }
 
-/** Runs every call against `connectionString`; each must fail with `code`, its cause carrying `cause`. */
-async function everyCallFails(connectionString: string, code: string, cause: string | RegExp, text: RegExp): Promise<void> {
+/**
+ * Runs every call against `connectionString`; each must fail with `code`, its cause carrying
+ * `cause`. `fault` (if any) is made once the caller's transaction for produceInTx is open.
+ */
+async function everyCallFails(connectionString: string, code: string, cause: string | RegExp, text: RegExp, fault?: () => Promise<void>): Promise<void> {
   const c = clientFor(connectionString);
   const tx = new pg.Client({ connectionString: url() });
   await tx.connect();
   try {
     await tx.query("BEGIN");
+    await fault?.();
     for (const [name, call] of calls(c, tx)) {
       const e = await codedError(call);
       expect(e.code, `${name}: ${e.message}`).toBe(code);
@@ -114,6 +118,16 @@ describe("connection failures are coded at every edge", () => {
 
   it("a server refusing new connections (a role at its CONNECTION LIMIT: 53300): SQL0033", async () => {
     await everyCallFails(withUrl(url(), (u) => { u.username = role; u.password = "sqlstreams-test-role"; }), "SQL0033", "53300", /refuses new connections now.*too many connections/);
+  });
+
+  it("a database closed to new connections (ALLOW_CONNECTIONS false: 55000): SQL0033, refuses new connections", async () => {
+    const db = pg.escapeIdentifier(new URL(url()).pathname.slice(1));
+    const allow = async (on: boolean) => void (await withClient(baseDatabaseUrl(), (a) => a.query(`ALTER DATABASE ${db} ALLOW_CONNECTIONS ${on}`)));
+    try {
+      await everyCallFails(url(), "SQL0033", /^55000$/, /refuses new connections now.*not currently accepting connections/, () => allow(false));
+    } finally {
+      await allow(true);
+    }
   });
 
   it("a malformed connection string says it is malformed (SQL0001), before any connection, without repeating it", () => {
