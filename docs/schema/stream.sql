@@ -65,8 +65,7 @@ BEGIN
              EXISTS (SELECT 1 FROM "sqlstreams".exception_queue_1 e WHERE e.consumer_group_id = p_group AND e.status = 'inflight'
                         AND e.lease_expires_at < now()),
              EXISTS (SELECT 1 FROM "sqlstreams".exception_queue_1 e WHERE e.consumer_group_id = p_group
-                        AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
-                        AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now()))
+                        AND "sqlstreams".row_due_1(e.status, e.can_run_after, e.lease_expires_at))
         INTO paused, reclaimable, expirable, reservable
         FROM "sqlstreams".consumer_group_config g WHERE g.id = p_group;
     END IF;
@@ -437,8 +436,7 @@ BEGIN
            EXISTS (SELECT 1 FROM "sqlstreams".exception_queue_1 e WHERE e.consumer_group_id = p_group AND e.status = 'inflight'
                       AND e.lease_expires_at < now()),
            EXISTS (SELECT 1 FROM "sqlstreams".exception_queue_1 e WHERE e.consumer_group_id = p_group
-                      AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
-                      AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now()))
+                      AND "sqlstreams".row_due_1(e.status, e.can_run_after, e.lease_expires_at))
       INTO paused, reclaimable, expirable, reservable
       FROM "sqlstreams".consumer_group_config g WHERE g.id = p_group;
   END IF;
@@ -474,8 +472,7 @@ BEGIN
     SELECT e.message_id, e.message_key, e.concurrency
       FROM "sqlstreams".exception_queue_1 e
      WHERE e.consumer_group_id = p_group
-       AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
-       AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now())
+       AND "sqlstreams".row_due_1(e.status, e.can_run_after, e.lease_expires_at)
        AND EXISTS (SELECT 1 FROM "sqlstreams".message_log_1 m WHERE m.id = e.message_id)
        AND (e.concurrency = 'parallel' OR e.message_key IS NULL OR (
              NOT EXISTS (SELECT 1 FROM "sqlstreams".message_key_lease_1 k
@@ -486,7 +483,7 @@ BEGIN
              AND NOT EXISTS (SELECT 1 FROM "sqlstreams".exception_queue_1 w
                               WHERE w.consumer_group_id = p_group AND w.message_key = e.message_key
                                 AND w.message_id < e.message_id AND w.concurrency <> 'parallel'
-                                AND ((w.status = 'ready' AND w.can_run_after <= now()) OR w.status = 'deferred'))
+                                AND "sqlstreams".row_waiting_1(w.status, w.can_run_after))
              -- The predecessor rule, per key (docs/protocol/ordering.md#the-predecessor-rule).
              AND (e.concurrency <> 'ordered'
                   OR "sqlstreams".ordered_pred_1(p_group, e.message_key, e.message_id, 0, 0) IS NULL)))
@@ -513,8 +510,7 @@ BEGIN
                               WHERE c.concurrency <> 'parallel' AND c.message_key IS NOT NULL)
        AND w.concurrency <> 'parallel'
        AND w.message_id NOT IN (SELECT p.message_id FROM pick p)
-       AND ((w.status = 'ready' AND w.can_run_after <= now()) OR w.status = 'deferred')
-       AND (w.lease_expires_at IS NULL OR w.lease_expires_at < now())
+       AND "sqlstreams".row_due_1(w.status, w.can_run_after, w.lease_expires_at)
        AND EXISTS (SELECT 1 FROM "sqlstreams".message_log_1 m WHERE m.id = w.message_id)
      ORDER BY w.message_id
      LIMIT GREATEST(p_limit - (SELECT count(*) FROM pick), 0)
@@ -577,6 +573,23 @@ BEGIN
         ON s.message_id = i.id
      ORDER BY i.id;
 END
+$$;
+
+-- FUNCTION: row_due_1(text, timestamp with time zone, timestamp with time zone)
+
+CREATE FUNCTION sqlstreams.row_due_1(p_status text, p_can_run_after timestamp with time zone, p_lease_expires_at timestamp with time zone) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT "sqlstreams".row_waiting_1(p_status, p_can_run_after)
+     AND (p_lease_expires_at IS NULL OR p_lease_expires_at < pg_catalog.now())
+$$;
+
+-- FUNCTION: row_waiting_1(text, timestamp with time zone)
+
+CREATE FUNCTION sqlstreams.row_waiting_1(p_status text, p_can_run_after timestamp with time zone) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT (p_status = 'ready' AND p_can_run_after <= pg_catalog.now()) OR p_status = 'deferred'
 $$;
 
 -- FUNCTION: start_exceptions_1(bigint, uuid, jsonb)

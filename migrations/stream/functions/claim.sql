@@ -69,8 +69,7 @@ BEGIN
              EXISTS (SELECT 1 FROM {{schema}}.exception_queue_{{N}} e WHERE e.consumer_group_id = p_group AND e.status = 'inflight'
                         AND e.lease_expires_at < now()),
              EXISTS (SELECT 1 FROM {{schema}}.exception_queue_{{N}} e WHERE e.consumer_group_id = p_group
-                        AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
-                        AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now()))
+                        AND {{schema}}.row_due_{{N}}(e.status, e.can_run_after, e.lease_expires_at))
         INTO paused, reclaimable, expirable, reservable
         FROM {{schema}}.consumer_group_config g WHERE g.id = p_group;
     END IF;

@@ -41,8 +41,7 @@ BEGIN
     SELECT e.message_id, e.message_key, e.concurrency
       FROM {{schema}}.exception_queue_{{N}} e
      WHERE e.consumer_group_id = p_group
-       AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
-       AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now())
+       AND {{schema}}.row_due_{{N}}(e.status, e.can_run_after, e.lease_expires_at)
        AND EXISTS (SELECT 1 FROM {{schema}}.message_log_{{N}} m WHERE m.id = e.message_id)
        AND (e.concurrency = 'parallel' OR e.message_key IS NULL OR (
              NOT EXISTS (SELECT 1 FROM {{schema}}.message_key_lease_{{N}} k
@@ -53,7 +52,7 @@ BEGIN
              AND NOT EXISTS (SELECT 1 FROM {{schema}}.exception_queue_{{N}} w
                               WHERE w.consumer_group_id = p_group AND w.message_key = e.message_key
                                 AND w.message_id < e.message_id AND w.concurrency <> 'parallel'
-                                AND ((w.status = 'ready' AND w.can_run_after <= now()) OR w.status = 'deferred'))
+                                AND {{schema}}.row_waiting_{{N}}(w.status, w.can_run_after))
              -- The predecessor rule, per key (docs/protocol/ordering.md#the-predecessor-rule).
              AND (e.concurrency <> 'ordered'
                   OR {{schema}}.ordered_pred_{{N}}(p_group, e.message_key, e.message_id, 0, 0) IS NULL)))
@@ -80,8 +79,7 @@ BEGIN
                               WHERE c.concurrency <> 'parallel' AND c.message_key IS NOT NULL)
        AND w.concurrency <> 'parallel'
        AND w.message_id NOT IN (SELECT p.message_id FROM pick p)
-       AND ((w.status = 'ready' AND w.can_run_after <= now()) OR w.status = 'deferred')
-       AND (w.lease_expires_at IS NULL OR w.lease_expires_at < now())
+       AND {{schema}}.row_due_{{N}}(w.status, w.can_run_after, w.lease_expires_at)
        AND EXISTS (SELECT 1 FROM {{schema}}.message_log_{{N}} m WHERE m.id = w.message_id)
      ORDER BY w.message_id
      LIMIT GREATEST(p_limit - (SELECT count(*) FROM pick), 0)

@@ -81,7 +81,7 @@ describe("migrations", () => {
     expect(seen).toEqual([{ ok: true }]);
   });
 
-  it("every function sets search_path, except the two inlined or per-row helpers of the ordered path", async () => {
+  it("every function sets search_path, except the inlined predicates and the per-row helper of the ordered path", async () => {
     const t = testClient(url());
     await t.client.migrate();
     await t.client.stream("mig.c").register();
@@ -90,6 +90,6 @@ describe("migrations", () => {
       [S],
     );
     const unset = r.filter((x) => !(x.config ?? []).includes("search_path=pg_catalog, pg_temp")).map((x) => x.proname.replace(/_[0-9]+$/, ""));
-    expect([...new Set(unset)]).toEqual(["ordered_pred", "ordered_preds"]);
+    expect([...new Set(unset)]).toEqual(["ordered_pred", "ordered_preds", "row_due", "row_waiting"]);
   });
 });

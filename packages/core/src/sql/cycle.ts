@@ -2,6 +2,7 @@
 // stream id only, each with its named parameters and its row type. The protocol functions they
 // call live in migrations/stream/functions/, one file each.
 import type { ConsumerConfig, DeliveryLogMode, MessageOptions } from "../config.js";
+import type { Tables } from "./names.js";
 import { defineStatement } from "./statement.js";
 
 export { type Tables, tables } from "./names.js";
@@ -35,8 +36,7 @@ const deliverable = (t: { messageLog: string; compactionHead: string }, low: str
  */
 const rangeExpired = (l: string): string => `${l}.expires_at < now()`;
 const runExpired = (e: string): string => `${e}.status = 'inflight' AND ${e}.lease_expires_at < now()`;
-const rowDue = (e: string): string => `((${e}.status = 'ready' AND ${e}.can_run_after <= now()) OR ${e}.status = 'deferred')
-                  AND (${e}.lease_expires_at IS NULL OR ${e}.lease_expires_at < now())`;
+const rowDue = (t: Tables, e: string): string => `${t.fn("row_due")}(${e}.status, ${e}.can_run_after, ${e}.lease_expires_at)`;
 
 export interface LoadRow {
   group_id: string;
@@ -69,7 +69,7 @@ export const load = defineStatement<{ streamId: string; group: string }, LoadRow
        EXISTS (SELECT 1 FROM ${t.claimLease} l WHERE l.consumer_group_id = g.id AND ${rangeExpired("l")}) AS reclaimable,
        EXISTS (SELECT 1 FROM ${t.exceptionQueue} e WHERE e.consumer_group_id = g.id AND ${runExpired("e")}) AS expirable,
        EXISTS (SELECT 1 FROM ${t.exceptionQueue} e WHERE e.consumer_group_id = g.id
-                  AND ${rowDue("e")}) AS reservable,
+                  AND ${rowDue(t, "e")}) AS reservable,
        ${t.fn("cursor_target")}(g.id)::text AS target,
        (CASE WHEN g.paused OR c.consumer_group_id IS NULL
                   OR (h.head <= c.settled_head AND c.pending_head <= c.settled_head AND c.claimed = c.settled_head)
