@@ -60,14 +60,9 @@ BEGIN
     committed := "sqlstreams".record_range_1(p_group, p_rec_token, NULL, NULL, p_rec_eq, p_rec_dl, p_rec_keys);
     recorded := committed IS NOT NULL;
     IF recorded THEN
-      SELECT g.paused,
-             EXISTS (SELECT 1 FROM "sqlstreams".claim_lease_1 l WHERE l.consumer_group_id = p_group AND l.expires_at < now()),
-             EXISTS (SELECT 1 FROM "sqlstreams".exception_queue_1 e WHERE e.consumer_group_id = p_group AND e.status = 'inflight'
-                        AND e.lease_expires_at < now()),
-             EXISTS (SELECT 1 FROM "sqlstreams".exception_queue_1 e WHERE e.consumer_group_id = p_group
-                        AND "sqlstreams".row_due_1(e.status, e.can_run_after, e.lease_expires_at))
+      SELECT f.paused, f.reclaimable, f.expirable, f.reservable
         INTO paused, reclaimable, expirable, reservable
-        FROM "sqlstreams".consumer_group_config g WHERE g.id = p_group;
+        FROM "sqlstreams".group_flags_1(p_group) f;
     END IF;
     RETURN NEXT;
     IF NOT recorded OR paused OR reclaimable OR expirable OR (reservable AND NOT p_rec_past_due) THEN RETURN; END IF;
@@ -259,6 +254,22 @@ CREATE FUNCTION sqlstreams.fence_holders_1() RETURNS TABLE(pid integer, xact_age
    ORDER BY a.xact_start NULLS FIRST
 $$;
 
+-- FUNCTION: group_flags_1(bigint)
+
+CREATE FUNCTION sqlstreams.group_flags_1(p_group bigint) RETURNS TABLE(paused boolean, reclaimable boolean, expirable boolean, reservable boolean)
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT g.paused,
+         EXISTS (SELECT 1 FROM "sqlstreams".claim_lease_1 l
+                  WHERE l.consumer_group_id = p_group AND "sqlstreams".range_expired_1(l.expires_at)),
+         EXISTS (SELECT 1 FROM "sqlstreams".exception_queue_1 e
+                  WHERE e.consumer_group_id = p_group AND "sqlstreams".run_expired_1(e.status, e.lease_expires_at)),
+         EXISTS (SELECT 1 FROM "sqlstreams".exception_queue_1 e
+                  WHERE e.consumer_group_id = p_group
+                    AND "sqlstreams".row_due_1(e.status, e.can_run_after, e.lease_expires_at))
+    FROM "sqlstreams".consumer_group_config g WHERE g.id = p_group
+$$;
+
 -- FUNCTION: lease_ms_1(bigint, bigint, integer, bigint, bigint)
 
 CREATE FUNCTION sqlstreams.lease_ms_1(p_tmax bigint, p_n bigint, p_concurrency integer, p_margin bigint, p_cap bigint) RETURNS bigint
@@ -306,6 +317,14 @@ CREATE FUNCTION sqlstreams.ordered_preds_1(p_group bigint, p_own_low bigint, p_o
                    WHERE cur.consumer_group_id = p_group) AS claimed) c,
          pg_catalog.jsonb_to_recordset(p_keys) AS x(k TEXT, id BIGINT, ordered BOOLEAN)
    WHERE x.ordered IS NOT FALSE
+$$;
+
+-- FUNCTION: range_expired_1(timestamp with time zone)
+
+CREATE FUNCTION sqlstreams.range_expired_1(p_expires_at timestamp with time zone) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT p_expires_at < pg_catalog.now()
 $$;
 
 -- FUNCTION: record_exceptions_1(bigint, uuid, jsonb)
@@ -431,14 +450,9 @@ BEGIN
       SELECT p_group, r.message_id, r.attempt, r.status, r.error
         FROM jsonb_to_recordset(p_rec_dl) AS r(message_id BIGINT, attempt INTEGER, status TEXT, error TEXT);
     END IF;
-    SELECT g.paused,
-           EXISTS (SELECT 1 FROM "sqlstreams".claim_lease_1 l WHERE l.consumer_group_id = p_group AND l.expires_at < now()),
-           EXISTS (SELECT 1 FROM "sqlstreams".exception_queue_1 e WHERE e.consumer_group_id = p_group AND e.status = 'inflight'
-                      AND e.lease_expires_at < now()),
-           EXISTS (SELECT 1 FROM "sqlstreams".exception_queue_1 e WHERE e.consumer_group_id = p_group
-                      AND "sqlstreams".row_due_1(e.status, e.can_run_after, e.lease_expires_at))
+    SELECT f.paused, f.reclaimable, f.expirable, f.reservable
       INTO paused, reclaimable, expirable, reservable
-      FROM "sqlstreams".consumer_group_config g WHERE g.id = p_group;
+      FROM "sqlstreams".group_flags_1(p_group) f;
   END IF;
   RETURN NEXT;
   recorded := NULL; paused := NULL; reclaimable := NULL; expirable := NULL; reservable := NULL;
@@ -590,6 +604,14 @@ CREATE FUNCTION sqlstreams.row_waiting_1(p_status text, p_can_run_after timestam
     LANGUAGE sql STABLE
     AS $$
   SELECT (p_status = 'ready' AND p_can_run_after <= pg_catalog.now()) OR p_status = 'deferred'
+$$;
+
+-- FUNCTION: run_expired_1(text, timestamp with time zone)
+
+CREATE FUNCTION sqlstreams.run_expired_1(p_status text, p_lease_expires_at timestamp with time zone) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT p_status = 'inflight' AND p_lease_expires_at < pg_catalog.now()
 $$;
 
 -- FUNCTION: start_exceptions_1(bigint, uuid, jsonb)

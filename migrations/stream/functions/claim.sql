@@ -64,14 +64,9 @@ BEGIN
     committed := {{schema}}.record_range_{{N}}(p_group, p_rec_token, NULL, NULL, p_rec_eq, p_rec_dl, p_rec_keys);
     recorded := committed IS NOT NULL;
     IF recorded THEN
-      SELECT g.paused,
-             EXISTS (SELECT 1 FROM {{schema}}.claim_lease_{{N}} l WHERE l.consumer_group_id = p_group AND l.expires_at < now()),
-             EXISTS (SELECT 1 FROM {{schema}}.exception_queue_{{N}} e WHERE e.consumer_group_id = p_group AND e.status = 'inflight'
-                        AND e.lease_expires_at < now()),
-             EXISTS (SELECT 1 FROM {{schema}}.exception_queue_{{N}} e WHERE e.consumer_group_id = p_group
-                        AND {{schema}}.row_due_{{N}}(e.status, e.can_run_after, e.lease_expires_at))
+      SELECT f.paused, f.reclaimable, f.expirable, f.reservable
         INTO paused, reclaimable, expirable, reservable
-        FROM {{schema}}.consumer_group_config g WHERE g.id = p_group;
+        FROM {{schema}}.group_flags_{{N}}(p_group) f;
     END IF;
     RETURN NEXT;
     IF NOT recorded OR paused OR reclaimable OR expirable OR (reservable AND NOT p_rec_past_due) THEN RETURN; END IF;

@@ -56,14 +56,9 @@ BEGIN
       SELECT p_group, r.message_id, r.attempt, r.status, r.error
         FROM jsonb_to_recordset(p_rec_dl) AS r(message_id BIGINT, attempt INTEGER, status TEXT, error TEXT);
     END IF;
-    SELECT g.paused,
-           EXISTS (SELECT 1 FROM {{schema}}.claim_lease_{{N}} l WHERE l.consumer_group_id = p_group AND l.expires_at < now()),
-           EXISTS (SELECT 1 FROM {{schema}}.exception_queue_{{N}} e WHERE e.consumer_group_id = p_group AND e.status = 'inflight'
-                      AND e.lease_expires_at < now()),
-           EXISTS (SELECT 1 FROM {{schema}}.exception_queue_{{N}} e WHERE e.consumer_group_id = p_group
-                      AND {{schema}}.row_due_{{N}}(e.status, e.can_run_after, e.lease_expires_at))
+    SELECT f.paused, f.reclaimable, f.expirable, f.reservable
       INTO paused, reclaimable, expirable, reservable
-      FROM {{schema}}.consumer_group_config g WHERE g.id = p_group;
+      FROM {{schema}}.group_flags_{{N}}(p_group) f;
   END IF;
   RETURN NEXT;
   recorded := NULL; paused := NULL; reclaimable := NULL; expirable := NULL; reservable := NULL;

@@ -2,7 +2,6 @@
 // stream id only, each with its named parameters and its row type. The protocol functions they
 // call live in migrations/stream/functions/, one file each.
 import type { ConsumerConfig, DeliveryLogMode, MessageOptions } from "../config.js";
-import type { Tables } from "./names.js";
 import { defineStatement } from "./statement.js";
 
 export { type Tables, tables } from "./names.js";
@@ -29,14 +28,6 @@ const deliverable = (t: { messageLog: string; compactionHead: string }, low: str
              AND (m.compaction_rank IS NULL OR EXISTS (
                    SELECT 1 FROM ${t.compactionHead} h WHERE h.compaction_key = m.message_key AND h.message_id = m.id))`;
 
-/*
- * The rules of what is due, said once for the statements here (claim_N and reserve_exceptions_N
- * state them again in SQL): a range lease that expired, an inflight run whose lease expired, an
- * exception row due to run (ready and past its can_run_after, or deferred; not reserved).
- */
-const rangeExpired = (l: string): string => `${l}.expires_at < now()`;
-const runExpired = (e: string): string => `${e}.status = 'inflight' AND ${e}.lease_expires_at < now()`;
-const rowDue = (t: Tables, e: string): string => `${t.fn("row_due")}(${e}.status, ${e}.can_run_after, ${e}.lease_expires_at)`;
 
 export interface LoadRow {
   group_id: string;
@@ -66,10 +57,7 @@ export const load = defineStatement<{ streamId: string; group: string }, LoadRow
        c.claimed::text, c.committed::text, c.settled_head::text, c.pending_head::text,
        h.head::text AS head,
        c.consumer_group_id IS NOT NULL AS has_cursor,
-       EXISTS (SELECT 1 FROM ${t.claimLease} l WHERE l.consumer_group_id = g.id AND ${rangeExpired("l")}) AS reclaimable,
-       EXISTS (SELECT 1 FROM ${t.exceptionQueue} e WHERE e.consumer_group_id = g.id AND ${runExpired("e")}) AS expirable,
-       EXISTS (SELECT 1 FROM ${t.exceptionQueue} e WHERE e.consumer_group_id = g.id
-                  AND ${rowDue(t, "e")}) AS reservable,
+       f.reclaimable, f.expirable, f.reservable,
        ${t.fn("cursor_target")}(g.id)::text AS target,
        (CASE WHEN g.paused OR c.consumer_group_id IS NULL
                   OR (h.head <= c.settled_head AND c.pending_head <= c.settled_head AND c.claimed = c.settled_head)
@@ -77,6 +65,7 @@ export const load = defineStatement<{ streamId: string; group: string }, LoadRow
   FROM ${t.schema}.stream_config s
   JOIN ${t.schema}.consumer_group_config g ON g.stream_id = s.id AND g.name = ${p.group}
   LEFT JOIN ${t.groupCursor} c ON c.consumer_group_id = g.id
+  CROSS JOIN LATERAL ${t.fn("group_flags")}(g.id) f
   CROSS JOIN LATERAL (SELECT COALESCE(max(m.id), 0) AS head FROM ${t.messageLog} m) h
  WHERE s.id = ${p.streamId}`);
 
@@ -279,7 +268,7 @@ export interface LeaseRow {
 
 export const lockExpiredRange = defineStatement<{ groupId: string }, LeaseRow>(["groupId"], (t, p) =>
   `SELECT l.token::text, l.low::text, l.high::text, l.reclaims, l.released FROM ${t.claimLease} l
-           WHERE l.consumer_group_id = ${p.groupId} AND ${rangeExpired("l")}
+           WHERE l.consumer_group_id = ${p.groupId} AND ${t.fn("range_expired")}(l.expires_at)
            ORDER BY l.low LIMIT 1 FOR UPDATE SKIP LOCKED`);
 
 /** The messages of (low, high] this group would deliver (the compaction read filter). */
@@ -352,7 +341,7 @@ export const lockExpiredRuns = defineStatement<{ groupId: string }, ExpiredRunRo
   `SELECT e.message_id::text AS message_id, e.attempts, e.delays, e.last_error, e.message_key,
                  m.options, m.compaction_rank IS NOT NULL AS compacted
             FROM ${t.exceptionQueue} e LEFT JOIN ${t.messageLog} m ON m.id = e.message_id
-           WHERE e.consumer_group_id = ${p.groupId} AND ${runExpired("e")}
+           WHERE e.consumer_group_id = ${p.groupId} AND ${t.fn("run_expired")}(e.status, e.lease_expires_at)
            ORDER BY e.message_id LIMIT 1000
            FOR UPDATE OF e SKIP LOCKED`);
 
