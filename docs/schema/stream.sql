@@ -395,20 +395,7 @@ BEGIN
      WHERE consumer_group_id = p_group AND token = p_token;
   END IF;
   IF NOT FOUND THEN RETURN NULL; END IF;
-  IF p_eq IS NOT NULL AND jsonb_array_length(p_eq) > 0 THEN
-    INSERT INTO "sqlstreams".exception_queue_1
-      (consumer_group_id, message_id, status, message_key, concurrency, attempts, delays, can_run_after, last_error)
-    SELECT p_group, r.message_id, r.status, r.message_key, r.concurrency, r.attempts, r.delays,
-           now() + r.run_after_ms * interval '1 millisecond', r.last_error
-      FROM jsonb_to_recordset(p_eq) AS r(message_id BIGINT, status TEXT, message_key TEXT, concurrency TEXT,
-                                         attempts INTEGER, delays INTEGER, run_after_ms BIGINT, last_error TEXT)
-    ON CONFLICT DO NOTHING;
-  END IF;
-  IF p_dl IS NOT NULL AND jsonb_array_length(p_dl) > 0 THEN
-    INSERT INTO "sqlstreams".delivery_log_1 (consumer_group_id, message_id, attempt, status, error)
-    SELECT p_group, r.message_id, r.attempt, r.status, r.error
-      FROM jsonb_to_recordset(p_dl) AS r(message_id BIGINT, attempt INTEGER, status TEXT, error TEXT);
-  END IF;
+  PERFORM "sqlstreams".write_outcome_rows_1(p_group, p_eq, p_dl);
   RETURN "sqlstreams".advance_1(p_group);
 END
 $$;
@@ -436,20 +423,7 @@ BEGIN
   DELETE FROM "sqlstreams".claim_lease_1 l WHERE l.consumer_group_id = p_group AND l.token = p_rec_token;
   recorded := FOUND;
   IF recorded THEN
-    IF p_rec_eq IS NOT NULL AND jsonb_array_length(p_rec_eq) > 0 THEN
-      INSERT INTO "sqlstreams".exception_queue_1
-        (consumer_group_id, message_id, status, message_key, concurrency, attempts, delays, can_run_after, last_error)
-      SELECT p_group, r.message_id, r.status, r.message_key, r.concurrency, r.attempts, r.delays,
-             now() + r.run_after_ms * interval '1 millisecond', r.last_error
-        FROM jsonb_to_recordset(p_rec_eq) AS r(message_id BIGINT, status TEXT, message_key TEXT, concurrency TEXT,
-                                               attempts INTEGER, delays INTEGER, run_after_ms BIGINT, last_error TEXT)
-      ON CONFLICT DO NOTHING;
-    END IF;
-    IF p_rec_dl IS NOT NULL AND jsonb_array_length(p_rec_dl) > 0 THEN
-      INSERT INTO "sqlstreams".delivery_log_1 (consumer_group_id, message_id, attempt, status, error)
-      SELECT p_group, r.message_id, r.attempt, r.status, r.error
-        FROM jsonb_to_recordset(p_rec_dl) AS r(message_id BIGINT, attempt INTEGER, status TEXT, error TEXT);
-    END IF;
+    PERFORM "sqlstreams".write_outcome_rows_1(p_group, p_rec_eq, p_rec_dl);
     SELECT f.paused, f.reclaimable, f.expirable, f.reservable
       INTO paused, reclaimable, expirable, reservable
       FROM "sqlstreams".group_flags_1(p_group) f;
@@ -826,6 +800,30 @@ BEGIN
   UNION ALL
   SELECT w.key, 'busy'::text, NULL::bigint FROM want w
    WHERE NOT EXISTS (SELECT 1 FROM taken t WHERE t.message_key = w.key);
+END
+$$;
+
+-- FUNCTION: write_outcome_rows_1(bigint, jsonb, jsonb)
+
+CREATE FUNCTION sqlstreams.write_outcome_rows_1(p_group bigint, p_exceptions jsonb, p_deliveries jsonb) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  IF p_exceptions IS NOT NULL AND jsonb_array_length(p_exceptions) > 0 THEN
+    INSERT INTO "sqlstreams".exception_queue_1
+      (consumer_group_id, message_id, status, message_key, concurrency, attempts, delays, can_run_after, last_error)
+    SELECT p_group, r.message_id, r.status, r.message_key, r.concurrency, r.attempts, r.delays,
+           now() + r.run_after_ms * interval '1 millisecond', r.last_error
+      FROM jsonb_to_recordset(p_exceptions) AS r(message_id BIGINT, status TEXT, message_key TEXT, concurrency TEXT,
+                                                 attempts INTEGER, delays INTEGER, run_after_ms BIGINT, last_error TEXT)
+    ON CONFLICT DO NOTHING;
+  END IF;
+  IF p_deliveries IS NOT NULL AND jsonb_array_length(p_deliveries) > 0 THEN
+    INSERT INTO "sqlstreams".delivery_log_1 (consumer_group_id, message_id, attempt, status, error)
+    SELECT p_group, r.message_id, r.attempt, r.status, r.error
+      FROM jsonb_to_recordset(p_deliveries) AS r(message_id BIGINT, attempt INTEGER, status TEXT, error TEXT);
+  END IF;
 END
 $$;
 

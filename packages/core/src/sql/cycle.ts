@@ -320,11 +320,9 @@ export const quarantineRows = defineStatement<{ groupId: string; rows: string; e
           ON CONFLICT DO NOTHING
           RETURNING message_id::text`);
 
-/** Delivery-log rows: `rows` is a JSON array of {message_id, attempt, status, error}. */
+/** Delivery-log rows (write_outcome_rows_N): `rows` is a JSON array of {message_id, attempt, status, error}. */
 export const insertDeliveryLog = defineStatement<{ groupId: string; rows: string }>(["groupId", "rows"], (t, p) =>
-  `INSERT INTO ${t.deliveryLog} (consumer_group_id, message_id, attempt, status, error)
-          SELECT ${p.groupId}, r.message_id, r.attempt, r.status, r.error
-            FROM jsonb_to_recordset(${p.rows}::jsonb) AS r(message_id BIGINT, attempt INTEGER, status TEXT, error TEXT)`);
+  `SELECT ${t.fn("write_outcome_rows")}(${p.groupId}, NULL, ${p.rows}::jsonb)`);
 
 /** An inflight run whose lease expired, with what its resolution needs. */
 export interface ExpiredRunRow {
