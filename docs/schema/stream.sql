@@ -132,11 +132,7 @@ BEGIN
     -- compressed and its stored sizes fit the bound, all of it goes.
     SELECT count(*), COALESCE(sum(pg_column_size(l.payload)), 0), COALESCE(bool_or(pg_column_compression(l.payload) IS NOT NULL), false)
       INTO v_n, v_bytes, v_packed
-      FROM "sqlstreams".message_log_1 l
-     WHERE l.id > v_low AND l.id <= v_high
-       AND (l.compaction_rank IS NULL OR EXISTS (
-             SELECT 1 FROM "sqlstreams".compaction_head_1 h
-              WHERE h.compaction_key = l.message_key AND h.message_id = l.id));
+      FROM "sqlstreams".deliverable_1(v_low, v_high) l;
     IF v_packed OR v_bytes > p_bytes THEN
       -- Else row by row: the first message always, then while the running sum stays within
       -- p_bytes; the range ends at the last message counted, and payloads past the bound are
@@ -146,11 +142,7 @@ BEGIN
       FOR v_id, v_len IN
         SELECT l.id, CASE WHEN pg_column_compression(l.payload) IS NULL THEN pg_column_size(l.payload)
                           ELSE octet_length(l.payload::text) END
-          FROM "sqlstreams".message_log_1 l
-         WHERE l.id > v_low AND l.id <= v_high
-           AND (l.compaction_rank IS NULL OR EXISTS (
-                 SELECT 1 FROM "sqlstreams".compaction_head_1 h
-                  WHERE h.compaction_key = l.message_key AND h.message_id = l.id))
+          FROM "sqlstreams".deliverable_1(v_low, v_high) l
          ORDER BY l.id
       LOOP
         v_bytes := v_bytes + v_len;
@@ -217,6 +209,32 @@ BEGIN
                            AND e.status IN ('ready', 'inflight', 'deferred')))
             FROM "sqlstreams".consumer_group_cursor_1 cur WHERE cur.consumer_group_id = p_group);
 END
+$$;
+
+-- TABLE: message_log_1
+
+CREATE TABLE sqlstreams.message_log_1 (
+    id bigint NOT NULL,
+    message_key text,
+    compaction_rank bigint,
+    routing_key text,
+    schema_version integer DEFAULT 1 NOT NULL,
+    payload jsonb NOT NULL,
+    options jsonb,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+)
+PARTITION BY RANGE (id);
+
+-- FUNCTION: deliverable_1(bigint, bigint)
+
+CREATE FUNCTION sqlstreams.deliverable_1(p_low bigint, p_high bigint) RETURNS SETOF sqlstreams.message_log_1
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT m.* FROM "sqlstreams".message_log_1 m
+   WHERE m.id > p_low AND m.id <= p_high
+     AND (m.compaction_rank IS NULL OR EXISTS (
+           SELECT 1 FROM "sqlstreams".compaction_head_1 h
+            WHERE h.compaction_key = m.message_key AND h.message_id = m.id))
 $$;
 
 -- FUNCTION: exception_step_1(bigint, uuid, jsonb, jsonb)
@@ -932,20 +950,6 @@ CREATE TABLE sqlstreams.message_key_lease_1 (
     token uuid NOT NULL,
     expires_at timestamp with time zone NOT NULL
 );
-
--- TABLE: message_log_1
-
-CREATE TABLE sqlstreams.message_log_1 (
-    id bigint NOT NULL,
-    message_key text,
-    compaction_rank bigint,
-    routing_key text,
-    schema_version integer DEFAULT 1 NOT NULL,
-    payload jsonb NOT NULL,
-    options jsonb,
-    created_at timestamp with time zone DEFAULT now() NOT NULL
-)
-PARTITION BY RANGE (id);
 
 -- SEQUENCE: message_log_1_id_seq
 

@@ -136,11 +136,7 @@ BEGIN
     -- compressed and its stored sizes fit the bound, all of it goes.
     SELECT count(*), COALESCE(sum(pg_column_size(l.payload)), 0), COALESCE(bool_or(pg_column_compression(l.payload) IS NOT NULL), false)
       INTO v_n, v_bytes, v_packed
-      FROM {{schema}}.message_log_{{N}} l
-     WHERE l.id > v_low AND l.id <= v_high
-       AND (l.compaction_rank IS NULL OR EXISTS (
-             SELECT 1 FROM {{schema}}.compaction_head_{{N}} h
-              WHERE h.compaction_key = l.message_key AND h.message_id = l.id));
+      FROM {{schema}}.deliverable_{{N}}(v_low, v_high) l;
     IF v_packed OR v_bytes > p_bytes THEN
       -- Else row by row: the first message always, then while the running sum stays within
       -- p_bytes; the range ends at the last message counted, and payloads past the bound are
@@ -150,11 +146,7 @@ BEGIN
       FOR v_id, v_len IN
         SELECT l.id, CASE WHEN pg_column_compression(l.payload) IS NULL THEN pg_column_size(l.payload)
                           ELSE octet_length(l.payload::text) END
-          FROM {{schema}}.message_log_{{N}} l
-         WHERE l.id > v_low AND l.id <= v_high
-           AND (l.compaction_rank IS NULL OR EXISTS (
-                 SELECT 1 FROM {{schema}}.compaction_head_{{N}} h
-                  WHERE h.compaction_key = l.message_key AND h.message_id = l.id))
+          FROM {{schema}}.deliverable_{{N}}(v_low, v_high) l
          ORDER BY l.id
       LOOP
         v_bytes := v_bytes + v_len;
