@@ -178,7 +178,7 @@ BEGIN
     v_tmax := p_timeout_default;
     IF p_timeout_max > p_timeout_default THEN
       SELECT GREATEST(
-               max(LEAST(GREATEST((m.options->>'timeout')::bigint, p_timeout_min), p_timeout_max)),
+               max("sqlstreams".message_timeout_1(m.options, p_timeout_default, p_timeout_min, p_timeout_max)),
                CASE WHEN count(*) < v_n THEN p_timeout_default END)
         INTO v_tmax
         FROM "sqlstreams".message_log_1 m
@@ -296,6 +296,14 @@ CREATE FUNCTION sqlstreams.lease_ms_1(p_tmax bigint, p_n bigint, p_concurrency i
     AS $$
   SELECT GREATEST(1, LEAST(p_tmax * ceil(p_n::numeric / p_concurrency)::bigint + p_margin,
                            COALESCE(p_cap, 9223372036854775807)))
+$$;
+
+-- FUNCTION: message_timeout_1(jsonb, bigint, bigint, bigint)
+
+CREATE FUNCTION sqlstreams.message_timeout_1(p_options jsonb, p_default bigint, p_min bigint, p_max bigint) RETURNS bigint
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  SELECT LEAST(GREATEST(COALESCE((p_options->>'timeout')::bigint, p_default), p_min), p_max)
 $$;
 
 -- FUNCTION: ordered_pred_1(bigint, text, bigint, bigint, bigint)
@@ -525,7 +533,7 @@ BEGIN
     SELECT COALESCE(max(x.n), 0) + 1 AS n FROM (SELECT count(*) AS n FROM follow f GROUP BY f.message_key) x
   ), len AS (
     -- A chain runs serially: the lease covers the longest one as well as the batch.
-    SELECT "sqlstreams".lease_ms_1(max(LEAST(GREATEST(COALESCE((m.options->>'timeout')::bigint, p_tdef), p_tmin), p_tmax)),
+    SELECT "sqlstreams".lease_ms_1(max("sqlstreams".message_timeout_1(m.options, p_tdef, p_tmin, p_tmax)),
                                      GREATEST(count(*), (SELECT ch.n FROM chain ch) * p_conc), p_conc, p_margin, p_cap) AS ms
       FROM (SELECT p.message_id FROM pick p UNION ALL SELECT f.message_id FROM follow f) a
       JOIN "sqlstreams".message_log_1 m ON m.id = a.message_id
@@ -541,7 +549,7 @@ BEGIN
   IF v_ids IS NULL THEN RETURN; END IF;
   WITH res AS (
     SELECT e.message_id AS id, e.message_key AS k, e.concurrency AS c,
-           LEAST(GREATEST(COALESCE((m.options->>'timeout')::bigint, p_tdef), p_tmin), p_tmax) AS tmo,
+           "sqlstreams".message_timeout_1(m.options, p_tdef, p_tmin, p_tmax) AS tmo,
            -- A chain's later rows (kn > 1) start after the row before them is recorded.
            row_number() OVER (PARTITION BY CASE WHEN e.concurrency <> 'parallel' THEN e.message_key END
                               ORDER BY e.message_id) AS kn

@@ -182,7 +182,7 @@ BEGIN
     v_tmax := p_timeout_default;
     IF p_timeout_max > p_timeout_default THEN
       SELECT GREATEST(
-               max(LEAST(GREATEST((m.options->>'timeout')::bigint, p_timeout_min), p_timeout_max)),
+               max({{schema}}.message_timeout_{{N}}(m.options, p_timeout_default, p_timeout_min, p_timeout_max)),
                CASE WHEN count(*) < v_n THEN p_timeout_default END)
         INTO v_tmax
         FROM {{schema}}.message_log_{{N}} m

@@ -88,7 +88,7 @@ BEGIN
     SELECT COALESCE(max(x.n), 0) + 1 AS n FROM (SELECT count(*) AS n FROM follow f GROUP BY f.message_key) x
   ), len AS (
     -- A chain runs serially: the lease covers the longest one as well as the batch.
-    SELECT {{schema}}.lease_ms_{{N}}(max(LEAST(GREATEST(COALESCE((m.options->>'timeout')::bigint, p_tdef), p_tmin), p_tmax)),
+    SELECT {{schema}}.lease_ms_{{N}}(max({{schema}}.message_timeout_{{N}}(m.options, p_tdef, p_tmin, p_tmax)),
                                      GREATEST(count(*), (SELECT ch.n FROM chain ch) * p_conc), p_conc, p_margin, p_cap) AS ms
       FROM (SELECT p.message_id FROM pick p UNION ALL SELECT f.message_id FROM follow f) a
       JOIN {{schema}}.message_log_{{N}} m ON m.id = a.message_id
@@ -104,7 +104,7 @@ BEGIN
   IF v_ids IS NULL THEN RETURN; END IF;
   WITH res AS (
     SELECT e.message_id AS id, e.message_key AS k, e.concurrency AS c,
-           LEAST(GREATEST(COALESCE((m.options->>'timeout')::bigint, p_tdef), p_tmin), p_tmax) AS tmo,
+           {{schema}}.message_timeout_{{N}}(m.options, p_tdef, p_tmin, p_tmax) AS tmo,
            -- A chain's later rows (kn > 1) start after the row before them is recorded.
            row_number() OVER (PARTITION BY CASE WHEN e.concurrency <> 'parallel' THEN e.message_key END
                               ORDER BY e.message_id) AS kn
