@@ -108,8 +108,8 @@ BEGIN
     IF v_override IS DISTINCT FROM 'parallel' THEN
       SELECT min(m.id) INTO v_stop
         FROM "sqlstreams".message_log_1 m
-       WHERE m.id > v_low AND m.id <= v_high AND m.message_key IS NOT NULL
-         AND COALESCE(v_override, m.options->>'concurrency', v_default, 'parallel') <> 'parallel'
+       WHERE m.id > v_low AND m.id <= v_high
+         AND "sqlstreams".keyed_1(m.message_key, COALESCE(v_override, m.options->>'concurrency', v_default, 'parallel'))
          AND EXISTS (SELECT 1 FROM "sqlstreams".claim_lease_1 l
                        JOIN "sqlstreams".message_log_1 o
                          ON o.message_key = m.message_key AND o.id > l.low AND o.id <= l.high
@@ -286,6 +286,14 @@ CREATE FUNCTION sqlstreams.group_flags_1(p_group bigint) RETURNS TABLE(paused bo
                   WHERE e.consumer_group_id = p_group
                     AND "sqlstreams".row_due_1(e.status, e.can_run_after, e.lease_expires_at))
     FROM "sqlstreams".consumer_group_config g WHERE g.id = p_group
+$$;
+
+-- FUNCTION: keyed_1(text, text)
+
+CREATE FUNCTION sqlstreams.keyed_1(p_key text, p_concurrency text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  SELECT p_key IS NOT NULL AND p_concurrency <> 'parallel'
 $$;
 
 -- FUNCTION: lease_ms_1(bigint, bigint, integer, bigint, bigint)
@@ -488,7 +496,7 @@ BEGIN
      WHERE e.consumer_group_id = p_group
        AND "sqlstreams".row_due_1(e.status, e.can_run_after, e.lease_expires_at)
        AND EXISTS (SELECT 1 FROM "sqlstreams".message_log_1 m WHERE m.id = e.message_id)
-       AND (e.concurrency = 'parallel' OR e.message_key IS NULL OR (
+       AND (NOT "sqlstreams".keyed_1(e.message_key, e.concurrency) OR (
              NOT EXISTS (SELECT 1 FROM "sqlstreams".message_key_lease_1 k
                           WHERE k.consumer_group_id = p_group AND k.message_key = e.message_key
                             AND k.expires_at >= now())
@@ -496,7 +504,7 @@ BEGIN
              -- backlog fills the batch and the per-key pick below leaves a single row to run.
              AND NOT EXISTS (SELECT 1 FROM "sqlstreams".exception_queue_1 w
                               WHERE w.consumer_group_id = p_group AND w.message_key = e.message_key
-                                AND w.message_id < e.message_id AND w.concurrency <> 'parallel'
+                                AND w.message_id < e.message_id AND "sqlstreams".keyed_1(w.message_key, w.concurrency)
                                 AND "sqlstreams".row_waiting_1(w.status, w.can_run_after))
              -- The predecessor rule, per key (docs/protocol/ordering.md#the-predecessor-rule).
              AND (e.concurrency <> 'ordered'
@@ -507,10 +515,10 @@ BEGIN
   ), pick AS (
     SELECT x.message_id FROM (
       SELECT cand.*, row_number() OVER (
-               PARTITION BY CASE WHEN cand.concurrency <> 'parallel' THEN cand.message_key END
+               PARTITION BY CASE WHEN "sqlstreams".keyed_1(cand.message_key, cand.concurrency) THEN cand.message_key END
                ORDER BY cand.message_id) AS rn
         FROM cand) x
-     WHERE x.rn = 1 OR x.concurrency = 'parallel' OR x.message_key IS NULL
+     WHERE x.rn = 1 OR NOT "sqlstreams".keyed_1(x.message_key, x.concurrency)
   ), follow AS (
     -- A key's chain: the waiting rows of each picked exclusive/ordered key after its first, in id
     -- order, up to the batch's limit. The caller runs them one after another, each started in
@@ -521,8 +529,8 @@ BEGIN
       FROM "sqlstreams".exception_queue_1 w
      WHERE w.consumer_group_id = p_group
        AND w.message_key IN (SELECT c.message_key FROM cand c JOIN pick p ON p.message_id = c.message_id
-                              WHERE c.concurrency <> 'parallel' AND c.message_key IS NOT NULL)
-       AND w.concurrency <> 'parallel'
+                              WHERE "sqlstreams".keyed_1(c.message_key, c.concurrency))
+       AND "sqlstreams".keyed_1(w.message_key, w.concurrency)
        AND w.message_id NOT IN (SELECT p.message_id FROM pick p)
        AND "sqlstreams".row_due_1(w.status, w.can_run_after, w.lease_expires_at)
        AND EXISTS (SELECT 1 FROM "sqlstreams".message_log_1 m WHERE m.id = w.message_id)
@@ -551,7 +559,7 @@ BEGIN
     SELECT e.message_id AS id, e.message_key AS k, e.concurrency AS c,
            "sqlstreams".message_timeout_1(m.options, p_tdef, p_tmin, p_tmax) AS tmo,
            -- A chain's later rows (kn > 1) start after the row before them is recorded.
-           row_number() OVER (PARTITION BY CASE WHEN e.concurrency <> 'parallel' THEN e.message_key END
+           row_number() OVER (PARTITION BY CASE WHEN "sqlstreams".keyed_1(e.message_key, e.concurrency) THEN e.message_key END
                               ORDER BY e.message_id) AS kn
       FROM unnest(v_ids) AS i(id)
       JOIN "sqlstreams".exception_queue_1 e ON e.consumer_group_id = p_group AND e.message_id = i.id
@@ -559,7 +567,7 @@ BEGIN
   ), ord AS (
     SELECT r.id, r.k, r.c, r.tmo, row_number() OVER (ORDER BY r.id) AS rn
       FROM res r
-     WHERE r.c = 'parallel' OR r.k IS NULL OR (NOT (r.k = ANY (p_skip_keys)) AND r.kn = 1)
+     WHERE NOT "sqlstreams".keyed_1(r.k, r.c) OR (NOT (r.k = ANY (p_skip_keys)) AND r.kn = 1)
   ), cut AS (
     SELECT COALESCE(min(o.rn), 9223372036854775807) AS rn FROM ord o WHERE o.tmo + p_margin > p_budget
   )
@@ -567,7 +575,7 @@ BEGIN
   -- call after a lost reply names the lease its first call took.
   SELECT COALESCE(jsonb_agg(jsonb_build_object(
            'id', o.id,
-           'key_token', CASE WHEN o.c <> 'parallel' AND o.k IS NOT NULL THEN md5(p_token::text || ':' || o.id)::uuid END,
+           'key_token', CASE WHEN "sqlstreams".keyed_1(o.k, o.c) THEN md5(p_token::text || ':' || o.id)::uuid END,
            'run_ms', LEAST(o.tmo + p_margin, COALESCE(p_cap, 9223372036854775807))) ORDER BY o.id), '[]'::jsonb)
     INTO v_starts
     FROM ord o, cut x WHERE o.rn <= p_start AND o.rn < x.rn;
@@ -640,7 +648,7 @@ BEGIN
                          FROM "sqlstreams".exception_queue_1 e
                         WHERE e.consumer_group_id = p_group AND e.message_id = i.id
                           AND e.lease_token = p_token AND e.status IN ('ready', 'deferred')
-                          AND (e.message_key IS NULL OR e.concurrency NOT IN ('exclusive', 'ordered'))
+                          AND NOT "sqlstreams".keyed_1(e.message_key, e.concurrency)
                           AND EXISTS (SELECT 1 FROM "sqlstreams".message_log_1 m
                                        WHERE m.id = e.message_id AND m.compaction_rank IS NULL)
                         OFFSET 0
@@ -694,7 +702,7 @@ BEGIN
         CONTINUE;
       END IF;
     END IF;
-    IF r.concurrency IN ('exclusive', 'ordered') AND r.message_key IS NOT NULL THEN
+    IF "sqlstreams".keyed_1(r.message_key, r.concurrency) THEN
       -- take_key_N: kind 'taken', 'busy' or 'pred' (ref = the predecessor); the compaction check
       -- was made above.
       SELECT t.kind, t.ref INTO v_take

@@ -112,8 +112,8 @@ BEGIN
     IF v_override IS DISTINCT FROM 'parallel' THEN
       SELECT min(m.id) INTO v_stop
         FROM {{schema}}.message_log_{{N}} m
-       WHERE m.id > v_low AND m.id <= v_high AND m.message_key IS NOT NULL
-         AND COALESCE(v_override, m.options->>'concurrency', v_default, 'parallel') <> 'parallel'
+       WHERE m.id > v_low AND m.id <= v_high
+         AND {{schema}}.keyed_{{N}}(m.message_key, COALESCE(v_override, m.options->>'concurrency', v_default, 'parallel'))
          AND EXISTS (SELECT 1 FROM {{schema}}.claim_lease_{{N}} l
                        JOIN {{schema}}.message_log_{{N}} o
                          ON o.message_key = m.message_key AND o.id > l.low AND o.id <= l.high

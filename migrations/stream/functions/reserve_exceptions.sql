@@ -43,7 +43,7 @@ BEGIN
      WHERE e.consumer_group_id = p_group
        AND {{schema}}.row_due_{{N}}(e.status, e.can_run_after, e.lease_expires_at)
        AND EXISTS (SELECT 1 FROM {{schema}}.message_log_{{N}} m WHERE m.id = e.message_id)
-       AND (e.concurrency = 'parallel' OR e.message_key IS NULL OR (
+       AND (NOT {{schema}}.keyed_{{N}}(e.message_key, e.concurrency) OR (
              NOT EXISTS (SELECT 1 FROM {{schema}}.message_key_lease_{{N}} k
                           WHERE k.consumer_group_id = p_group AND k.message_key = e.message_key
                             AND k.expires_at >= now())
@@ -51,7 +51,7 @@ BEGIN
              -- backlog fills the batch and the per-key pick below leaves a single row to run.
              AND NOT EXISTS (SELECT 1 FROM {{schema}}.exception_queue_{{N}} w
                               WHERE w.consumer_group_id = p_group AND w.message_key = e.message_key
-                                AND w.message_id < e.message_id AND w.concurrency <> 'parallel'
+                                AND w.message_id < e.message_id AND {{schema}}.keyed_{{N}}(w.message_key, w.concurrency)
                                 AND {{schema}}.row_waiting_{{N}}(w.status, w.can_run_after))
              -- The predecessor rule, per key (docs/protocol/ordering.md#the-predecessor-rule).
              AND (e.concurrency <> 'ordered'
@@ -62,10 +62,10 @@ BEGIN
   ), pick AS (
     SELECT x.message_id FROM (
       SELECT cand.*, row_number() OVER (
-               PARTITION BY CASE WHEN cand.concurrency <> 'parallel' THEN cand.message_key END
+               PARTITION BY CASE WHEN {{schema}}.keyed_{{N}}(cand.message_key, cand.concurrency) THEN cand.message_key END
                ORDER BY cand.message_id) AS rn
         FROM cand) x
-     WHERE x.rn = 1 OR x.concurrency = 'parallel' OR x.message_key IS NULL
+     WHERE x.rn = 1 OR NOT {{schema}}.keyed_{{N}}(x.message_key, x.concurrency)
   ), follow AS (
     -- A key's chain: the waiting rows of each picked exclusive/ordered key after its first, in id
     -- order, up to the batch's limit. The caller runs them one after another, each started in
@@ -76,8 +76,8 @@ BEGIN
       FROM {{schema}}.exception_queue_{{N}} w
      WHERE w.consumer_group_id = p_group
        AND w.message_key IN (SELECT c.message_key FROM cand c JOIN pick p ON p.message_id = c.message_id
-                              WHERE c.concurrency <> 'parallel' AND c.message_key IS NOT NULL)
-       AND w.concurrency <> 'parallel'
+                              WHERE {{schema}}.keyed_{{N}}(c.message_key, c.concurrency))
+       AND {{schema}}.keyed_{{N}}(w.message_key, w.concurrency)
        AND w.message_id NOT IN (SELECT p.message_id FROM pick p)
        AND {{schema}}.row_due_{{N}}(w.status, w.can_run_after, w.lease_expires_at)
        AND EXISTS (SELECT 1 FROM {{schema}}.message_log_{{N}} m WHERE m.id = w.message_id)
@@ -106,7 +106,7 @@ BEGIN
     SELECT e.message_id AS id, e.message_key AS k, e.concurrency AS c,
            {{schema}}.message_timeout_{{N}}(m.options, p_tdef, p_tmin, p_tmax) AS tmo,
            -- A chain's later rows (kn > 1) start after the row before them is recorded.
-           row_number() OVER (PARTITION BY CASE WHEN e.concurrency <> 'parallel' THEN e.message_key END
+           row_number() OVER (PARTITION BY CASE WHEN {{schema}}.keyed_{{N}}(e.message_key, e.concurrency) THEN e.message_key END
                               ORDER BY e.message_id) AS kn
       FROM unnest(v_ids) AS i(id)
       JOIN {{schema}}.exception_queue_{{N}} e ON e.consumer_group_id = p_group AND e.message_id = i.id
@@ -114,7 +114,7 @@ BEGIN
   ), ord AS (
     SELECT r.id, r.k, r.c, r.tmo, row_number() OVER (ORDER BY r.id) AS rn
       FROM res r
-     WHERE r.c = 'parallel' OR r.k IS NULL OR (NOT (r.k = ANY (p_skip_keys)) AND r.kn = 1)
+     WHERE NOT {{schema}}.keyed_{{N}}(r.k, r.c) OR (NOT (r.k = ANY (p_skip_keys)) AND r.kn = 1)
   ), cut AS (
     SELECT COALESCE(min(o.rn), 9223372036854775807) AS rn FROM ord o WHERE o.tmo + p_margin > p_budget
   )
@@ -122,7 +122,7 @@ BEGIN
   -- call after a lost reply names the lease its first call took.
   SELECT COALESCE(jsonb_agg(jsonb_build_object(
            'id', o.id,
-           'key_token', CASE WHEN o.c <> 'parallel' AND o.k IS NOT NULL THEN md5(p_token::text || ':' || o.id)::uuid END,
+           'key_token', CASE WHEN {{schema}}.keyed_{{N}}(o.k, o.c) THEN md5(p_token::text || ':' || o.id)::uuid END,
            'run_ms', LEAST(o.tmo + p_margin, COALESCE(p_cap, 9223372036854775807))) ORDER BY o.id), '[]'::jsonb)
     INTO v_starts
     FROM ord o, cut x WHERE o.rn <= p_start AND o.rn < x.rn;
