@@ -682,7 +682,7 @@ describe("concurrency > 1 inside one poll", () => {
 
   it("in the exception phase too: a key's due and deferred rows run as one chain per poll, in order, other keys alongside", async () => {
     const t = testClient(url());
-    const s = t.client.stream<{ i: number }>("ordered.concurrent.exceptionQueue");
+    const s = t.client.stream<{ i: number }>("ordered.concurrent.exceptions");
     await s.register();
     const g = s.consumer("ord");
     await g.register({ concurrencyOverride: "ordered", exceptionInitialBackoff: 0 });
@@ -691,8 +691,8 @@ describe("concurrency > 1 inside one poll", () => {
     const ids = (await s.produceBatch(items)).map((r) => BigInt(r.id));
     const byKey = new Map<string, bigint[]>();
     items.forEach((it, i) => byKey.set(it.key, [...(byKey.get(it.key) ?? []), ids[i]]));
-    const n = await streamIdOf(t, "ordered.concurrent.exceptionQueue");
-    const gid = await groupIdOf(t, "ord", "ordered.concurrent.exceptionQueue");
+    const n = await streamIdOf(t, "ordered.concurrent.exceptions");
+    const gid = await groupIdOf(t, "ord", "ordered.concurrent.exceptions");
     // First delivery: the first message of every key fails, so each key's chain defers the rest.
     await pollPastFence(g, (m: Message) => {
       if (m.attempt === 0 && ["1", "2", "3"].includes(m.id)) throw new Error("first fails");
