@@ -211,26 +211,13 @@ BEGIN
 END
 $$;
 
--- TABLE: message_log_1
-
-CREATE TABLE sqlstreams.message_log_1 (
-    id bigint NOT NULL,
-    message_key text,
-    compaction_rank bigint,
-    routing_key text,
-    schema_version integer DEFAULT 1 NOT NULL,
-    payload jsonb NOT NULL,
-    options jsonb,
-    created_at timestamp with time zone DEFAULT now() NOT NULL
-)
-PARTITION BY RANGE (id);
-
 -- FUNCTION: deliverable_1(bigint, bigint)
 
-CREATE FUNCTION sqlstreams.deliverable_1(p_low bigint, p_high bigint) RETURNS SETOF sqlstreams.message_log_1
+CREATE FUNCTION sqlstreams.deliverable_1(p_low bigint, p_high bigint) RETURNS TABLE(id bigint, message_key text, compaction_rank bigint, payload jsonb, options jsonb, created_at timestamp with time zone)
     LANGUAGE sql STABLE
     AS $$
-  SELECT m.* FROM "sqlstreams".message_log_1 m
+  SELECT m.id, m.message_key, m.compaction_rank, m.payload, m.options, m.created_at
+    FROM "sqlstreams".message_log_1 m
    WHERE m.id > p_low AND m.id <= p_high
      AND (m.compaction_rank IS NULL OR EXISTS (
            SELECT 1 FROM "sqlstreams".compaction_head_1 h
@@ -966,6 +953,20 @@ CREATE TABLE sqlstreams.message_key_lease_1 (
     token uuid NOT NULL,
     expires_at timestamp with time zone NOT NULL
 );
+
+-- TABLE: message_log_1
+
+CREATE TABLE sqlstreams.message_log_1 (
+    id bigint NOT NULL,
+    message_key text,
+    compaction_rank bigint,
+    routing_key text,
+    schema_version integer DEFAULT 1 NOT NULL,
+    payload jsonb NOT NULL,
+    options jsonb,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+)
+PARTITION BY RANGE (id);
 
 -- SEQUENCE: message_log_1_id_seq
 
