@@ -206,7 +206,7 @@ BEGIN
                        (SELECT min(l.low) FROM "sqlstreams".claim_lease_1 l WHERE l.consumer_group_id = p_group),
                        (SELECT min(e.message_id) - 1 FROM "sqlstreams".exception_queue_1 e
                          WHERE e.consumer_group_id = p_group AND e.message_id > cur.committed
-                           AND e.status IN ('ready', 'inflight', 'deferred')))
+                           AND "sqlstreams".unresolved_1(e.status)))
             FROM "sqlstreams".consumer_group_cursor_1 cur WHERE cur.consumer_group_id = p_group);
 END
 $$;
@@ -321,7 +321,7 @@ CREATE FUNCTION sqlstreams.ordered_preds_1(p_group bigint, p_own_low bigint, p_o
   SELECT x.k, x.id, LEAST(
     (SELECT pg_catalog.min(e.message_id) FROM "sqlstreams".exception_queue_1 e
       WHERE e.consumer_group_id = p_group AND e.message_key = x.k AND e.message_id < x.id
-        AND e.status IN ('ready', 'inflight', 'deferred')),
+        AND "sqlstreams".unresolved_1(e.status)),
     CASE WHEN o.low < x.id THEN
       (SELECT pg_catalog.min(m.id) FROM "sqlstreams".claim_lease_1 l
          JOIN "sqlstreams".message_log_1 m
@@ -822,6 +822,14 @@ BEGIN
   SELECT w.key, 'busy'::text, NULL::bigint FROM want w
    WHERE NOT EXISTS (SELECT 1 FROM taken t WHERE t.message_key = w.key);
 END
+$$;
+
+-- FUNCTION: unresolved_1(text)
+
+CREATE FUNCTION sqlstreams.unresolved_1(p_status text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  SELECT p_status IN ('ready', 'inflight', 'deferred')
 $$;
 
 -- FUNCTION: write_outcome_rows_1(bigint, jsonb, jsonb)

@@ -50,7 +50,7 @@ export async function floorOf(db: Db, streamId: string, on: Queryable = db.pool)
     `WITH g AS (
        SELECT cfg.id, cfg.name, cfg.paused, COALESCE(c.committed, 0) AS committed,
               (SELECT min(e.message_id) FROM ${exceptionQueue} e
-                WHERE e.consumer_group_id = cfg.id AND e.status IN ('ready', 'inflight', 'deferred')) AS unresolved
+                WHERE e.consumer_group_id = cfg.id AND ${table(db.q, streamId, "unresolved")}(e.status)) AS unresolved
          FROM ${db.q}.consumer_group_config cfg
          LEFT JOIN ${groupCursor} c ON c.consumer_group_id = cfg.id
         WHERE cfg.stream_id = $1

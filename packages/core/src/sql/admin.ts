@@ -29,7 +29,7 @@ export function progress(q: string, t: Tables): string {
        (EXTRACT(EPOCH FROM (now() - LEAST(
           (SELECT m.created_at FROM ${t.messageLog} m WHERE m.id > c.committed ORDER BY m.id LIMIT 1),
           (SELECT min(m.created_at) FROM ${t.exceptionQueue} e JOIN ${t.messageLog} m ON m.id = e.message_id
-            WHERE e.consumer_group_id = g.id AND e.status IN ('ready', 'deferred', 'inflight'))))) * 1000)::float8 AS oldest_ms,
+            WHERE e.consumer_group_id = g.id AND ${t.fn("unresolved")}(e.status))))) * 1000)::float8 AS oldest_ms,
        (g.config->>'maxConcurrency')::int AS max_concurrency,
        (SELECT count(*)::int FROM ${q}.group_slot s WHERE s.group_id = g.id AND s.expires_at > now()) AS drains_running,
        COALESCE((SELECT f.capped FROM ${q}.group_flow f WHERE f.group_id = g.id), 0)::float8 AS capped,
@@ -85,7 +85,7 @@ export function seekCursor(t: Tables): string {
   return `UPDATE ${t.groupCursor} c
              SET claimed = $2, settled_head = GREATEST(c.settled_head, $2),
                  committed = LEAST($2::bigint, (SELECT min(e.message_id) - 1 FROM ${t.exceptionQueue} e
-                                          WHERE e.consumer_group_id = $1 AND e.status IN ('ready', 'inflight', 'deferred'))),
+                                          WHERE e.consumer_group_id = $1 AND ${t.fn("unresolved")}(e.status))),
                  updated_at = now()
            WHERE c.consumer_group_id = $1
        RETURNING claimed::text, committed::text`;

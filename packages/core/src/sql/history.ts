@@ -27,7 +27,7 @@ function insertSamples(q: string, n: string): string {
          (EXTRACT(EPOCH FROM (now() - LEAST(
             (SELECT m.created_at FROM ${messageLog} m WHERE m.id > c.committed ORDER BY m.id LIMIT 1),
             (SELECT min(m.created_at) FROM ${exceptionQueue} x JOIN ${messageLog} m ON m.id = x.message_id
-              WHERE x.consumer_group_id = g.id AND x.status IN ('ready', 'deferred', 'inflight')))) * 1000))::bigint
+              WHERE x.consumer_group_id = g.id AND ${table(q, n, "unresolved")}(x.status)))) * 1000))::bigint
     FROM ${q}.consumer_group_config g
     JOIN ${groupCursor} c ON c.consumer_group_id = g.id
     CROSS JOIN LATERAL (SELECT COALESCE(max(m.id), 0) AS head FROM ${messageLog} m) h

@@ -113,15 +113,15 @@ export function blockedRows(t: Tables, group: string): string {
     SELECT e.message_key AS key, e.message_id, e.status, e.updated_at AS since, e.can_run_after, e.attempts,
            (SELECT count(*) FROM ${t.exceptionQueue} w
              WHERE w.consumer_group_id = e.consumer_group_id AND w.message_key = e.message_key AND w.message_id > e.message_id
-               AND w.status IN ('ready', 'deferred', 'inflight'))
+               AND ${t.fn("unresolved")}(w.status))
          + (SELECT count(*) FROM ${t.messageLog} m WHERE m.message_key = e.message_key AND m.id > c.claimed) AS waiting
       FROM ${t.exceptionQueue} e
       JOIN ${t.groupCursor} c ON c.consumer_group_id = e.consumer_group_id
      WHERE e.consumer_group_id = ${group} AND e.message_key IS NOT NULL AND e.concurrency = 'ordered'
-       AND e.status IN ('ready', 'deferred', 'inflight')
+       AND ${t.fn("unresolved")}(e.status)
        AND NOT EXISTS (SELECT 1 FROM ${t.exceptionQueue} p
                         WHERE p.consumer_group_id = e.consumer_group_id AND p.message_key = e.message_key
-                          AND p.message_id < e.message_id AND p.status IN ('ready', 'deferred', 'inflight'))
+                          AND p.message_id < e.message_id AND ${t.fn("unresolved")}(p.status))
   ) b WHERE b.waiting > 0`;
 }
 
