@@ -287,9 +287,8 @@ $$;
 
 CREATE FUNCTION sqlstreams.lease_ms_1(p_tmax bigint, p_n bigint, p_concurrency integer, p_margin bigint, p_cap bigint) RETURNS bigint
     LANGUAGE sql IMMUTABLE
-    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-  SELECT GREATEST(1, LEAST(p_tmax * ceil(p_n::numeric / p_concurrency)::bigint + p_margin,
+  SELECT GREATEST(1, LEAST(p_tmax * pg_catalog.ceil(p_n::numeric / p_concurrency)::bigint + p_margin,
                            COALESCE(p_cap, 9223372036854775807)))
 $$;
 
@@ -563,7 +562,7 @@ BEGIN
   SELECT COALESCE(jsonb_agg(jsonb_build_object(
            'id', o.id,
            'key_token', CASE WHEN "sqlstreams".keyed_1(o.k, o.c) THEN md5(p_token::text || ':' || o.id)::uuid END,
-           'run_ms', LEAST(o.tmo + p_margin, COALESCE(p_cap, 9223372036854775807))) ORDER BY o.id), '[]'::jsonb)
+           'run_ms', "sqlstreams".lease_ms_1(o.tmo, 1, 1, p_margin, p_cap)) ORDER BY o.id), '[]'::jsonb)
     INTO v_starts
     FROM ord o, cut x WHERE o.rn <= p_start AND o.rn < x.rn;
   IF jsonb_array_length(v_starts) > 0 THEN

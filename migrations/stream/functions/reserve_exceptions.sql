@@ -123,7 +123,7 @@ BEGIN
   SELECT COALESCE(jsonb_agg(jsonb_build_object(
            'id', o.id,
            'key_token', CASE WHEN {{schema}}.keyed_{{N}}(o.k, o.c) THEN md5(p_token::text || ':' || o.id)::uuid END,
-           'run_ms', LEAST(o.tmo + p_margin, COALESCE(p_cap, 9223372036854775807))) ORDER BY o.id), '[]'::jsonb)
+           'run_ms', {{schema}}.lease_ms_{{N}}(o.tmo, 1, 1, p_margin, p_cap)) ORDER BY o.id), '[]'::jsonb)
     INTO v_starts
     FROM ord o, cut x WHERE o.rn <= p_start AND o.rn < x.rn;
   IF jsonb_array_length(v_starts) > 0 THEN
