@@ -8,6 +8,7 @@ import type { Runtime } from "../runtime.js";
 import { type Db, query } from "../db.js";
 import { SqlStreamsError } from "../errors.js";
 import * as History from "../sql/history.js";
+import { tables } from "../sql/names.js";
 import { validateStreamName } from "../validate.js";
 import { monotonicDeadline } from "../clock.js";
 import { dropExpired } from "./drop.js";
@@ -109,7 +110,7 @@ async function maintainOne(client: Runtime, s: MaintainedStream, deadline: numbe
   // (docs/protocol/data-model.md#progress-history). A deadlock with another maintain()'s partition DDL is
   // repeated by step(), like every step's.
   await run.step("history", async () => {
-    r.progressSampled = (await query(db, db.pool, History.sampleProgress(db.q, s.id), [s.id])).rowCount ?? 0;
+    r.progressSampled = (await History.sampleProgress.query(db, db.pool, tables(db.q, s.id), { streamId: s.id })).rowCount ?? 0;
   });
   return r;
 }
