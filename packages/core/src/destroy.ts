@@ -5,6 +5,7 @@ import type pg from "pg";
 import type { Runtime } from "./runtime.js";
 import { type Db, RETRY_PAUSES, query, transaction } from "./db.js";
 import { SqlStreamsError } from "./errors.js";
+import { advisoryXactLock, localLockTimeout, relationExists } from "./sql/catalog.js";
 import * as Destroy from "./sql/destroy.js";
 import { retentionLockKey } from "./maintain/floor.js";
 import { lockMigrations } from "./sql/migrate.js";
@@ -97,7 +98,7 @@ async function destroyTx<T>(db: Db, what: string, fn: (c: pg.PoolClient) => Prom
   for (let attempt = 0; ; attempt++) {
     try {
       return await transaction(db, async (c) => {
-        await query(db, c, Destroy.lockTimeout(DESTROY_LOCK_TIMEOUT_MS));
+        await query(db, c, localLockTimeout(`${Math.trunc(DESTROY_LOCK_TIMEOUT_MS)}ms`));
         return fn(c);
       });
     } catch (e) {
@@ -191,8 +192,9 @@ export async function destroyStream(client: Runtime, stream: string, opts: Destr
     await lockMigrations(db, c);
     const streamId = await streamIdOf(db, c, streamName);
     const t = tables(db.q, streamId);
-    await Destroy.waitForRetention.query(db, c, t, { lockKey: retentionLockKey(db, streamId) });
-    const present = await Destroy.relationExists.query(db, c, t, { name: t.messageLog });
+    // Waits for a partition drop or sweep batch of a running maintain().
+    await advisoryXactLock.query(db, c, t, { lockKey: retentionLockKey(db, streamId) });
+    const present = await relationExists.query(db, c, t, { name: t.messageLog });
     let hadMessages = false;
     if (present.rows[0].ok) {
       // No message can arrive between the check below and the drop. (A poll that holds a family

@@ -8,6 +8,7 @@
 // returns (it has committed) with a SQL0064 warning, and the group's schedule polls the message.
 import { type Db, query, transaction } from "./db.js";
 import { SqlStreamsError } from "./errors.js";
+import { localLockTimeout } from "./sql/catalog.js";
 import { schemaNames } from "./sql/names.js";
 import * as wakeStatements from "./sql/wake.js";
 
@@ -52,7 +53,7 @@ export function validateWakeOptions(waker: unknown, window: unknown): void {
 export async function claimWakes(db: Db, stream: string, windowMs: number): Promise<string[]> {
   try {
     return await transaction(db, async (c) => {
-      await query(db, c, `SET LOCAL lock_timeout = '${WAKE_LOCK_TIMEOUT_MS}ms'`);
+      await query(db, c, localLockTimeout(`${WAKE_LOCK_TIMEOUT_MS}ms`));
       const r = await wakeStatements.claimWakes.query(db, c, schemaNames(db.q), { stream, windowMs });
       return r.rows.map((x) => x.name);
     });

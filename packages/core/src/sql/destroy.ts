@@ -2,14 +2,6 @@
 import { FAMILY_TABLES, type SchemaNames, type Tables, table } from "./names.js";
 import { defineStatement } from "./statement.js";
 
-/** Bounds every lock wait of the destroy transaction. */
-export function lockTimeout(ms: number): string {
-  return `SET LOCAL lock_timeout = '${Math.trunc(ms)}ms'`;
-}
-
-/** Waits for a partition drop or sweep batch of a running maintain(): `lockKey` is the stream's retention lock key. */
-export const waitForRetention = defineStatement<{ lockKey: string }, Record<string, unknown>, SchemaNames>(["lockKey"], (_t, p) =>
-  `SELECT pg_advisory_xact_lock(hashtextextended(${p.lockKey}, 0))`);
 
 /** A stream's id by name. FOR SHARE keeps a concurrent stream destroy out; FOR UPDATE is that destroy. */
 export const streamIdByName = {
@@ -72,10 +64,6 @@ export const deleteGroupRows = GROUP_TABLES.map((name) => ({
 
 export const deleteGroup = defineStatement<{ groupId: string }, Record<string, unknown>, SchemaNames>(["groupId"], (t, p) =>
   `DELETE FROM ${t.schema}.consumer_group_config WHERE id = ${p.groupId}`);
-
-/** Whether the relation `name` (regclass text) exists. */
-export const relationExists = defineStatement<{ name: string }, { ok: boolean }, SchemaNames>(["name"], (_t, p) =>
-  `SELECT to_regclass(${p.name}) IS NOT NULL AS ok`);
 
 export const lockLog = defineStatement<Record<string, never>>([], (t) => `LOCK TABLE ${t.messageLog} IN ACCESS EXCLUSIVE MODE`);
 

@@ -1,18 +1,11 @@
 // message_log_N partitions (docs/guide/producing.md#partitions): created by producers ahead of need and by maintain().
 import { setTimeout as sleep } from "node:timers/promises";
 import { type Db, RETRY_PAUSES, connect, query } from "../db.js";
-import { type SchemaNames, partitionName, schemaNames, tables } from "./names.js";
+import { advisoryXactLock, localLockTimeout, relationExists } from "./catalog.js";
+import { partitionName, schemaNames, tables } from "./names.js";
 import { defineStatement } from "./statement.js";
 
 const ALREADY_EXISTS = new Set(["42P07", "42710", "23505"]);
-
-/** Serializes the creation of one partition across sessions (`lockKey` names it). */
-const lockPartition = defineStatement<{ lockKey: string }, Record<string, unknown>, SchemaNames>(["lockKey"], (_t, p) =>
-  `SELECT pg_advisory_xact_lock(hashtextextended(${p.lockKey}, 0))`);
-
-/** Whether the relation `name` (regclass text) exists. */
-const relationExists = defineStatement<{ name: string }, { ok: boolean }, SchemaNames>(["name"], (_t, p) =>
-  `SELECT to_regclass(${p.name}) IS NOT NULL AS ok`);
 
 /** The stream's id sequence: the next id is last_value (+1 once called). */
 const idSequence = defineStatement<Record<string, never>, { last_value: string; is_called: boolean }>([], (t) =>
@@ -41,8 +34,9 @@ async function createPartition(db: Db, streamId: string, partitionSize: bigint, 
   let broken = false;
   try {
     await query(db, c, "BEGIN");
-    await query(db, c, "SET LOCAL lock_timeout = '2000ms'");
-    await lockPartition.query(db, c, schemaNames(db.q), { lockKey: `sqlstreams.partition:${db.schema}:${streamId}:${k}` });
+    await query(db, c, localLockTimeout("2000ms"));
+    // Serializes the creation of one partition across sessions.
+    await advisoryXactLock.query(db, c, schemaNames(db.q), { lockKey: `sqlstreams.partition:${db.schema}:${streamId}:${k}` });
     const exists = await relationExists.query(db, c, schemaNames(db.q), { name: partitionName(db.q, streamId, k) });
     let created = false;
     if (!exists.rows[0].ok) {
