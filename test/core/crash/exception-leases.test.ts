@@ -6,7 +6,7 @@ import type { CycleReport, Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants } from "../../support/invariants.js";
 import { type NodeChild, type PollerConfig, spawnPoller } from "../../support/processes.js";
-import { S, type TestClient, cursor, dlRows, eqRows, makeDue, setupProduced, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, cursor, dlRows, eqRows, makeDue, setupProduced, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -19,8 +19,8 @@ async function leaseMs(t: TestClient, n: string) {
   return t.sql<{ message_id: string; status: string; lease_token: string | null; run_ms: number | null; res_ms: number | null }>(
     `SELECT message_id::text, status, lease_token::text,
             (EXTRACT(EPOCH FROM (lease_expires_at - updated_at)) * 1000)::float8 AS run_ms,
-            (EXTRACT(EPOCH FROM (lease_expires_at - (SELECT updated_at FROM ${S}.exception_queue_${n} WHERE status = 'inflight'))) * 1000)::float8 AS res_ms
-       FROM ${S}.exception_queue_${n} ORDER BY message_id`,
+            (EXTRACT(EPOCH FROM (lease_expires_at - (SELECT updated_at FROM ${SCHEMA}.exception_queue_${n} WHERE status = 'inflight'))) * 1000)::float8 AS res_ms
+       FROM ${SCHEMA}.exception_queue_${n} ORDER BY message_id`,
   );
 }
 
@@ -65,7 +65,7 @@ describe("exception-row leases across a crash", () => {
 
     // The run lease of 1 expires: it is charged (attempts 2, backoff n = 0 ⇒ 1 000 ms, DL expired).
     // 2 and 3 are still reserved by the dead poller: not selectable yet, and not charged.
-    await t.sql(`UPDATE ${S}.exception_queue_${n} SET lease_expires_at = now() - interval '1 millisecond' WHERE status = 'inflight'`);
+    await t.sql(`UPDATE ${SCHEMA}.exception_queue_${n} SET lease_expires_at = now() - interval '1 millisecond' WHERE status = 'inflight'`);
     const e1 = await g.poll(h, { batchLimit: 3 });
     expect(e1).toMatchObject({ expired: 1, killed: 0, started: 0 });
     expect(calls).toEqual([]);
@@ -81,7 +81,7 @@ describe("exception-row leases across a crash", () => {
     await checkInvariants(t, n);
 
     // Once the reservations expire, 2 and 3 run at the attempt they had, with no DL row of their own.
-    await t.sql(`UPDATE ${S}.exception_queue_${n} SET lease_expires_at = now() - interval '1 millisecond' WHERE lease_token IS NOT NULL`);
+    await t.sql(`UPDATE ${SCHEMA}.exception_queue_${n} SET lease_expires_at = now() - interval '1 millisecond' WHERE lease_token IS NOT NULL`);
     const e2 = await g.poll(h, { batchLimit: 3 });
     expect(e2).toMatchObject({ expired: 0, started: 2, succeeded: 2 });
     expect(calls.map((m) => [m.id, m.attempt])).toEqual([["2", 1], ["3", 1]]);
@@ -105,7 +105,7 @@ describe("exception-row leases across a crash", () => {
     expect(row).toMatchObject({ status: "inflight", run_ms: 12_000 });
 
     // The lease expires (moved by hand); another poll charges the run, then retries it successfully.
-    await t.sql(`UPDATE ${S}.exception_queue_${n} SET lease_expires_at = now() - interval '1 millisecond' WHERE status = 'inflight'`);
+    await t.sql(`UPDATE ${SCHEMA}.exception_queue_${n} SET lease_expires_at = now() - interval '1 millisecond' WHERE status = 'inflight'`);
     expect(await g.poll(() => {})).toMatchObject({ expired: 1 });
     await makeDue(t, n);
     const seen: number[] = [];
@@ -127,8 +127,8 @@ describe("exception-row leases across a crash", () => {
   it("starting a reserved row is idempotent for its reservation token (a start retried after an unknown commit still runs)", async () => {
     const { n, gid } = await failedRows(t, "start.retry", 1, { message: { timeout: 200 } });
     const token = "6f1d7a56-0d57-4b52-9d58-9a3c7f0e2a11";
-    await t.sql(`UPDATE ${S}.exception_queue_${n} SET lease_token = $1, lease_expires_at = now() + interval '10 seconds'`, [token]);
-    const start = () => t.sql<{ r: string }>(`SELECT kind AS r FROM ${S}.start_exceptions_${n}($1, $2, '[{"id": 1, "key_token": null, "run_ms": 2200}]')`, [gid, token]);
+    await t.sql(`UPDATE ${SCHEMA}.exception_queue_${n} SET lease_token = $1, lease_expires_at = now() + interval '10 seconds'`, [token]);
+    const start = () => t.sql<{ r: string }>(`SELECT kind AS r FROM ${SCHEMA}.start_exceptions_${n}($1, $2, '[{"id": 1, "key_token": null, "run_ms": 2200}]')`, [gid, token]);
     expect(await start()).toEqual([{ r: "started" }]);
     const [first] = await eqRows(t, n, gid);
     // The statement is sent again (the reply to the first was lost): same answer, nothing changes.
@@ -137,14 +137,14 @@ describe("exception-row leases across a crash", () => {
     expect(again).toEqual(first);
     expect(again).toMatchObject({ status: "inflight", attempts: 1, lease_token: token });
     // Any other token still finds nothing to start.
-    expect(await t.sql(`SELECT kind AS r FROM ${S}.start_exceptions_${n}($1, gen_random_uuid(), '[{"id": 1, "key_token": null, "run_ms": 2200}]')`, [gid])).toEqual([{ r: "lost" }]);
+    expect(await t.sql(`SELECT kind AS r FROM ${SCHEMA}.start_exceptions_${n}($1, gen_random_uuid(), '[{"id": 1, "key_token": null, "run_ms": 2200}]')`, [gid])).toEqual([{ r: "lost" }]);
   });
 
   it("C13: the kill backstop makes an expired run dead when its budget is spent; with a delay in the budget it is charged instead", async () => {
     const { g, n, gid } = await failedRows(t, "c13", 3, { message: { timeout: 200 } });
     // An expired run at attempts 3 (delays 0, 1, and 0 with no last_error), as a crash would leave it.
     await t.sql(
-      `UPDATE ${S}.exception_queue_${n}
+      `UPDATE ${SCHEMA}.exception_queue_${n}
           SET status = 'inflight', attempts = 3, delays = CASE message_id WHEN 2 THEN 1 ELSE 0 END,
               last_error = CASE message_id WHEN 3 THEN NULL ELSE last_error END,
               lease_token = gen_random_uuid(), lease_expires_at = now() - interval '1 millisecond'`,

@@ -6,7 +6,7 @@ import type { CycleReport } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants } from "../../support/invariants.js";
 import { spawnPoller, type ExitInfo, type NodeChild } from "../../support/processes.js";
-import { S, type TestClient, count, cursor, dlRows, eqRows, expireLeases, groupIdOf, makeDue, setupProduced, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, count, cursor, dlRows, eqRows, expireLeases, groupIdOf, makeDue, setupProduced, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -38,7 +38,7 @@ async function run(stream: string, method: "poll" | "drain", crash: string[], op
 const crashed = (r: Run) => r.exit.signal === "SIGKILL";
 const QUARANTINED = "quarantined: range reclaimed too many times";
 
-const expireRanges = (t: TestClient, n: string) => t.sql(`UPDATE ${S}.claim_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
+const expireRanges = (t: TestClient, n: string) => t.sql(`UPDATE ${SCHEMA}.claim_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
 
 let t: TestClient;
 beforeAll(async () => {
@@ -62,7 +62,7 @@ describe("quarantine of a range that keeps crashing the process", () => {
       const r = await go(k === 0 ? "drain" : "poll"); // drain: the first claim may wait on the fence
       expect(crashed(r)).toBe(true);
       expect(r.starts).toEqual([["1", 0], ["2", 0]]);
-      const [l] = await t.sql<{ low: string; high: string; reclaims: number }>(`SELECT low::text, high::text, reclaims FROM ${S}.claim_lease_${n}`);
+      const [l] = await t.sql<{ low: string; high: string; reclaims: number }>(`SELECT low::text, high::text, reclaims FROM ${SCHEMA}.claim_lease_${n}`);
       expect(l).toEqual({ low: "0", high: "4", reclaims: k });
       if (k > 0) expect(r.codes).toContain("SQL0035");
       await checkInvariants(t, n);
@@ -96,7 +96,7 @@ describe("quarantine of a range that keeps crashing the process", () => {
       ["2", "inflight", 0, true], ["3", "ready", 0, true], ["4", "ready", 0, true],
     ]);
     const [{ run_ms }] = await t.sql<{ run_ms: number }>(
-      `SELECT (EXTRACT(EPOCH FROM (lease_expires_at - updated_at)) * 1000)::float8 AS run_ms FROM ${S}.exception_queue_${n} WHERE message_id = 2`,
+      `SELECT (EXTRACT(EPOCH FROM (lease_expires_at - updated_at)) * 1000)::float8 AS run_ms FROM ${SCHEMA}.exception_queue_${n} WHERE message_id = 2`,
     );
     expect(run_ms).toBe(200 + 2_000); // the run lease: timeout + recordMargin
     await checkInvariants(t, n);
@@ -191,7 +191,7 @@ describe("quarantine of a range that keeps crashing the process", () => {
     const first = await run("c11.ordered", "drain", ["2"]);
     expect(crashed(first)).toBe(true);
     await expireRanges(t, n);
-    await t.sql(`UPDATE ${S}.message_key_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
+    await t.sql(`UPDATE ${SCHEMA}.message_key_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
     const q = await run("c11.ordered", "poll", ["2"]);
     expect(q.report).toMatchObject({ rangesQuarantined: 1, started: 0 });
     expect((await eqRows(t, n, gid)).map((e) => [e.message_id, e.status, e.concurrency, e.message_key])).toEqual([

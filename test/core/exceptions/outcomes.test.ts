@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest";
 import { Delay, Permanent, type ConsumerConfig, type Handler, type Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants, tableSnapshot } from "../../support/invariants.js";
-import { S, type SetupOptions, type TestClient, cursor, dlRows, eqRows, latch, makeDue, pollPastFence, setupGroup, testClient } from "../../support/streams.js";
+import { SCHEMA, type SetupOptions, type TestClient, cursor, dlRows, eqRows, latch, makeDue, pollPastFence, setupGroup, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 let shared: TestClient | undefined;
@@ -638,7 +638,7 @@ describe("exception rows of docs/protocol/exception-lifecycle.md#retries not cov
     });
     // The state a crashed poll leaves: inflight under an expired run lease.
     await t.sql(
-      `UPDATE ${S}.exception_queue_${sid}
+      `UPDATE ${SCHEMA}.exception_queue_${sid}
           SET status = 'inflight', attempts = 3, delays = CASE WHEN message_id = 1 THEN 1 ELSE 0 END,
               lease_token = gen_random_uuid(), lease_expires_at = now() - interval '1 millisecond'
         WHERE consumer_group_id = $1`,
@@ -698,7 +698,7 @@ describe("exception rows of docs/protocol/exception-lifecycle.md#retries not cov
       throw new Error("first");
     });
     await makeDue(t, sid);
-    await t.sql(`UPDATE ${S}.exception_queue_${sid} SET can_run_after = now() + interval '1 hour' WHERE message_id = 3`);
+    await t.sql(`UPDATE ${SCHEMA}.exception_queue_${sid} SET can_run_after = now() + interval '1 hour' WHERE message_id = 3`);
     const gate = latch();
     const running = latch();
     const seen: string[] = [];
@@ -714,7 +714,7 @@ describe("exception rows of docs/protocol/exception-lifecycle.md#retries not cov
       `SELECT message_id::text, status, attempts, lease_token::text AS token,
               (EXTRACT(EPOCH FROM (lease_expires_at - updated_at)) * 1000)::float8 AS run_ms,
               (EXTRACT(EPOCH FROM (lease_expires_at - now())) * 1000)::float8 AS left_ms
-         FROM ${S}.exception_queue_${sid} WHERE consumer_group_id = $1 ORDER BY message_id`,
+         FROM ${SCHEMA}.exception_queue_${sid} WHERE consumer_group_id = $1 ORDER BY message_id`,
       [gid],
     );
     expect(leases.map((x) => [x.message_id, x.status, x.attempts])).toEqual([["1", "inflight", 1], ["2", "ready", 1], ["3", "ready", 1]]);

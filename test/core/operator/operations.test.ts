@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest";
 import { Permanent, type ConsumerConfig, type Handler, type Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants, tableSnapshot } from "../../support/invariants.js";
-import { S, type SetupOptions, type StreamTable, type TestClient, committed, count, cursor, dlRows, eqRows, groupIdOf, latch, makeDue, pollPastFence, setupGroup, table, testClient } from "../../support/streams.js";
+import { SCHEMA, type SetupOptions, type StreamTable, type TestClient, committed, count, cursor, dlRows, eqRows, groupIdOf, latch, makeDue, pollPastFence, setupGroup, table, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 let shared: TestClient | undefined;
@@ -69,7 +69,7 @@ describe("group independence (C16)", () => {
 describe("configuration (C29)", () => {
   it("C29: invalid redeclarations are rejected with codes and leave the stored config unchanged", async () => {
     const { t, g, gid } = await setup("c29.invalid", { group: { message: { retry: { maxRetries: 4 } } } });
-    const stored = async () => (await t.sql(`SELECT config, updated_at, paused FROM ${S}.consumer_group_config WHERE id = $1`, [gid]))[0];
+    const stored = async () => (await t.sql(`SELECT config, updated_at, paused FROM ${SCHEMA}.consumer_group_config WHERE id = $1`, [gid]))[0];
     const before = await stored();
     await expect(g.register({ message: { retry: { baseDelay: 5000, maxDelay: 1000 } } })).rejects.toMatchObject({ code: "SQL0014" });
     await expect(g.register({ message: { retry: { maxRetries: 4, bogus: 1 } } } as ConsumerConfig)).rejects.toMatchObject({ code: "SQL0013" });
@@ -185,7 +185,7 @@ describe("redrive (C31)", () => {
     expect((await eqRows(t, sid, gid)).map((x) => [x.message_id, x.status])).toEqual([["1", "ready"], ["2", "dead"], ["3", "dead"]]);
     expect(await g.redrive({ deadSince: new Date(now.getTime() - 3_600_000), limit: 1 })).toEqual({ redriven: 1, skipped: 0 });
     expect((await eqRows(t, sid, gid)).map((x) => x.status)).toEqual(["ready", "ready", "dead"]);
-    await t.sql(`DELETE FROM ${S}.message_log_${sid} WHERE id = 3`);
+    await t.sql(`DELETE FROM ${SCHEMA}.message_log_${sid} WHERE id = 3`);
     expect(await g.redrive({ ids: ["3"] })).toEqual({ redriven: 0, skipped: 1 });
     expect((await eqRows(t, sid, gid)).map((x) => x.status)).toEqual(["ready", "ready", "dead"]);
     await checkInvariants(t, sid);
@@ -271,8 +271,8 @@ describe("seek (C32)", () => {
     await checkInvariants(t, sid);
 
     // By time: the first id created at or after it.
-    const [{ at }] = await t.sql<{ at: Date }>(`SELECT created_at AS at FROM ${S}.message_log_${sid} WHERE id = 35`);
-    const [{ earlier }] = await t.sql<{ earlier: boolean }>(`SELECT created_at < $1 AS earlier FROM ${S}.message_log_${sid} WHERE id = 34`, [at]);
+    const [{ at }] = await t.sql<{ at: Date }>(`SELECT created_at AS at FROM ${SCHEMA}.message_log_${sid} WHERE id = 35`);
+    const [{ earlier }] = await t.sql<{ earlier: boolean }>(`SELECT created_at < $1 AS earlier FROM ${SCHEMA}.message_log_${sid} WHERE id = 34`, [at]);
     expect(earlier).toBe(true);
     expect(await g.seek({ time: at })).toMatchObject({ claimed: "34", committed: "34" });
     await checkInvariants(t, sid, { afterSeek: true });
@@ -318,9 +318,9 @@ describe("seek (C32)", () => {
     await pollPastFence(g, ((m: Message<number>) => {
       if (m.payload < 3) throw new Error("x");
     }) as Handler);
-    await t.sql(`UPDATE ${S}.exception_queue_${sid} SET status = 'inflight', lease_token = gen_random_uuid(), lease_expires_at = now() + interval '1 minute' WHERE message_id = 1`);
-    await t.sql(`UPDATE ${S}.exception_queue_${sid} SET lease_token = gen_random_uuid(), lease_expires_at = now() + interval '1 minute' WHERE message_id = 2`);
-    await t.sql(`INSERT INTO ${S}.message_key_lease_${sid} VALUES ($1, 'k', gen_random_uuid(), now() + interval '1 minute')`, [gid]);
+    await t.sql(`UPDATE ${SCHEMA}.exception_queue_${sid} SET status = 'inflight', lease_token = gen_random_uuid(), lease_expires_at = now() + interval '1 minute' WHERE message_id = 1`);
+    await t.sql(`UPDATE ${SCHEMA}.exception_queue_${sid} SET lease_token = gen_random_uuid(), lease_expires_at = now() + interval '1 minute' WHERE message_id = 2`);
+    await t.sql(`INSERT INTO ${SCHEMA}.message_key_lease_${sid} VALUES ($1, 'k', gen_random_uuid(), now() + interval '1 minute')`, [gid]);
     await expect(g.seek({ id: "3" })).rejects.toMatchObject({ code: "SQL0028" });
     expect(await g.seek({ id: "3" }, { force: true })).toMatchObject({ claimed: "2", committed: "0", deletedRows: 0 });
     expect((await eqRows(t, sid, gid)).map(row)).toEqual([
@@ -345,13 +345,13 @@ describe("pause (C33)", () => {
     await makeDue(t, sid);
     await s.produceBatch([{ payload: 4 }, { payload: 5 }]);
     await g.pause();
-    const [{ paused_at }] = await t.sql<{ paused_at: Date }>(`SELECT paused_at FROM ${S}.consumer_group_config WHERE id = $1`, [gid]);
+    const [{ paused_at }] = await t.sql<{ paused_at: Date }>(`SELECT paused_at FROM ${SCHEMA}.consumer_group_config WHERE id = $1`, [gid]);
     await g.pause(); // idempotent
     await g.register(); // redeclaring keeps paused
     expect((await g.progress()).paused).toBe(true);
     const before = await tableSnapshot(t, sid);
     expect(before.consumer_group_config).toEqual([expect.objectContaining({ paused: true })]);
-    const [{ paused_at: again }] = await t.sql<{ paused_at: Date }>(`SELECT paused_at FROM ${S}.consumer_group_config WHERE id = $1`, [gid]);
+    const [{ paused_at: again }] = await t.sql<{ paused_at: Date }>(`SELECT paused_at FROM ${SCHEMA}.consumer_group_config WHERE id = $1`, [gid]);
     expect(again).toEqual(paused_at);
     seen.length = 0;
     const mark = t.statements.length;
@@ -370,7 +370,7 @@ describe("pause (C33)", () => {
 
     await g.resume();
     await g.resume(); // idempotent
-    const [{ p, pa }] = await t.sql<{ p: boolean; pa: Date | null }>(`SELECT paused AS p, paused_at AS pa FROM ${S}.consumer_group_config WHERE id = $1`, [gid]);
+    const [{ p, pa }] = await t.sql<{ p: boolean; pa: Date | null }>(`SELECT paused AS p, paused_at AS pa FROM ${SCHEMA}.consumer_group_config WHERE id = $1`, [gid]);
     expect([p, pa]).toEqual([false, null]);
     const r2 = await g.poll(h);
     expect(r2.paused).toBe(false);
@@ -408,7 +408,7 @@ describe("inspection (C34)", () => {
     expect((await g.failures({ status: "ready" })).map((f) => [f.messageId, f.attempts])).toEqual([["2", 1]]);
     // The oldest unresolved message is the lowest id above committed or an unresolved row's message,
     // not a newer resolved one (3 succeeded although it is above committed).
-    await t.sql(`UPDATE ${S}.message_log_${sid} SET created_at = now() - CASE id WHEN 2 THEN interval '1 hour' ELSE interval '2 hours' END WHERE id IN (2, 3)`);
+    await t.sql(`UPDATE ${SCHEMA}.message_log_${sid} SET created_at = now() - CASE id WHEN 2 THEN interval '1 hour' ELSE interval '2 hours' END WHERE id IN (2, 3)`);
     expect(Math.abs(((await g.progress()).oldestUnresolvedAgeMs ?? 0) - 3_600_000)).toBeLessThan(60_000);
     await makeDue(t, sid);
     await g.poll(h);
@@ -425,7 +425,7 @@ describe("inspection (C34)", () => {
     const f = await g.failures();
     expect(f).toHaveLength(1);
     const [stored] = await t.sql<{ updated_at: Date; can_run_after: Date; created_at: Date }>(
-      `SELECT e.updated_at, e.can_run_after, m.created_at FROM ${S}.exception_queue_${sid} e JOIN ${S}.message_log_${sid} m ON m.id = e.message_id
+      `SELECT e.updated_at, e.can_run_after, m.created_at FROM ${SCHEMA}.exception_queue_${sid} e JOIN ${SCHEMA}.message_log_${sid} m ON m.id = e.message_id
         WHERE e.consumer_group_id = $1 AND e.message_id = 2`,
       [gid],
     );

@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import type { Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants } from "../../support/invariants.js";
-import { S, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, makeDue, pollPastFence, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, makeDue, pollPastFence, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -24,7 +24,7 @@ async function setup(t: TestClient, name: string, first: number, config: Record<
 
 async function heads(t: TestClient, n: string) {
   return t.sql<{ compaction_key: string; message_id: string | null; compaction_rank: string | null; schema_version: number | null }>(
-    `SELECT compaction_key, message_id::text, compaction_rank::text, schema_version FROM ${S}.compaction_head_${n} ORDER BY compaction_key`,
+    `SELECT compaction_key, message_id::text, compaction_rank::text, schema_version FROM ${SCHEMA}.compaction_head_${n} ORDER BY compaction_key`,
   );
 }
 
@@ -37,7 +37,7 @@ describe("C20 compaction", () => {
     expect(ids).toEqual(["101", "102", "103"]);
     expect(await heads(t, n)).toEqual([{ compaction_key: "K", message_id: "103", compaction_rank: "0", schema_version: 1 }]);
     const stored = await t.sql<{ id: string; compaction_rank: string | null }>(
-      `SELECT id::text, compaction_rank::text FROM ${S}.message_log_${n} WHERE id > 100 ORDER BY id`,
+      `SELECT id::text, compaction_rank::text FROM ${SCHEMA}.message_log_${n} WHERE id > 100 ORDER BY id`,
     );
     expect(stored.map((r) => r.compaction_rank)).toEqual(["0", "0", "0"]);
     const seen: string[] = [];
@@ -97,7 +97,7 @@ describe("C20 compaction", () => {
     await checkInvariants(t, n);
 
     // Never delivered again: superseded rows are not reservable, and it counts in progress().
-    await t.sql(`UPDATE ${S}.exception_queue_${n} SET can_run_after = now() - interval '1 hour', updated_at = now() - interval '1 hour'`);
+    await t.sql(`UPDATE ${SCHEMA}.exception_queue_${n} SET can_run_after = now() - interval '1 hour', updated_at = now() - interval '1 hour'`);
     const again = await g.drain((m: Message) => void seen.push(`${m.id}@${m.attempt}`));
     expect(again.started + again.superseded).toBe(0);
     expect(seen).toEqual(["201@0", "202@0"]);
@@ -118,7 +118,7 @@ describe("C20 compaction", () => {
     expect(r).toMatchObject({ superseded: 1, succeeded: 1 });
     expect(await eqRows(t, n, gid)).toEqual([]);
     expect((await dlRows(t, n, gid)).map((x) => [x.message_id, x.attempt, x.status, x.error])).toEqual([["2", 0, "superseded", "superseded by 3"]]);
-    expect(await t.sql(`SELECT 1 FROM ${S}.message_key_lease_${n}`)).toEqual([]);
+    expect(await t.sql(`SELECT 1 FROM ${SCHEMA}.message_key_lease_${n}`)).toEqual([]);
     await g.drain((m: Message<{ v: string }>) => void seen.push(`${m.id}:${m.payload.v}`));
     expect(seen).toEqual(["1:trigger", "3:v2"]);
     expect((await cursor(t, n, gid)).committed).toBe("3");
@@ -133,7 +133,7 @@ describe("C20 compaction", () => {
     // range's member 1 is deferred 'key busy'. (Another poll's open range no longer gets 1 claimed
     // at all: docs/protocol/ordering.md#ranges-of-several-pollers.)
     await t.sql(
-      `INSERT INTO ${S}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at)
+      `INSERT INTO ${SCHEMA}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at)
        VALUES ($1, 'K', gen_random_uuid(), now() + interval '1 hour')`,
       [gid],
     );
@@ -141,7 +141,7 @@ describe("C20 compaction", () => {
     await pollPastFence(g, (m: Message) => void seen.push(m.id), { opts: { batchLimit: 1 } });
     expect((await eqRows(t, n, gid)).map((x) => [x.message_id, x.status, x.concurrency])).toEqual([["1", "deferred", "exclusive"]]);
     await s.produce({ v: "c" }, { key: "K", compaction: {} }); // 2: new head
-    await t.sql(`DELETE FROM ${S}.message_key_lease_${n} WHERE consumer_group_id = $1`, [gid]);
+    await t.sql(`DELETE FROM ${SCHEMA}.message_key_lease_${n} WHERE consumer_group_id = $1`, [gid]);
     const r = await pollPastFence(g, (m: Message) => void seen.push(m.id), { drain: true, until: (x) => x.superseded > 0 });
     expect(seen).toEqual(["2"]);
     expect(r.superseded).toBe(1);
@@ -235,7 +235,7 @@ describe("C20 compaction", () => {
     const seen1: string[] = [];
     await g.drain(async (m: Message) => {
       seen1.push(m.id);
-      expect(await t.sql(`SELECT 1 FROM ${S}.message_key_lease_${n}`)).toEqual([]);
+      expect(await t.sql(`SELECT 1 FROM ${SCHEMA}.message_key_lease_${n}`)).toEqual([]);
     });
     await s.produce({ v: "b" }, { key: "K", compaction: {} }); // 2
     await g.drain((m: Message) => void seen1.push(m.id));

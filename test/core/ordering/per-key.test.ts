@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { Delay, Permanent, type Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants } from "../../support/invariants.js";
-import { S, type TestClient, eqRows, groupIdOf, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, eqRows, groupIdOf, streamIdOf, testClient } from "../../support/streams.js";
 import { Ledger } from "../../support/keyed.js";
 
 const url = useFreshDatabase();
@@ -139,7 +139,7 @@ describe("per-key ordering: one slow key cannot block the others", () => {
     expect(byStatus("dead")).toEqual([dieId]);
     expect(byStatus("ready")).toEqual([idOf.get("stall/0")]);
     expect(byStatus("deferred").sort((a, b) => (a < b ? -1 : 1))).toEqual(Array.from({ length: ROUNDS - 1 }, (_, r) => idOf.get(`stall/${r + 1}`)));
-    expect(await tp.sql(`SELECT 1 FROM ${S}.message_key_lease_${n} WHERE expires_at > now()`)).toEqual([]);
+    expect(await tp.sql(`SELECT 1 FROM ${SCHEMA}.message_key_lease_${n} WHERE expires_at > now()`)).toEqual([]);
     await checkInvariants(tp, n);
   });
 });

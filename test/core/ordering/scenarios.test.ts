@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest";
 import { Delay, Permanent, type Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants } from "../../support/invariants.js";
-import { S, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, latch, makeDue, pollPastFence, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, latch, makeDue, pollPastFence, streamIdOf, testClient } from "../../support/streams.js";
 import { Ledger, claimLeases, keyLeases, snapshot, until } from "../../support/keyed.js";
 
 const url = useFreshDatabase();
@@ -128,7 +128,7 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
       expect(row?.lease_token).not.toBeNull();
       if (m.id === "101") {
         const lease = await t.sql<{ ms: number }>(
-          `SELECT (EXTRACT(EPOCH FROM (lease_expires_at - updated_at)) * 1000)::float8 AS ms FROM ${S}.exception_queue_${n}
+          `SELECT (EXTRACT(EPOCH FROM (lease_expires_at - updated_at)) * 1000)::float8 AS ms FROM ${SCHEMA}.exception_queue_${n}
             WHERE consumer_group_id = $1 AND message_id = 101`, [gid]);
         expect(lease[0].ms).toBeCloseTo(32_000, 0);
       }
@@ -517,7 +517,7 @@ describe("C18 exclusive", () => {
     const t = testClient(url());
     const { g, n, gid } = await exclusiveStream(t, "excl.stale");
     await t.sql(
-      `INSERT INTO ${S}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at)
+      `INSERT INTO ${SCHEMA}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at)
        VALUES ($1, 'K', gen_random_uuid(), now() + interval '1 hour')`, [gid]);
     const seen: string[] = [];
     const r1 = await g.drain((m: Message) => void seen.push(m.id));
@@ -528,7 +528,7 @@ describe("C18 exclusive", () => {
     const before = await snapshot(t, n, gid);
     expect((await g.poll((m: Message) => void seen.push(m.id))).idle).toBe(true);
     expect(await snapshot(t, n, gid)).toEqual(before);
-    await t.sql(`UPDATE ${S}.message_key_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
+    await t.sql(`UPDATE ${SCHEMA}.message_key_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
     await g.drain((m: Message) => void seen.push(m.id));
     expect(seen).toEqual(["101", "102"]);
     expect(await eqRows(t, n, gid)).toEqual([]);
@@ -782,14 +782,14 @@ describe("concurrency > 1 inside one poll", () => {
     const byKey = new Map<string, bigint[]>();
     items.forEach((it, i) => byKey.set(it.key, [...(byKey.get(it.key) ?? []), ids[i]]));
     // Every write to the lease table, counted by a trigger of the test's own.
-    await t.sql(`CREATE TABLE ${S}.lease_writes_${n} (op TEXT NOT NULL, k TEXT NOT NULL)`);
-    await t.sql(`CREATE FUNCTION ${S}.lease_writes_${n}() RETURNS trigger LANGUAGE plpgsql AS $$
+    await t.sql(`CREATE TABLE ${SCHEMA}.lease_writes_${n} (op TEXT NOT NULL, k TEXT NOT NULL)`);
+    await t.sql(`CREATE FUNCTION ${SCHEMA}.lease_writes_${n}() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN
-        INSERT INTO ${S}.lease_writes_${n} VALUES (TG_OP, COALESCE(NEW.message_key, OLD.message_key));
+        INSERT INTO ${SCHEMA}.lease_writes_${n} VALUES (TG_OP, COALESCE(NEW.message_key, OLD.message_key));
         RETURN NULL;
       END $$`);
-    await t.sql(`CREATE TRIGGER lease_writes AFTER INSERT OR UPDATE OR DELETE ON ${S}.message_key_lease_${n}
-      FOR EACH ROW EXECUTE FUNCTION ${S}.lease_writes_${n}()`);
+    await t.sql(`CREATE TRIGGER lease_writes AFTER INSERT OR UPDATE OR DELETE ON ${SCHEMA}.message_key_lease_${n}
+      FOR EACH ROW EXECUTE FUNCTION ${SCHEMA}.lease_writes_${n}()`);
     const ledger = new Ledger(byKey);
     t.statements.length = 0;
     const r = await g.drain((m: Message<{ i: number }>) => {
@@ -799,12 +799,12 @@ describe("concurrency > 1 inside one poll", () => {
     expect(r.succeeded).toBe(400);
     expect(r.rangesClaimed).toBe(8);
     expect(t.statements.filter((q) => q.includes(`record_take_keys_${n}(`)).length).toBeGreaterThan(0);
-    const writes = await t.sql<{ op: string; n: number }>(`SELECT op, count(*)::int AS n FROM ${S}.lease_writes_${n} GROUP BY op ORDER BY op`);
+    const writes = await t.sql<{ op: string; n: number }>(`SELECT op, count(*)::int AS n FROM ${SCHEMA}.lease_writes_${n} GROUP BY op ORDER BY op`);
     expect(writes).toEqual([{ op: "DELETE", n: 14 }, { op: "INSERT", n: 14 }]);
     expect(ledger.overlaps).toEqual([]);
     expect(ledger.orderViolations).toEqual([]);
     expect(await count(t, `message_key_lease_${n}`)).toBe(0);
-    await t.sql(`DROP TABLE ${S}.lease_writes_${n}`);
+    await t.sql(`DROP TABLE ${SCHEMA}.lease_writes_${n}`);
     await checkInvariants(t, n);
   });
 });

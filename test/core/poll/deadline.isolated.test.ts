@@ -7,7 +7,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import type { Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants } from "../../support/invariants.js";
-import { S, type TestClient, count, cursor, didWork, dlRows, eqRows, groupIdOf, makeDue, pollPastFence, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, count, cursor, didWork, dlRows, eqRows, groupIdOf, makeDue, pollPastFence, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -23,7 +23,7 @@ const leases = (t: TestClient, n: string) =>
   t.sql<Lease>(
     `SELECT low::text, high::text, reclaims, released, expires_at <= now() AS lapsed,
             (EXTRACT(EPOCH FROM (expires_at - created_at)) * 1000)::float8 AS lease_ms
-       FROM ${S}.claim_lease_${n} ORDER BY low`,
+       FROM ${SCHEMA}.claim_lease_${n} ORDER BY low`,
   );
 
 async function setup(t: TestClient, name: string, config: Record<string, unknown>, k: number) {
@@ -77,7 +77,7 @@ describe("deadline and partial commit", () => {
     expect((await eqRows(t, n, gid)).map((e) => [e.message_id, e.status, e.attempts])).toEqual([["1", "ready", 1]]);
     expect((await dlRows(t, n, gid)).map((d) => [d.message_id, d.attempt, d.status])).toEqual([["1", 0, "failure"]]);
     // As if this range had already been crash-reclaimed twice: taking back a released range adds none.
-    await t.sql(`UPDATE ${S}.claim_lease_${n} SET reclaims = 2`);
+    await t.sql(`UPDATE ${SCHEMA}.claim_lease_${n} SET reclaims = 2`);
     const seen: string[] = [];
     const next = await g.poll((m) => void seen.push(m.id), { batchLimit: 4 });
     expect(next).toMatchObject({ rangesResumed: 1, rangesQuarantined: 0, succeeded: 2 });
