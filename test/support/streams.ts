@@ -110,7 +110,7 @@ export async function count(t: TestClient, table: string, where = "TRUE", values
 }
 
 /** Exception rows of a group keyed by message id. */
-export async function eqRows(t: TestClient, n: number | string, groupId: string) {
+export async function exceptionRows(t: TestClient, n: number | string, groupId: string) {
   return t.sql<{
     message_id: string; status: string; message_key: string | null; concurrency: string; attempts: number; delays: number;
     last_error: string | null; lease_token: string | null; gap_ms: number; can_run_after: Date; updated_at: Date;
@@ -122,7 +122,7 @@ export async function eqRows(t: TestClient, n: number | string, groupId: string)
   );
 }
 
-export async function dlRows(t: TestClient, n: number | string, groupId: string, messageId?: string) {
+export async function deliveryLogRows(t: TestClient, n: number | string, groupId: string, messageId?: string) {
   return t.sql<{ message_id: string; attempt: number; status: string; error: string }>(
     `SELECT message_id::text, attempt, status, error FROM ${SCHEMA}.delivery_log_${n}
       WHERE consumer_group_id = $1 AND ($2::bigint IS NULL OR message_id = $2::bigint) ORDER BY ${SCHEMA}.delivery_log_${n}.id`,

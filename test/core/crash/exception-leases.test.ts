@@ -6,7 +6,7 @@ import type { CycleReport, Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants } from "../../support/invariants.js";
 import { type NodeChild, type PollerConfig, spawnPoller } from "../../support/processes.js";
-import { SCHEMA, type TestClient, cursor, dlRows, eqRows, makeDue, setupProduced, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, cursor, deliveryLogRows, exceptionRows, makeDue, setupProduced, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -54,8 +54,8 @@ describe("exception-row leases across a crash", () => {
     expect(ls.map((r) => [r.message_id, r.status, r.lease_token !== null])).toEqual([["1", "inflight", true], ["2", "ready", true], ["3", "ready", true]]);
     expect(ls[0].run_ms).toBe(2_200);
     for (const r of ls.slice(1)) expect(Math.abs((r.res_ms as number) - 2_600)).toBeLessThanOrEqual(250);
-    expect((await eqRows(t, n, gid)).map((e) => e.attempts)).toEqual([1, 1, 1]);
-    const dlBefore = await dlRows(t, n, gid);
+    expect((await exceptionRows(t, n, gid)).map((e) => e.attempts)).toEqual([1, 1, 1]);
+    const deliveryLogBefore = await deliveryLogRows(t, n, gid);
     await checkInvariants(t, n);
 
     // Before expiry no poll touches them.
@@ -69,13 +69,13 @@ describe("exception-row leases across a crash", () => {
     const e1 = await g.poll(h, { batchLimit: 3 });
     expect(e1).toMatchObject({ expired: 1, killed: 0, started: 0 });
     expect(calls).toEqual([]);
-    const rows = await eqRows(t, n, gid);
+    const rows = await exceptionRows(t, n, gid);
     expect(rows.map((e) => [e.message_id, e.status, e.attempts, e.lease_token === null])).toEqual([
       ["1", "ready", 2, true], ["2", "ready", 1, false], ["3", "ready", 1, false],
     ]);
     expect(Math.abs(rows[0].gap_ms - 1_000)).toBeLessThanOrEqual(250);
-    const dlAfter = await dlRows(t, n, gid);
-    expect(dlAfter.slice(dlBefore.length).map((d) => [d.message_id, d.attempt, d.status, d.error])).toEqual([
+    const dlAfter = await deliveryLogRows(t, n, gid);
+    expect(dlAfter.slice(deliveryLogBefore.length).map((d) => [d.message_id, d.attempt, d.status, d.error])).toEqual([
       ["1", 1, "expired", "lease expired before an outcome was recorded"],
     ]);
     await checkInvariants(t, n);
@@ -85,14 +85,14 @@ describe("exception-row leases across a crash", () => {
     const e2 = await g.poll(h, { batchLimit: 3 });
     expect(e2).toMatchObject({ expired: 0, started: 2, succeeded: 2 });
     expect(calls.map((m) => [m.id, m.attempt])).toEqual([["2", 1], ["3", 1]]);
-    expect((await dlRows(t, n, gid)).filter((d) => d.message_id !== "1").map((d) => [d.message_id, d.attempt, d.status])).toEqual([
+    expect((await deliveryLogRows(t, n, gid)).filter((d) => d.message_id !== "1").map((d) => [d.message_id, d.attempt, d.status])).toEqual([
       ["2", 0, "failure"], ["3", 0, "failure"],
     ]);
 
     await makeDue(t, n);
     await g.drain(h, { batchLimit: 3 });
     expect(calls.map((m) => [m.id, m.attempt])).toEqual([["2", 1], ["3", 1], ["1", 2]]);
-    expect(await eqRows(t, n, gid)).toEqual([]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
     expect(await cursor(t, n, gid)).toMatchObject({ committed: "3" });
     await checkInvariants(t, n);
   });
@@ -111,15 +111,15 @@ describe("exception-row leases across a crash", () => {
     const seen: number[] = [];
     expect(await g.poll((m) => void seen.push(m.attempt))).toMatchObject({ succeeded: 1 });
     expect(seen).toEqual([2]);
-    expect(await eqRows(t, n, gid)).toEqual([]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
 
     // The stalled run now fails; its record is guarded by the old token and writes nothing.
     child.send("go");
     const rep = (await child.waitFor({ event: "report" })).report as CycleReport;
     expect(rep).toMatchObject({ leaseLost: 1, failed: 0, dead: 0 });
     expect(child.messages.filter((m) => m.event === "log").map((m) => m.code)).toContain("SQL0034");
-    expect(await eqRows(t, n, gid)).toEqual([]);
-    expect((await dlRows(t, n, gid)).map((d) => [d.attempt, d.status])).toEqual([[0, "failure"], [1, "expired"]]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
+    expect((await deliveryLogRows(t, n, gid)).map((d) => [d.attempt, d.status])).toEqual([[0, "failure"], [1, "expired"]]);
     expect(await cursor(t, n, gid)).toMatchObject({ committed: "1" });
     await checkInvariants(t, n);
   });
@@ -130,10 +130,10 @@ describe("exception-row leases across a crash", () => {
     await t.sql(`UPDATE ${SCHEMA}.exception_queue_${n} SET lease_token = $1, lease_expires_at = now() + interval '10 seconds'`, [token]);
     const start = () => t.sql<{ r: string }>(`SELECT kind AS r FROM ${SCHEMA}.start_exceptions_${n}($1, $2, '[{"id": 1, "key_token": null, "run_ms": 2200}]')`, [gid, token]);
     expect(await start()).toEqual([{ r: "started" }]);
-    const [first] = await eqRows(t, n, gid);
+    const [first] = await exceptionRows(t, n, gid);
     // The statement is sent again (the reply to the first was lost): same answer, nothing changes.
     expect(await start()).toEqual([{ r: "started" }]);
-    const [again] = await eqRows(t, n, gid);
+    const [again] = await exceptionRows(t, n, gid);
     expect(again).toEqual(first);
     expect(again).toMatchObject({ status: "inflight", attempts: 1, lease_token: token });
     // Any other token still finds nothing to start.
@@ -154,14 +154,14 @@ describe("exception-row leases across a crash", () => {
       throw new Error("must not run");
     });
     expect(r).toMatchObject({ killed: 2, expired: 1, dead: 2, started: 0 });
-    const rows = await eqRows(t, n, gid);
+    const rows = await exceptionRows(t, n, gid);
     expect(rows.map((e) => [e.message_id, e.status, e.attempts, e.delays, e.lease_token])).toEqual([
       ["1", "dead", 3, 0, null], ["2", "ready", 4, 1, null], ["3", "dead", 3, 0, null],
     ]);
     expect(rows[0].last_error).toMatch(/^Error: first failure[\s\S]* \[killed: crash-loop hit max attempts\]$/);
     expect(rows[2].last_error).toBe(" [killed: crash-loop hit max attempts]");
     expect(Math.abs(rows[1].gap_ms - 2_000)).toBeLessThanOrEqual(250); // used a − d = 2 ⇒ n = 1 ⇒ 1 000 × 2
-    const deliveryLog = (await dlRows(t, n, gid)).filter((d) => d.attempt === 3);
+    const deliveryLog = (await deliveryLogRows(t, n, gid)).filter((d) => d.attempt === 3);
     expect(deliveryLog.map((d) => [d.message_id, d.status])).toEqual([["1", "killed"], ["2", "expired"], ["3", "killed"]]);
     expect(deliveryLog[0].error).toBe(rows[0].last_error);
     expect(t.events.filter((e) => e.code === "SQL0038")).toHaveLength(2);

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { type CycleReport, type Message, Permanent, SqlStreamsError } from "@sqlstreams/core";
 import { baseDatabaseUrl, useFreshDatabase } from "../../support/db.js";
 import { spawnPoller } from "../../support/processes.js";
-import { SCHEMA, type TestClient, cursor, dlRows, eqRows, groupIdOf, makeDue, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, cursor, deliveryLogRows, exceptionRows, groupIdOf, makeDue, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -204,7 +204,7 @@ describe("a poll that fails", () => {
     expect((err as SqlStreamsError).code).toBe("SQL0033");
     expect(starts.map((x) => x.id).sort()).toEqual(["1", "2"]);
     expect(starts.filter((x) => x.at > threwAt)).toEqual([]);
-    const rows = await eqRows(t, n, gid);
+    const rows = await exceptionRows(t, n, gid);
     // 1 succeeded and was recorded; 2 ran but its record failed (its run lease will expire and
     // charge it); 3 and 4 never started: uncharged and released.
     expect(rows.map((e) => [e.message_id, e.status, e.attempts, e.lease_token !== null])).toEqual([
@@ -317,7 +317,7 @@ describe("terminated and refused connections under running drains", () => {
     }
 
     // Ledger: every message ended delivered (a successful run, no row) or dead (Permanent).
-    const exceptionQueue = await eqRows(t, n, gid);
+    const exceptionQueue = await exceptionRows(t, n, gid);
     const dead = new Map(exceptionQueue.map((e) => [Number(e.message_id), e]));
     for (const e of exceptionQueue) expect(e.status, `row ${e.message_id}`).toBe("dead");
     const okIds = new Set(calls.filter((c) => c.ok).map((c) => c.id));
@@ -332,7 +332,7 @@ describe("terminated and refused connections under running drains", () => {
 
     // Recorded outcomes are written once: one Permanent failure per dead id, one first-delivery
     // failure per transient id, and no audit row twice.
-    const deliveryLog = await dlRows(t, n, gid);
+    const deliveryLog = await deliveryLogRows(t, n, gid);
     const keys = deliveryLog.map((d) => `${d.message_id}/${d.attempt}/${d.status}/${d.error.split("\n")[0]}`);
     expect(keys.length - new Set(keys).size, "duplicated delivery-log rows").toBe(0);
     for (let id = 1; id <= N1 + N2; id++) {

@@ -10,7 +10,7 @@ import type { CycleReport, Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants } from "../../support/invariants.js";
 import { type NodeChild, type PollerConfig, spawnPoller } from "../../support/processes.js";
-import { SCHEMA, type TestClient, count, cursor, didWork, dlRows, eqRows, groupIdOf, pollPastFence, setupProduced, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, count, cursor, didWork, deliveryLogRows, exceptionRows, groupIdOf, pollPastFence, setupProduced, streamIdOf, testClient } from "../../support/streams.js";
 import { type ClaimLease, claimLeases } from "../../support/keyed.js";
 
 const url = useFreshDatabase();
@@ -95,7 +95,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     expect(t.events.filter((e) => e.code === "SQL0035")).toHaveLength(1);
     // Ids 1 and 2 ran twice in total (once in the killed process), 3 and 4 once each here; no rows.
     expect(await count(t, `exception_queue_${n}`)).toBe(0);
-    expect(await dlRows(t, n, gid)).toEqual([]);
+    expect(await deliveryLogRows(t, n, gid)).toEqual([]);
     expect(await claimLeases(t, n, gid)).toEqual([]);
     await checkInvariants(t, n);
 
@@ -128,7 +128,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     expect((await child.exited).code).toBe(0);
     // Its failure of 3 was discarded: no exception row, no delivery-log row; the range stays done.
     expect(await count(t, `exception_queue_${n}`)).toBe(0);
-    expect(await dlRows(t, n, gid)).toEqual([]);
+    expect(await deliveryLogRows(t, n, gid)).toEqual([]);
     expect(await claimLeases(t, n, gid)).toEqual([]);
     expect(await cursor(t, n, gid)).toMatchObject({ claimed: "4", committed: "4" });
     await checkInvariants(t, n);
@@ -210,7 +210,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     const r = await g.poll((m) => void seen.push(m.id), { batchLimit: 4 });
     expect(r).toMatchObject({ rangesReclaimed: 1, succeeded: 4, deferred: 0, committedAfter: "4" });
     expect(seen).toEqual(["1", "2", "3", "4"]);
-    expect(await eqRows(t, n, gid)).toEqual([]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
     expect(await t.sql(`SELECT 1 FROM ${SCHEMA}.message_key_lease_${n}`)).toEqual([]);
     await checkInvariants(t, n);
   });
@@ -284,7 +284,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     await checkInvariants(t, n);
   });
 
-  it("a crash after a partial commit: only the released remainder is redelivered, the takeover is no reclaim, and eqRows of the prefix survive", async () => {
+  it("a crash after a partial commit: only the released remainder is redelivered, the takeover is no reclaim, and exceptionRows of the prefix survive", async () => {
     // Poller 1 stops at its deadline after message 1 (which fails) and releases (1, 4]; poller 2
     // takes the released range and is SIGKILLed on 3; the next poll reclaims (1, 4] (reclaims 1).
     const { g, n, gid } = await setupProduced(t, "partial.crash", { message: { timeout: 1_000 } }, 4);
@@ -310,7 +310,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     expect(seen).toEqual(["2", "3", "4"]);
     expect(t.events.filter((e) => e.code === "SQL0035")).toHaveLength(1);
     // Message 1's recorded failure is untouched by the crash and the replay.
-    expect((await eqRows(t, n, gid)).map((e) => [e.message_id, e.status, e.attempts])).toEqual([["1", "ready", 1]]);
+    expect((await exceptionRows(t, n, gid)).map((e) => [e.message_id, e.status, e.attempts])).toEqual([["1", "ready", 1]]);
     expect(await claimLeases(t, n, gid)).toEqual([]);
     await checkInvariants(t, n);
   });

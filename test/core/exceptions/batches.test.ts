@@ -6,7 +6,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants } from "../../support/invariants.js";
 import { startProxy } from "../../support/proxy.js";
-import { SCHEMA, type TestClient, dlRows, eqRows, makeDue, setupProduced, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, deliveryLogRows, exceptionRows, makeDue, setupProduced, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -53,13 +53,13 @@ describe("exception rows start and record in batches", () => {
     // the reservation and eight transactions).
     expect(reservations(t, mark, n)).toHaveLength(1);
     expect(steps(t, mark, n)).toHaveLength(1);
-    const rows = await eqRows(t, n, gid);
+    const rows = await exceptionRows(t, n, gid);
     expect(rows.map((e) => [e.message_id, e.status, e.attempts, e.last_error?.split("\n")[0]])).toEqual([
       ["2", "inflight", 1, "Error: first failure"], // untouched: still the other poller's
       ["3", "ready", 2, "Error: second failure"],
     ]);
-    expect((await dlRows(t, n, gid, "2")).map((d) => [d.attempt, d.status])).toEqual([[0, "failure"]]);
-    expect((await dlRows(t, n, gid, "3")).map((d) => [d.attempt, d.status])).toEqual([[0, "failure"], [1, "failure"]]);
+    expect((await deliveryLogRows(t, n, gid, "2")).map((d) => [d.attempt, d.status])).toEqual([[0, "failure"]]);
+    expect((await deliveryLogRows(t, n, gid, "3")).map((d) => [d.attempt, d.status])).toEqual([[0, "failure"], [1, "failure"]]);
   });
 
   for (const [what, concurrency, match] of [
@@ -87,7 +87,7 @@ describe("exception rows start and record in batches", () => {
         expect(c.events.filter((e) => e.code === "SQL0034" || e.code === "SQL0044")).toEqual([]);
         // The statement was sent twice: the repeat answered "started" for rows already inflight under its token.
         expect(c.statements.slice(mark).filter((s) => s.includes(`${match}${n}(`)).length).toBeGreaterThanOrEqual(2);
-        expect(await eqRows(c, n, gid)).toEqual([]);
+        expect(await exceptionRows(c, n, gid)).toEqual([]);
         expect(await c.sql(`SELECT * FROM ${SCHEMA}.message_key_lease_${n}`)).toEqual([]);
         expect((await g.poll((m) => void seen.push(m.id))).started).toBe(0);
         expect(seen).toHaveLength(3);
@@ -105,17 +105,17 @@ describe("exception rows start and record in batches", () => {
                         lease_token = $1, lease_expires_at = now() + interval '10 seconds'`, [token]);
     await t.sql(`INSERT INTO ${SCHEMA}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at)
                  VALUES ($1, 'k1', gen_random_uuid(), now() + interval '10 seconds')`, [gid]);
-    const before = await eqRows(t, n, gid);
+    const before = await exceptionRows(t, n, gid);
     const starts = JSON.stringify([1, 2].map((id) => ({ id, key_token: `00000000-0000-4000-8000-00000000000${id}`, run_ms: 5_000 })));
     const res = await t.sql(`SELECT step, message_id::text, kind, reason, ref FROM ${SCHEMA}.exception_step_${n}($1, $2, '[]', $3)`, [gid, token, starts]);
     expect(res).toEqual([
       { step: "start", message_id: "1", kind: "deferred", reason: "busy", ref: null },
       { step: "start", message_id: "2", kind: "started", reason: null, ref: null },
     ]);
-    const after = await eqRows(t, n, gid);
+    const after = await exceptionRows(t, n, gid);
     expect(after[0]).toEqual(before[0]);
     expect(after[1]).toMatchObject({ status: "inflight", lease_token: token });
-    expect((await dlRows(t, n, gid)).filter((d) => d.status === "deferred")).toEqual([]);
+    expect((await deliveryLogRows(t, n, gid)).filter((d) => d.status === "deferred")).toEqual([]);
   });
   it("a mixed batch start answers row by row: plain rows in one UPDATE, keyed, compacted, lost and repeated rows as before", async () => {
     const { n, gid } = await failedRows(t, "batch.mixed", 8);
@@ -133,7 +133,7 @@ describe("exception rows start and record in batches", () => {
     await t.sql(`UPDATE ${SCHEMA}.exception_queue_${n} SET lease_token = $1 WHERE message_id = 6`, [other]);
     await t.sql(`UPDATE ${SCHEMA}.exception_queue_${n} SET status = 'inflight', lease_expires_at = now() + interval '1 hour' WHERE message_id = 7`);
     await t.sql(`DELETE FROM ${SCHEMA}.message_log_${n} WHERE id = 8`);
-    const before = await eqRows(t, n, gid);
+    const before = await exceptionRows(t, n, gid);
     // Each row its own run lease: 1 s per id, so a start that paired the wrong length shows.
     const starts = JSON.stringify([8, 5, 1, 7, 3, 6, 2, 4].map((id) => ({ id, key_token: id === 4 ? "00000000-0000-4000-8000-000000000004" : null, run_ms: id * 1_000 })));
     const res = await t.sql(`SELECT step, message_id::text, kind, reason, ref::text FROM ${SCHEMA}.exception_step_${n}($1, $2, '[]', $3)`, [gid, token, starts]);
@@ -147,7 +147,7 @@ describe("exception rows start and record in batches", () => {
       { step: "start", message_id: "7", kind: "started", reason: null, ref: null },
       { step: "start", message_id: "8", kind: "lost", reason: null, ref: null },
     ]);
-    const after = await eqRows(t, n, gid);
+    const after = await exceptionRows(t, n, gid);
     const leaseSeconds = await t.sql<{ id: string; s: number }>(
       `SELECT message_id::text AS id, round(extract(epoch FROM lease_expires_at - now()))::int AS s FROM ${SCHEMA}.exception_queue_${n} WHERE status = 'inflight' ORDER BY message_id`);
     expect(leaseSeconds).toEqual([{ id: "1", s: 1 }, { id: "2", s: 2 }, { id: "3", s: 3 }, { id: "4", s: 4 }, { id: "7", s: 3600 }]);

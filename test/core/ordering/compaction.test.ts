@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import type { Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants } from "../../support/invariants.js";
-import { SCHEMA, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, makeDue, pollPastFence, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, count, cursor, deliveryLogRows, exceptionRows, groupIdOf, makeDue, pollPastFence, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -44,8 +44,8 @@ describe("C20 compaction", () => {
     const r = await g.drain((m: Message<{ v: string }>) => void seen.push(`${m.id}:${m.payload.v}`));
     expect(seen).toEqual(["103:c"]);
     expect(r).toMatchObject({ succeeded: 1, superseded: 0 });
-    expect(await eqRows(t, n, gid)).toEqual([]);
-    expect(await dlRows(t, n, gid)).toEqual([]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
+    expect(await deliveryLogRows(t, n, gid)).toEqual([]);
     expect((await cursor(t, n, gid)).committed).toBe("103");
     await checkInvariants(t, n);
   });
@@ -64,7 +64,7 @@ describe("C20 compaction", () => {
     await g.drain((m: Message<{ v: string }>) => void seen.push(m.payload.v));
     expect(seen).toEqual(["plain1", "c2", "plain2", "c3"]);
     expect((await cursor(t, n, gid)).committed).toBe("5");
-    expect(await eqRows(t, n, gid)).toEqual([]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
   });
 
   it("supersede: 201 fails, 202 for the key succeeds, then 201 when due becomes superseded without running", async () => {
@@ -76,7 +76,7 @@ describe("C20 compaction", () => {
       seen.push(`${m.id}@${m.attempt}`);
       throw new Error("fails once");
     });
-    expect((await eqRows(t, n, gid)).map((r) => [r.message_id, r.status, r.attempts])).toEqual([["201", "ready", 1]]);
+    expect((await exceptionRows(t, n, gid)).map((r) => [r.message_id, r.status, r.attempts])).toEqual([["201", "ready", 1]]);
     expect((await s.produce({ v: "new" }, { key: "K", compaction: {} })).id).toBe("202");
     expect(await heads(t, n)).toMatchObject([{ compaction_key: "K", message_id: "202" }]);
     await pollPastFence(g, (m: Message) => void seen.push(`${m.id}@${m.attempt}`));
@@ -88,9 +88,9 @@ describe("C20 compaction", () => {
     const r = await g.poll((m: Message) => void seen.push(`${m.id}@${m.attempt}`));
     expect(seen).toEqual(["201@0", "202@0"]); // handler not called
     expect(r).toMatchObject({ superseded: 1, started: 0, committedAfter: "202" });
-    const exceptionQueue = await eqRows(t, n, gid);
+    const exceptionQueue = await exceptionRows(t, n, gid);
     expect(exceptionQueue.map((x) => [x.message_id, x.status, x.attempts, x.lease_token])).toEqual([["201", "superseded", 1, null]]);
-    expect((await dlRows(t, n, gid, "201")).map((x) => [x.attempt, x.status, x.error])).toEqual([
+    expect((await deliveryLogRows(t, n, gid, "201")).map((x) => [x.attempt, x.status, x.error])).toEqual([
       [0, "failure", expect.stringMatching(/^Error: fails once/)],
       [1, "superseded", "superseded by 202"],
     ]);
@@ -116,8 +116,8 @@ describe("C20 compaction", () => {
     }, { opts: { batchLimit: 2, concurrency: 1 } });
     expect(seen).toEqual(["1:trigger"]);
     expect(r).toMatchObject({ superseded: 1, succeeded: 1 });
-    expect(await eqRows(t, n, gid)).toEqual([]);
-    expect((await dlRows(t, n, gid)).map((x) => [x.message_id, x.attempt, x.status, x.error])).toEqual([["2", 0, "superseded", "superseded by 3"]]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
+    expect((await deliveryLogRows(t, n, gid)).map((x) => [x.message_id, x.attempt, x.status, x.error])).toEqual([["2", 0, "superseded", "superseded by 3"]]);
     expect(await t.sql(`SELECT 1 FROM ${SCHEMA}.message_key_lease_${n}`)).toEqual([]);
     await g.drain((m: Message<{ v: string }>) => void seen.push(`${m.id}:${m.payload.v}`));
     expect(seen).toEqual(["1:trigger", "3:v2"]);
@@ -139,14 +139,14 @@ describe("C20 compaction", () => {
     );
     const seen: string[] = [];
     await pollPastFence(g, (m: Message) => void seen.push(m.id), { opts: { batchLimit: 1 } });
-    expect((await eqRows(t, n, gid)).map((x) => [x.message_id, x.status, x.concurrency])).toEqual([["1", "deferred", "exclusive"]]);
+    expect((await exceptionRows(t, n, gid)).map((x) => [x.message_id, x.status, x.concurrency])).toEqual([["1", "deferred", "exclusive"]]);
     await s.produce({ v: "c" }, { key: "K", compaction: {} }); // 2: new head
     await t.sql(`DELETE FROM ${SCHEMA}.message_key_lease_${n} WHERE consumer_group_id = $1`, [gid]);
     const r = await pollPastFence(g, (m: Message) => void seen.push(m.id), { drain: true, until: (x) => x.superseded > 0 });
     expect(seen).toEqual(["2"]);
     expect(r.superseded).toBe(1);
-    expect((await eqRows(t, n, gid)).map((x) => [x.message_id, x.status, x.attempts])).toEqual([["1", "superseded", 0]]);
-    expect((await dlRows(t, n, gid, "1")).map((x) => [x.attempt, x.status, x.error])).toEqual([
+    expect((await exceptionRows(t, n, gid)).map((x) => [x.message_id, x.status, x.attempts])).toEqual([["1", "superseded", 0]]);
+    expect((await deliveryLogRows(t, n, gid, "1")).map((x) => [x.attempt, x.status, x.error])).toEqual([
       [0, "deferred", "deferred: key busy"],
       [0, "superseded", "superseded by 2"],
     ]);
@@ -174,7 +174,7 @@ describe("C20 compaction", () => {
     expect((await s.produce({ v: "negative" }, { key: "K", compaction: { rank: -5 } })).id).toBe("305");
     await g.drain((m: Message) => void seen.push(m.id));
     expect(seen).toEqual(["301", "304"]);
-    expect(await eqRows(t, n, gid)).toEqual([]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
     await checkInvariants(t, n);
   });
 
