@@ -130,8 +130,8 @@ describe("C20 compaction", () => {
     const { s, g, n, gid } = await setup(t, "compact.deferred", 1, { concurrencyOverride: "exclusive" });
     await s.produce({ v: "b" }, { key: "K", compaction: {} }); // 1
     // K's lease held by another process (as a crashed poll's would be, until it expires): the
-    // range's member 1 is deferred 'key busy'. (Another poll's open range no longer gets 1 claimed
-    // at all: docs/protocol/ordering.md#ranges-of-several-pollers.)
+    // range's member 1 is deferred 'key busy'. (A key lease row alone, with no open range of another
+    // poll: such a range would keep 1 from being claimed at all, docs/protocol/ordering.md#ranges-of-several-pollers.)
     await t.sql(
       `INSERT INTO ${SCHEMA}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at)
        VALUES ($1, 'K', gen_random_uuid(), now() + interval '1 hour')`,

@@ -1,8 +1,9 @@
 // Several poller processes on one keyed group (docs/protocol/ordering.md#ranges-of-several-pollers): three
 // real pollers drain an ordered (and an exclusive) group of 50 keys while a producer appends
 // 330 messages a second, in bursts, so that every range holds every key and ranges of different
-// pollers are open at once. A range that met another poll's open range used to be deferred whole
-// (each key's predecessor in that range, or its lease taken), and every later message behind it.
+// pollers are open at once. A claim ends its range before a key another poll's open range holds;
+// a range not cut there would be deferred whole (each key's predecessor in that range, or its
+// lease taken), and every later message behind it.
 // Asserted: few messages written `deferred` (a count of delivery-log rows, not a timing), every
 // message delivered, and the order and exclusivity ledger clean; once with a poller SIGKILLed in
 // the middle of a range.
