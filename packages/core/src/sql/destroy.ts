@@ -56,10 +56,21 @@ export const lockGroupWork = [
 /** The family tables that hold a group's rows, in the order a group destroy deletes them. */
 export const GROUP_TABLES = ["exception_queue", "delivery_log", "claim_lease", "message_key_lease", "consumer_group_cursor", "progress_history"] as const;
 
+/** Each of GROUP_TABLES as its field of Tables. */
+const GROUP_TABLE_NAMES = {
+  exception_queue: "exceptionQueue",
+  delivery_log: "deliveryLog",
+  claim_lease: "claimLease",
+  message_key_lease: "keyLease",
+  consumer_group_cursor: "groupCursor",
+  progress_history: "progressHistory",
+} as const satisfies Record<(typeof GROUP_TABLES)[number], keyof Tables>;
+
 /** Deletes a group's rows from each of GROUP_TABLES, in that order. */
 export const deleteGroupRows = GROUP_TABLES.map((name) => ({
   name,
-  statement: defineStatement<{ groupId: string }>(["groupId"], (t, p) => `DELETE FROM ${t.fn(name)} WHERE consumer_group_id = ${p.groupId}`),
+  statement: defineStatement<{ groupId: string }>(["groupId"], (t, p) =>
+    `DELETE FROM ${t[GROUP_TABLE_NAMES[name]]} WHERE consumer_group_id = ${p.groupId}`),
 }));
 
 export const deleteGroup = defineStatement<{ groupId: string }, Record<string, unknown>, SchemaNames>(["groupId"], (t, p) =>

@@ -172,8 +172,8 @@ export const sweepRows = defineStatement<{ streamId: string; ids: string[]; head
 
 /** One batch of idempotency keys older than `ttlMs` (step 4). */
 export const deleteIdempotencyKeys = defineStatement<{ ttlMs: string }>(["ttlMs"], (t, p) =>
-  `DELETE FROM ${t.fn("idempotency_key")} WHERE idempotency_key IN (
-       SELECT k.idempotency_key FROM ${t.fn("idempotency_key")} k WHERE k.created_at < now() - ${p.ttlMs}::bigint * interval '1 millisecond'
+  `DELETE FROM ${t.idempotencyKey} WHERE idempotency_key IN (
+       SELECT k.idempotency_key FROM ${t.idempotencyKey} k WHERE k.created_at < now() - ${p.ttlMs}::bigint * interval '1 millisecond'
         ORDER BY k.created_at LIMIT ${BATCH} FOR UPDATE SKIP LOCKED)`);
 
 /** One batch of expired message key leases (step 5). */

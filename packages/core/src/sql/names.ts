@@ -43,6 +43,7 @@ export interface Tables extends SchemaNames {
   keyLease: string;
   compactionHead: string;
   progressHistory: string;
+  idempotencyKey: string;
   fn: (name: string) => string;
 }
 
@@ -63,6 +64,7 @@ export function tables(q: string, n: string): Tables {
       keyLease: table(q, n, "message_key_lease"),
       compactionHead: table(q, n, "compaction_head"),
       progressHistory: table(q, n, "progress_history"),
+      idempotencyKey: table(q, n, "idempotency_key"),
       fn: (name) => table(q, n, name),
     };
     cache.set(k, t);

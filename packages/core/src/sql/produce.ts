@@ -53,14 +53,14 @@ export const produceOne = defineStatement<MessageParams, ProducedRow>(["key", "r
 export const produceIdempotent = defineStatement<MessageParams & { idempotencyKey: string }, ProducedRow>(
   ["key", "rank", "payload", "options", "idempotencyKey"], (t, p) =>
     `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid),
-  seen AS MATERIALIZED (SELECT e.message_id FROM ${t.fn("idempotency_key")} e WHERE e.idempotency_key = ${p.idempotencyKey}::uuid),
+  seen AS MATERIALIZED (SELECT e.message_id FROM ${t.idempotencyKey} e WHERE e.idempotency_key = ${p.idempotencyKey}::uuid),
   ins AS (
     INSERT INTO ${t.messageLog} (message_key, compaction_rank, payload, options)
     SELECT ${p.key}::text, ${p.rank}::bigint, ${p.payload}::jsonb, ${p.options}::jsonb FROM x WHERE NOT EXISTS (SELECT 1 FROM seen)
     RETURNING id, message_key, compaction_rank
   ),
   k AS (
-    INSERT INTO ${t.fn("idempotency_key")} (idempotency_key, message_id)
+    INSERT INTO ${t.idempotencyKey} (idempotency_key, message_id)
     SELECT ${p.idempotencyKey}::uuid, id FROM ins
     RETURNING message_id
   ),
@@ -77,7 +77,7 @@ export function isIdempotencyRace(e: unknown): boolean {
 
 /** The message an idempotency key names. */
 export const idempotencyLookup = defineStatement<{ idempotencyKey: string | null }, { id: string }>(["idempotencyKey"], (t, p) =>
-  `SELECT message_id::text AS id FROM ${t.fn("idempotency_key")} WHERE idempotency_key = ${p.idempotencyKey}::uuid`);
+  `SELECT message_id::text AS id FROM ${t.idempotencyKey} WHERE idempotency_key = ${p.idempotencyKey}::uuid`);
 
 /**
  * A batch in one statement: `items` is a JSON array of {p: payload, k: key, r: rank, o: options}.
