@@ -266,7 +266,7 @@ CREATE FUNCTION sqlstreams.group_flags_1(p_group bigint) RETURNS TABLE(paused bo
     AS $$
   SELECT g.paused,
          EXISTS (SELECT 1 FROM "sqlstreams".claim_lease_1 l
-                  WHERE l.consumer_group_id = p_group AND "sqlstreams".range_expired_1(l.expires_at)),
+                  WHERE l.consumer_group_id = p_group AND "sqlstreams".lease_expired_1(l.expires_at)),
          EXISTS (SELECT 1 FROM "sqlstreams".exception_queue_1 e
                   WHERE e.consumer_group_id = p_group AND "sqlstreams".run_expired_1(e.status, e.lease_expires_at)),
          EXISTS (SELECT 1 FROM "sqlstreams".exception_queue_1 e
@@ -281,6 +281,14 @@ CREATE FUNCTION sqlstreams.keyed_1(p_key text, p_concurrency text) RETURNS boole
     LANGUAGE sql IMMUTABLE
     AS $$
   SELECT p_key IS NOT NULL AND p_concurrency <> 'parallel'
+$$;
+
+-- FUNCTION: lease_expired_1(timestamp with time zone)
+
+CREATE FUNCTION sqlstreams.lease_expired_1(p_expires_at timestamp with time zone) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT p_expires_at < pg_catalog.now()
 $$;
 
 -- FUNCTION: lease_ms_1(bigint, bigint, integer, bigint, bigint)
@@ -337,14 +345,6 @@ CREATE FUNCTION sqlstreams.ordered_preds_1(p_group bigint, p_own_low bigint, p_o
                    WHERE cur.consumer_group_id = p_group) AS claimed) c,
          pg_catalog.jsonb_to_recordset(p_keys) AS x(k TEXT, id BIGINT, ordered BOOLEAN)
    WHERE x.ordered IS NOT FALSE
-$$;
-
--- FUNCTION: range_expired_1(timestamp with time zone)
-
-CREATE FUNCTION sqlstreams.range_expired_1(p_expires_at timestamp with time zone) RETURNS boolean
-    LANGUAGE sql STABLE
-    AS $$
-  SELECT p_expires_at < pg_catalog.now()
 $$;
 
 -- FUNCTION: record_exceptions_1(bigint, uuid, jsonb)
@@ -485,7 +485,7 @@ BEGIN
        AND (NOT "sqlstreams".keyed_1(e.message_key, e.concurrency) OR (
              NOT EXISTS (SELECT 1 FROM "sqlstreams".message_key_lease_1 k
                           WHERE k.consumer_group_id = p_group AND k.message_key = e.message_key
-                            AND k.expires_at >= now())
+                            AND NOT "sqlstreams".lease_expired_1(k.expires_at))
              -- Only the lowest waiting row per key, decided before LIMIT: otherwise one key's
              -- backlog fills the batch and the per-key pick below leaves a single row to run.
              AND NOT EXISTS (SELECT 1 FROM "sqlstreams".exception_queue_1 w
@@ -589,7 +589,7 @@ CREATE FUNCTION sqlstreams.row_due_1(p_status text, p_can_run_after timestamp wi
     LANGUAGE sql STABLE
     AS $$
   SELECT "sqlstreams".row_waiting_1(p_status, p_can_run_after)
-     AND (p_lease_expires_at IS NULL OR p_lease_expires_at < pg_catalog.now())
+     AND (p_lease_expires_at IS NULL OR "sqlstreams".lease_expired_1(p_lease_expires_at))
 $$;
 
 -- FUNCTION: row_waiting_1(text, timestamp with time zone)
@@ -605,7 +605,7 @@ $$;
 CREATE FUNCTION sqlstreams.run_expired_1(p_status text, p_lease_expires_at timestamp with time zone) RETURNS boolean
     LANGUAGE sql STABLE
     AS $$
-  SELECT p_status = 'inflight' AND p_lease_expires_at < pg_catalog.now()
+  SELECT p_status = 'inflight' AND "sqlstreams".lease_expired_1(p_lease_expires_at)
 $$;
 
 -- FUNCTION: start_exceptions_1(bigint, uuid, jsonb)
@@ -813,7 +813,7 @@ BEGIN
      ORDER BY w.key
     ON CONFLICT (consumer_group_id, message_key) DO UPDATE
        SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
-     WHERE l.expires_at < now() OR l.token = EXCLUDED.token
+     WHERE "sqlstreams".lease_expired_1(l.expires_at) OR l.token = EXCLUDED.token
     RETURNING l.message_key
   )
   SELECT pred.key, 'pred'::text, pred.pred_id FROM pred

@@ -1,5 +1,5 @@
 -- What a group has to do besides claiming (docs/protocol/poll-cycle.md#load): paused, a range lease
--- to reclaim (range_expired_N), runs to expire (run_expired_N), exception rows due (row_due_N).
+-- to reclaim (lease_expired_N), runs to expire (run_expired_N), exception rows due (row_due_N).
 -- The load reads it; so do claim_N and record_take_keys_N after a record, to end a chain on it.
 -- One row, or none when the group does not exist.
 -- LANGUAGE sql, STABLE, one SELECT, not STRICT: the planner inlines it into the calling
@@ -11,7 +11,7 @@ RETURNS TABLE (paused BOOLEAN, reclaimable BOOLEAN, expirable BOOLEAN, reservabl
 LANGUAGE sql STABLE AS $fn$
   SELECT g.paused,
          EXISTS (SELECT 1 FROM {{schema}}.claim_lease_{{N}} l
-                  WHERE l.consumer_group_id = p_group AND {{schema}}.range_expired_{{N}}(l.expires_at)),
+                  WHERE l.consumer_group_id = p_group AND {{schema}}.lease_expired_{{N}}(l.expires_at)),
          EXISTS (SELECT 1 FROM {{schema}}.exception_queue_{{N}} e
                   WHERE e.consumer_group_id = p_group AND {{schema}}.run_expired_{{N}}(e.status, e.lease_expires_at)),
          EXISTS (SELECT 1 FROM {{schema}}.exception_queue_{{N}} e

@@ -46,7 +46,7 @@ BEGIN
        AND (NOT {{schema}}.keyed_{{N}}(e.message_key, e.concurrency) OR (
              NOT EXISTS (SELECT 1 FROM {{schema}}.message_key_lease_{{N}} k
                           WHERE k.consumer_group_id = p_group AND k.message_key = e.message_key
-                            AND k.expires_at >= now())
+                            AND NOT {{schema}}.lease_expired_{{N}}(k.expires_at))
              -- Only the lowest waiting row per key, decided before LIMIT: otherwise one key's
              -- backlog fills the batch and the per-key pick below leaves a single row to run.
              AND NOT EXISTS (SELECT 1 FROM {{schema}}.exception_queue_{{N}} w

@@ -90,6 +90,6 @@ describe("migrations", () => {
       [SCHEMA],
     );
     const unset = r.filter((x) => !(x.config ?? []).includes("search_path=pg_catalog, pg_temp")).map((x) => x.proname.replace(/_[0-9]+$/, ""));
-    expect([...new Set(unset)]).toEqual(["deliverable", "group_flags", "keyed", "lease_ms", "message_timeout", "ordered_pred", "ordered_preds", "range_expired", "row_due", "row_waiting", "run_expired", "unresolved"]);
+    expect([...new Set(unset)]).toEqual(["deliverable", "group_flags", "keyed", "lease_expired", "lease_ms", "message_timeout", "ordered_pred", "ordered_preds", "row_due", "row_waiting", "run_expired", "unresolved"]);
   });
 });

@@ -41,7 +41,7 @@ export interface ProgressRow {
 export const progress = defineStatement<{ streamId: string; group: string }, ProgressRow>(["streamId", "group"], (t, p) =>
   `SELECT g.paused, c.claimed::text, c.committed::text, h.head::text AS head,
        (SELECT count(*)::int FROM ${t.claimLease} l WHERE l.consumer_group_id = g.id) AS open_leases,
-       (SELECT count(*)::int FROM ${t.claimLease} l WHERE l.consumer_group_id = g.id AND ${t.fn("range_expired")}(l.expires_at)) AS expired_leases,
+       (SELECT count(*)::int FROM ${t.claimLease} l WHERE l.consumer_group_id = g.id AND ${t.fn("lease_expired")}(l.expires_at)) AS expired_leases,
        (SELECT COALESCE(jsonb_object_agg(status, n), '{}'::jsonb)
           FROM (SELECT e.status, count(*)::int AS n FROM ${t.exceptionQueue} e WHERE e.consumer_group_id = g.id GROUP BY e.status) s) AS counts,
        (EXTRACT(EPOCH FROM (now() - LEAST(
@@ -78,7 +78,7 @@ export const firstIdAtOrAfterTime = defineStatement<{ time: Date }, { id: string
 export const openLeases = defineStatement<{ groupId: string }, { ranges: boolean; rows: boolean }>(["groupId"], (t, p) =>
   `SELECT EXISTS (SELECT 1 FROM ${t.claimLease} WHERE consumer_group_id = ${p.groupId}) AS ranges,
                  EXISTS (SELECT 1 FROM ${t.exceptionQueue} WHERE consumer_group_id = ${p.groupId} AND lease_token IS NOT NULL
-                            AND lease_expires_at > now()) AS rows`);
+                            AND NOT ${t.fn("lease_expired")}(lease_expires_at)) AS rows`);
 
 /** A forced seek's release of every lease of the group: range leases, key leases, reserved and running rows. */
 export const forceRelease = [

@@ -265,7 +265,7 @@ export interface LeaseRow {
 
 export const lockExpiredRange = defineStatement<{ groupId: string }, LeaseRow>(["groupId"], (t, p) =>
   `SELECT l.token::text, l.low::text, l.high::text, l.reclaims, l.released FROM ${t.claimLease} l
-           WHERE l.consumer_group_id = ${p.groupId} AND ${t.fn("range_expired")}(l.expires_at)
+           WHERE l.consumer_group_id = ${p.groupId} AND ${t.fn("lease_expired")}(l.expires_at)
            ORDER BY l.low LIMIT 1 FOR UPDATE SKIP LOCKED`);
 
 /** The messages of (low, high] this group would deliver (the compaction read filter). */

@@ -30,7 +30,7 @@ function liveWork(t: Tables, groups: string): string {
   const count = (status: string) => `(SELECT count(*) FROM ${t.exceptionQueue} e WHERE e.consumer_group_id ${groups} AND e.status = '${status}')::int AS ${status}`;
   return `SELECT
       (SELECT count(*) FROM ${t.claimLease} l WHERE l.consumer_group_id ${groups})::int AS range_leases,
-      (SELECT count(*) FROM ${t.keyLease} k WHERE k.consumer_group_id ${groups} AND k.expires_at > now())::int AS key_leases,
+      (SELECT count(*) FROM ${t.keyLease} k WHERE k.consumer_group_id ${groups} AND NOT ${t.fn("lease_expired")}(k.expires_at))::int AS key_leases,
       ${count("ready")},
       ${count("deferred")},
       ${count("inflight")}`;

@@ -44,9 +44,9 @@ export interface LeaseHealthRow {
 export const leaseHealth = defineStatement<{ streamId: string; recentMs: number }, LeaseHealthRow>(["streamId", "recentMs"], (t, p) => {
   const recent = `${p.recentMs} * interval '1 millisecond'`;
   return `SELECT g.name AS "group",
-                 (SELECT count(*)::int FROM ${t.claimLease} l WHERE l.consumer_group_id = g.id AND ${t.fn("range_expired")}(l.expires_at) AND NOT l.released) AS expired_ranges,
+                 (SELECT count(*)::int FROM ${t.claimLease} l WHERE l.consumer_group_id = g.id AND ${t.fn("lease_expired")}(l.expires_at) AND NOT l.released) AS expired_ranges,
                  (SELECT (EXTRACT(EPOCH FROM now() - min(l.expires_at)) * 1000)::float8 FROM ${t.claimLease} l
-                   WHERE l.consumer_group_id = g.id AND ${t.fn("range_expired")}(l.expires_at) AND NOT l.released) AS oldest_range_ms,
+                   WHERE l.consumer_group_id = g.id AND ${t.fn("lease_expired")}(l.expires_at) AND NOT l.released) AS oldest_range_ms,
                  (SELECT count(*)::int FROM ${t.exceptionQueue} e WHERE e.consumer_group_id = g.id AND ${t.fn("run_expired")}(e.status, e.lease_expires_at)) AS expired_rows,
                  (SELECT count(*)::int FROM ${t.exceptionQueue} e WHERE e.consumer_group_id = g.id AND e.last_error LIKE 'quarantined:%'
                      AND e.created_at > now() - ${recent}) AS quarantined,

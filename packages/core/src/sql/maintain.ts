@@ -179,7 +179,7 @@ export const deleteIdempotencyKeys = defineStatement<{ ttlMs: string }>(["ttlMs"
 /** One batch of expired message key leases (step 5). */
 export const deleteExpiredKeyLeases = defineStatement<Record<string, never>>([], (t) =>
   `DELETE FROM ${t.keyLease} WHERE (consumer_group_id, message_key) IN (
-       SELECT k.consumer_group_id, k.message_key FROM ${t.keyLease} k WHERE k.expires_at < now()
+       SELECT k.consumer_group_id, k.message_key FROM ${t.keyLease} k WHERE ${t.fn("lease_expired")}(k.expires_at)
         LIMIT ${BATCH} FOR UPDATE SKIP LOCKED)`);
 
 /** One batch of compaction heads left empty for over an hour (step 6). */
