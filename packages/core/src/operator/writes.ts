@@ -2,7 +2,7 @@
 // and discard().
 import type { PoolClient } from "pg";
 import { groupResolution, resolveMessage } from "../config.js";
-import { query, transaction } from "../db.js";
+import { transaction } from "../db.js";
 import { SqlStreamsError, groupNotRegistered } from "../errors.js";
 import * as Admin from "../sql/admin.js";
 import { type Tables, insertDeliveryLog } from "../sql/cycle.js";
@@ -73,7 +73,7 @@ export async function redrive(ref: GroupRef, selector: RedriveSelector, opts: Ba
   const db = ref.client.db;
   const { t, groupId, config, streamId } = await lookupGroup(ref);
   const g = groupResolution(config ?? {});
-  const modeRow = await query<{ mode: string }>(db, db.pool, Registry.deliveryLogMode(db.q), [streamId]);
+  const modeRow = await Registry.deliveryLogMode.query(db, db.pool, t, { streamId });
   const mode = modeRow.rows[0].mode;
   const r = await onDead(ref, t, groupId, sel, b, async (c, rows) => {
     const live = rows.filter((x) => x.exists);
