@@ -69,15 +69,9 @@ BEGIN
     END IF;
     recorded := committed IS NOT NULL;
     IF recorded THEN
-      SELECT g.paused,
-             EXISTS (SELECT 1 FROM "sqlstreams".claim_lease_1 l WHERE l.consumer_group_id = p_group AND l.expires_at < now()),
-             EXISTS (SELECT 1 FROM "sqlstreams".exception_queue_1 e WHERE e.consumer_group_id = p_group AND e.status = 'inflight'
-                        AND e.lease_expires_at < now()),
-             EXISTS (SELECT 1 FROM "sqlstreams".exception_queue_1 e WHERE e.consumer_group_id = p_group
-                        AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
-                        AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now()))
+      SELECT f.paused, f.reclaimable, f.expirable, f.reservable
         INTO paused, reclaimable, expirable, reservable
-        FROM "sqlstreams".consumer_group_config g WHERE g.id = p_group;
+        FROM "sqlstreams".group_flags_1(p_group) f;
     END IF;
     RETURN NEXT;
     IF NOT recorded OR paused OR reclaimable OR expirable OR (reservable AND NOT p_rec_past_due) THEN RETURN; END IF;
@@ -123,8 +117,8 @@ BEGIN
     IF v_override IS DISTINCT FROM 'parallel' THEN
       SELECT min(m.id) INTO v_stop
         FROM "sqlstreams".message_log_1 m
-       WHERE m.id > v_low AND m.id <= v_high AND m.message_key IS NOT NULL
-         AND COALESCE(v_override, m.options->>'concurrency', v_default, 'parallel') <> 'parallel'
+       WHERE m.id > v_low AND m.id <= v_high
+         AND "sqlstreams".keyed_1(m.message_key, COALESCE(v_override, m.options->>'concurrency', v_default, 'parallel'))
          AND EXISTS (SELECT 1 FROM "sqlstreams".claim_lease_1 l
                        JOIN "sqlstreams".message_log_1 o
                          ON o.message_key = m.message_key AND o.id > l.low AND o.id <= l.high
@@ -147,11 +141,7 @@ BEGIN
     -- compressed and its stored sizes fit the bound, all of it goes.
     SELECT count(*), COALESCE(sum(pg_column_size(l.payload)), 0), COALESCE(bool_or(pg_column_compression(l.payload) IS NOT NULL), false)
       INTO v_n, v_bytes, v_packed
-      FROM "sqlstreams".message_log_1 l
-     WHERE l.id > v_low AND l.id <= v_high
-       AND (l.compaction_rank IS NULL OR EXISTS (
-             SELECT 1 FROM "sqlstreams".compaction_head_1 h
-              WHERE h.compaction_key = l.message_key AND h.message_id = l.id));
+      FROM "sqlstreams".deliverable_1(v_low, v_high) l;
     IF v_packed OR v_bytes > p_bytes THEN
       -- Else row by row: the first message always, then while the running sum stays within
       -- p_bytes; the range ends at the last message counted, and payloads past the bound are
@@ -161,11 +151,7 @@ BEGIN
       FOR v_id, v_len IN
         SELECT l.id, CASE WHEN pg_column_compression(l.payload) IS NULL THEN pg_column_size(l.payload)
                           ELSE octet_length(l.payload::text) END
-          FROM "sqlstreams".message_log_1 l
-         WHERE l.id > v_low AND l.id <= v_high
-           AND (l.compaction_rank IS NULL OR EXISTS (
-                 SELECT 1 FROM "sqlstreams".compaction_head_1 h
-                  WHERE h.compaction_key = l.message_key AND h.message_id = l.id))
+          FROM "sqlstreams".deliverable_1(v_low, v_high) l
          ORDER BY l.id
       LOOP
         v_bytes := v_bytes + v_len;
@@ -221,7 +207,7 @@ BEGIN
     v_tmax := p_timeout_default;
     IF p_timeout_max > p_timeout_default THEN
       SELECT GREATEST(
-               max(LEAST(GREATEST((m.options->>'timeout')::bigint, p_timeout_min), p_timeout_max)),
+               max("sqlstreams".message_timeout_1(m.options, p_timeout_default, p_timeout_min, p_timeout_max)),
                CASE WHEN count(*) < v_n THEN p_timeout_default END)
         INTO v_tmax
         FROM "sqlstreams".message_log_1 m
@@ -249,9 +235,22 @@ BEGIN
                        (SELECT min(l.low) FROM "sqlstreams".claim_lease_1 l WHERE l.consumer_group_id = p_group),
                        (SELECT min(e.message_id) - 1 FROM "sqlstreams".exception_queue_1 e
                          WHERE e.consumer_group_id = p_group AND e.message_id > cur.committed
-                           AND e.status IN ('ready', 'inflight', 'deferred')))
+                           AND "sqlstreams".unresolved_1(e.status)))
             FROM "sqlstreams".consumer_group_cursor_1 cur WHERE cur.consumer_group_id = p_group);
 END
+$$;
+
+-- FUNCTION: deliverable_1(bigint, bigint)
+
+CREATE FUNCTION sqlstreams.deliverable_1(p_low bigint, p_high bigint) RETURNS TABLE(id bigint, message_key text, compaction_rank bigint, payload jsonb, options jsonb, created_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT m.id, m.message_key, m.compaction_rank, m.payload, m.options, m.created_at
+    FROM "sqlstreams".message_log_1 m
+   WHERE m.id > p_low AND m.id <= p_high
+     AND (m.compaction_rank IS NULL OR EXISTS (
+           SELECT 1 FROM "sqlstreams".compaction_head_1 h
+            WHERE h.compaction_key = m.message_key AND h.message_id = m.id))
 $$;
 
 -- FUNCTION: exception_step_1(bigint, uuid, jsonb, jsonb)
@@ -300,6 +299,22 @@ CREATE FUNCTION sqlstreams.fence_holders_1() RETURNS TABLE(pid integer, xact_age
    ORDER BY a.xact_start NULLS FIRST
 $$;
 
+-- FUNCTION: group_flags_1(bigint)
+
+CREATE FUNCTION sqlstreams.group_flags_1(p_group bigint) RETURNS TABLE(paused boolean, reclaimable boolean, expirable boolean, reservable boolean)
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT g.paused,
+         EXISTS (SELECT 1 FROM "sqlstreams".claim_lease_1 l
+                  WHERE l.consumer_group_id = p_group AND "sqlstreams".lease_expired_1(l.expires_at)),
+         EXISTS (SELECT 1 FROM "sqlstreams".exception_queue_1 e
+                  WHERE e.consumer_group_id = p_group AND "sqlstreams".run_expired_1(e.status, e.lease_expires_at)),
+         EXISTS (SELECT 1 FROM "sqlstreams".exception_queue_1 e
+                  WHERE e.consumer_group_id = p_group
+                    AND "sqlstreams".row_due_1(e.status, e.can_run_after, e.lease_expires_at))
+    FROM "sqlstreams".consumer_group_config g WHERE g.id = p_group
+$$;
+
 -- FUNCTION: group_pred_1(bigint, text, bigint, bigint, bigint[])
 
 CREATE FUNCTION sqlstreams.group_pred_1(p_group bigint, p_key text, p_lead bigint, p_high bigint, p_rows bigint[]) RETURNS bigint
@@ -321,14 +336,37 @@ CREATE FUNCTION sqlstreams.group_pred_1(p_group bigint, p_key text, p_lead bigin
       WHERE c.consumer_group_id = p_group))
 $$;
 
+-- FUNCTION: keyed_1(text, text)
+
+CREATE FUNCTION sqlstreams.keyed_1(p_key text, p_concurrency text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  SELECT p_key IS NOT NULL AND p_concurrency <> 'parallel'
+$$;
+
+-- FUNCTION: lease_expired_1(timestamp with time zone)
+
+CREATE FUNCTION sqlstreams.lease_expired_1(p_expires_at timestamp with time zone) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT p_expires_at < pg_catalog.now()
+$$;
+
 -- FUNCTION: lease_ms_1(bigint, bigint, integer, bigint, bigint)
 
 CREATE FUNCTION sqlstreams.lease_ms_1(p_tmax bigint, p_n bigint, p_concurrency integer, p_margin bigint, p_cap bigint) RETURNS bigint
     LANGUAGE sql IMMUTABLE
-    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-  SELECT GREATEST(1, LEAST(p_tmax * ceil(p_n::numeric / p_concurrency)::bigint + p_margin,
+  SELECT GREATEST(1, LEAST(p_tmax * pg_catalog.ceil(p_n::numeric / p_concurrency)::bigint + p_margin,
                            COALESCE(p_cap, 9223372036854775807)))
+$$;
+
+-- FUNCTION: message_timeout_1(jsonb, bigint, bigint, bigint)
+
+CREATE FUNCTION sqlstreams.message_timeout_1(p_options jsonb, p_default bigint, p_min bigint, p_max bigint) RETURNS bigint
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  SELECT LEAST(GREATEST(COALESCE((p_options->>'timeout')::bigint, p_default), p_min), p_max)
 $$;
 
 -- FUNCTION: move_scheduled_1(integer)
@@ -405,7 +443,7 @@ CREATE FUNCTION sqlstreams.ordered_preds_1(p_group bigint, p_own_low bigint, p_o
   SELECT x.k, x.id, LEAST(
     (SELECT pg_catalog.min(e.message_id) FROM "sqlstreams".exception_queue_1 e
       WHERE e.consumer_group_id = p_group AND e.message_key = x.k AND e.message_id < x.id
-        AND e.status IN ('ready', 'inflight', 'deferred')),
+        AND "sqlstreams".unresolved_1(e.status)),
     CASE WHEN o.low < x.id THEN
       (SELECT pg_catalog.min(m.id) FROM "sqlstreams".claim_lease_1 l
          JOIN "sqlstreams".message_log_1 m
@@ -496,20 +534,7 @@ BEGIN
      WHERE consumer_group_id = p_group AND token = p_token;
   END IF;
   IF NOT FOUND THEN RETURN NULL; END IF;
-  IF p_eq IS NOT NULL AND jsonb_array_length(p_eq) > 0 THEN
-    INSERT INTO "sqlstreams".exception_queue_1
-      (consumer_group_id, message_id, status, message_key, concurrency, attempts, delays, can_run_after, last_error)
-    SELECT p_group, r.message_id, r.status, r.message_key, r.concurrency, r.attempts, r.delays,
-           now() + r.run_after_ms * interval '1 millisecond', r.last_error
-      FROM jsonb_to_recordset(p_eq) AS r(message_id BIGINT, status TEXT, message_key TEXT, concurrency TEXT,
-                                         attempts INTEGER, delays INTEGER, run_after_ms BIGINT, last_error TEXT)
-    ON CONFLICT DO NOTHING;
-  END IF;
-  IF p_dl IS NOT NULL AND jsonb_array_length(p_dl) > 0 THEN
-    INSERT INTO "sqlstreams".delivery_log_1 (consumer_group_id, message_id, attempt, status, error)
-    SELECT p_group, r.message_id, r.attempt, r.status, r.error
-      FROM jsonb_to_recordset(p_dl) AS r(message_id BIGINT, attempt INTEGER, status TEXT, error TEXT);
-  END IF;
+  PERFORM "sqlstreams".write_outcome_rows_1(p_group, p_eq, p_dl);
   RETURN "sqlstreams".advance_1(p_group);
 END
 $$;
@@ -541,29 +566,10 @@ BEGIN
   DELETE FROM "sqlstreams".claim_lease_1 l WHERE l.consumer_group_id = p_group AND l.token = p_rec_token;
   recorded := FOUND;
   IF recorded THEN
-    IF p_rec_eq IS NOT NULL AND jsonb_array_length(p_rec_eq) > 0 THEN
-      INSERT INTO "sqlstreams".exception_queue_1
-        (consumer_group_id, message_id, status, message_key, concurrency, attempts, delays, can_run_after, last_error)
-      SELECT p_group, r.message_id, r.status, r.message_key, r.concurrency, r.attempts, r.delays,
-             now() + r.run_after_ms * interval '1 millisecond', r.last_error
-        FROM jsonb_to_recordset(p_rec_eq) AS r(message_id BIGINT, status TEXT, message_key TEXT, concurrency TEXT,
-                                               attempts INTEGER, delays INTEGER, run_after_ms BIGINT, last_error TEXT)
-      ON CONFLICT DO NOTHING;
-    END IF;
-    IF p_rec_dl IS NOT NULL AND jsonb_array_length(p_rec_dl) > 0 THEN
-      INSERT INTO "sqlstreams".delivery_log_1 (consumer_group_id, message_id, attempt, status, error)
-      SELECT p_group, r.message_id, r.attempt, r.status, r.error
-        FROM jsonb_to_recordset(p_rec_dl) AS r(message_id BIGINT, attempt INTEGER, status TEXT, error TEXT);
-    END IF;
-    SELECT g.paused,
-           EXISTS (SELECT 1 FROM "sqlstreams".claim_lease_1 l WHERE l.consumer_group_id = p_group AND l.expires_at < now()),
-           EXISTS (SELECT 1 FROM "sqlstreams".exception_queue_1 e WHERE e.consumer_group_id = p_group AND e.status = 'inflight'
-                      AND e.lease_expires_at < now()),
-           EXISTS (SELECT 1 FROM "sqlstreams".exception_queue_1 e WHERE e.consumer_group_id = p_group
-                      AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
-                      AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now()))
+    PERFORM "sqlstreams".write_outcome_rows_1(p_group, p_rec_eq, p_rec_dl);
+    SELECT f.paused, f.reclaimable, f.expirable, f.reservable
       INTO paused, reclaimable, expirable, reservable
-      FROM "sqlstreams".consumer_group_config g WHERE g.id = p_group;
+      FROM "sqlstreams".group_flags_1(p_group) f;
   END IF;
   RETURN NEXT;
   recorded := NULL; paused := NULL; reclaimable := NULL; expirable := NULL; reservable := NULL;
@@ -632,7 +638,7 @@ BEGIN
            (e.concurrency <> 'parallel' AND e.message_key IS NOT NULL) AS keyed
       FROM "sqlstreams".exception_queue_1 e
      WHERE e.consumer_group_id = p_group AND e.message_id > v_from
-       AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
+       AND "sqlstreams".row_waiting_1(e.status, e.can_run_after)
      ORDER BY e.message_id
      LIMIT p_limit * 4
   ), heads AS MATERIALIZED (
@@ -641,13 +647,13 @@ BEGIN
      ORDER BY p.keyed, CASE WHEN p.keyed THEN p.message_key END, CASE WHEN NOT p.keyed THEN p.message_id END, p.message_id
   ), ok AS (
     SELECT h.message_id FROM (SELECT * FROM heads ORDER BY message_id OFFSET 0) h
-     WHERE (h.lease_expires_at IS NULL OR h.lease_expires_at < now())
+     WHERE (h.lease_expires_at IS NULL OR "sqlstreams".lease_expired_1(h.lease_expires_at))
        -- A scalar subquery, a probe per candidate: EXISTS could become a join that reads the log.
        AND (SELECT true FROM "sqlstreams".message_log_1 m WHERE m.id = h.message_id)
        AND (NOT h.keyed OR (
              NOT EXISTS (SELECT 1 FROM "sqlstreams".message_key_lease_1 k
                           WHERE k.consumer_group_id = p_group AND k.message_key = h.message_key
-                            AND k.expires_at >= now())
+                            AND NOT "sqlstreams".lease_expired_1(k.expires_at))
              -- The predecessor rule, per key (docs/protocol/ordering.md#the-predecessor-rule).
              AND (h.concurrency <> 'ordered'
                   OR "sqlstreams".ordered_pred_1(p_group, h.message_key, h.message_id, 0, 0) IS NULL)))
@@ -675,7 +681,7 @@ BEGIN
               SELECT e.message_id, e.message_key, e.concurrency, e.lease_expires_at
                 FROM "sqlstreams".exception_queue_1 e
                WHERE e.consumer_group_id = p_group AND e.message_key = ks.k AND e.concurrency <> 'parallel'
-                 AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
+                 AND "sqlstreams".row_waiting_1(e.status, e.can_run_after)
                ORDER BY e.message_id
                LIMIT 1) f
            WHERE ks.k IS NOT NULL AND NOT (ks.k = ANY (v_seen))
@@ -691,13 +697,13 @@ BEGIN
              LIMIT p_limit) u) x
          ORDER BY x.message_id
         OFFSET 0) h
-     WHERE (h.lease_expires_at IS NULL OR h.lease_expires_at < now())
+     WHERE (h.lease_expires_at IS NULL OR "sqlstreams".lease_expired_1(h.lease_expires_at))
        -- A scalar subquery, a probe per candidate: EXISTS could become a join that reads the log.
        AND (SELECT true FROM "sqlstreams".message_log_1 m WHERE m.id = h.message_id)
        AND (NOT h.keyed OR (
              NOT EXISTS (SELECT 1 FROM "sqlstreams".message_key_lease_1 k
                           WHERE k.consumer_group_id = p_group AND k.message_key = h.message_key
-                            AND k.expires_at >= now())
+                            AND NOT "sqlstreams".lease_expired_1(k.expires_at))
              -- The predecessor rule, per key (docs/protocol/ordering.md#the-predecessor-rule).
              AND (h.concurrency <> 'ordered'
                   OR "sqlstreams".ordered_pred_1(p_group, h.message_key, h.message_id, 0, 0) IS NULL)))
@@ -707,8 +713,7 @@ BEGIN
     SELECT e.message_id, e.message_key, e.concurrency
       FROM "sqlstreams".exception_queue_1 e
      WHERE e.consumer_group_id = p_group AND e.message_id = ANY (v_cands)
-       AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
-       AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now())
+       AND "sqlstreams".row_due_1(e.status, e.can_run_after, e.lease_expires_at)
      ORDER BY e.message_id
      FOR UPDATE OF e SKIP LOCKED
   ), ahead AS MATERIALIZED (
@@ -723,8 +728,7 @@ BEGIN
         SELECT w.message_id FROM "sqlstreams".exception_queue_1 w
          WHERE w.consumer_group_id = p_group AND w.message_key = c.message_key AND w.message_id > c.message_id
            AND w.concurrency <> 'parallel'
-           AND ((w.status = 'ready' AND w.can_run_after <= now()) OR w.status = 'deferred')
-           AND (w.lease_expires_at IS NULL OR w.lease_expires_at < now())
+           AND "sqlstreams".row_due_1(w.status, w.can_run_after, w.lease_expires_at)
            AND EXISTS (SELECT 1 FROM "sqlstreams".message_log_1 m WHERE m.id = w.message_id)
          ORDER BY w.message_id
          LIMIT p_limit) w
@@ -735,8 +739,7 @@ BEGIN
     SELECT w.message_id, w.message_key
       FROM "sqlstreams".exception_queue_1 w
      WHERE w.consumer_group_id = p_group AND w.message_id = ANY (ARRAY(SELECT a.message_id FROM ahead a))
-       AND ((w.status = 'ready' AND w.can_run_after <= now()) OR w.status = 'deferred')
-       AND (w.lease_expires_at IS NULL OR w.lease_expires_at < now())
+       AND "sqlstreams".row_due_1(w.status, w.can_run_after, w.lease_expires_at)
      FOR UPDATE OF w SKIP LOCKED
   ), pick AS (
     SELECT c.message_id FROM cand c
@@ -744,7 +747,7 @@ BEGIN
     SELECT COALESCE(max(x.n), 0) + 1 AS n FROM (SELECT count(*) AS n FROM follow f GROUP BY f.message_key) x
   ), len AS (
     -- A chain runs serially: the lease covers the longest one as well as the batch.
-    SELECT "sqlstreams".lease_ms_1(max(LEAST(GREATEST(COALESCE((m.options->>'timeout')::bigint, p_tdef), p_tmin), p_tmax)),
+    SELECT "sqlstreams".lease_ms_1(max("sqlstreams".message_timeout_1(m.options, p_tdef, p_tmin, p_tmax)),
                                      GREATEST(count(*), (SELECT ch.n FROM chain ch) * p_conc), p_conc, p_margin, p_cap) AS ms
       FROM (SELECT p.message_id FROM pick p UNION ALL SELECT f.message_id FROM follow f) a
       JOIN "sqlstreams".message_log_1 m ON m.id = a.message_id
@@ -772,7 +775,7 @@ BEGIN
   IF v_ids IS NULL THEN RETURN; END IF;
   WITH res AS (
     SELECT e.message_id AS id, e.message_key AS k, e.concurrency AS c,
-           LEAST(GREATEST(COALESCE((m.options->>'timeout')::bigint, p_tdef), p_tmin), p_tmax) AS tmo,
+           "sqlstreams".message_timeout_1(m.options, p_tdef, p_tmin, p_tmax) AS tmo,
            -- Never charged a failure or an expiry, not compacted: may run in a group behind
            -- another row (docs/protocol/poll-cycle.md#the-exception-phase).
            -- A message with an expiry runs alone, so its start checks the expiry (start_exceptions_N).
@@ -786,7 +789,7 @@ BEGIN
   ), ord AS (
     SELECT r.id, r.k, r.c, r.tmo, r.clean, row_number() OVER (ORDER BY r.id) AS rn
       FROM res r
-     WHERE r.c = 'parallel' OR r.k IS NULL OR (NOT (r.k = ANY (p_skip_keys)) AND r.kn = 1)
+     WHERE NOT "sqlstreams".keyed_1(r.k, r.c) OR (NOT (r.k = ANY (p_skip_keys)) AND r.kn = 1)
   ), cut AS (
     SELECT COALESCE(min(o.rn), 9223372036854775807) AS rn FROM ord o WHERE o.tmo + p_margin > p_budget
   ), sel AS (
@@ -839,6 +842,31 @@ BEGIN
 END
 $$;
 
+-- FUNCTION: row_due_1(text, timestamp with time zone, timestamp with time zone)
+
+CREATE FUNCTION sqlstreams.row_due_1(p_status text, p_can_run_after timestamp with time zone, p_lease_expires_at timestamp with time zone) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT "sqlstreams".row_waiting_1(p_status, p_can_run_after)
+     AND (p_lease_expires_at IS NULL OR "sqlstreams".lease_expired_1(p_lease_expires_at))
+$$;
+
+-- FUNCTION: row_waiting_1(text, timestamp with time zone)
+
+CREATE FUNCTION sqlstreams.row_waiting_1(p_status text, p_can_run_after timestamp with time zone) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT (p_status = 'ready' AND p_can_run_after <= pg_catalog.now()) OR p_status = 'deferred'
+$$;
+
+-- FUNCTION: run_expired_1(text, timestamp with time zone)
+
+CREATE FUNCTION sqlstreams.run_expired_1(p_status text, p_lease_expires_at timestamp with time zone) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT p_status = 'inflight' AND "sqlstreams".lease_expired_1(p_lease_expires_at)
+$$;
+
 -- FUNCTION: start_exceptions_1(bigint, uuid, jsonb)
 
 CREATE FUNCTION sqlstreams.start_exceptions_1(p_group bigint, p_token uuid, p_rows jsonb) RETURNS TABLE(message_id bigint, kind text, reason text, ref bigint)
@@ -872,7 +900,7 @@ BEGIN
                          FROM "sqlstreams".exception_queue_1 e
                         WHERE e.consumer_group_id = p_group AND e.message_id = i.id
                           AND e.lease_token = p_token AND e.status IN ('ready', 'deferred')
-                          AND (e.message_key IS NULL OR e.concurrency NOT IN ('exclusive', 'ordered'))
+                          AND NOT "sqlstreams".keyed_1(e.message_key, e.concurrency)
                           AND EXISTS (SELECT 1 FROM "sqlstreams".message_log_1 m
                                        WHERE m.id = e.message_id AND m.compaction_rank IS NULL
                                          AND (e.expiry_waived OR NOT COALESCE("sqlstreams".expires_in_1(m.options, m.created_at) <= 0, false)))
@@ -955,7 +983,7 @@ BEGIN
         CONTINUE;
       END IF;
     END IF;
-    IF r.concurrency IN ('exclusive', 'ordered') AND r.message_key IS NOT NULL THEN
+    IF "sqlstreams".keyed_1(r.message_key, r.concurrency) THEN
       -- take_key_N: kind 'taken', 'busy' or 'pred' (ref = the predecessor); the compaction check
       -- was made above.
       SELECT t.kind, t.ref INTO v_take
@@ -1121,13 +1149,45 @@ BEGIN
      ORDER BY w.key
     ON CONFLICT (consumer_group_id, message_key) DO UPDATE
        SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
-     WHERE l.expires_at < now() OR l.token = EXCLUDED.token
+     WHERE "sqlstreams".lease_expired_1(l.expires_at) OR l.token = EXCLUDED.token
     RETURNING l.message_key
   )
   SELECT pred.key, 'pred'::text, pred.pred_id FROM pred
   UNION ALL
   SELECT w.key, 'busy'::text, NULL::bigint FROM want w
    WHERE NOT EXISTS (SELECT 1 FROM taken t WHERE t.message_key = w.key);
+END
+$$;
+
+-- FUNCTION: unresolved_1(text)
+
+CREATE FUNCTION sqlstreams.unresolved_1(p_status text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  SELECT p_status IN ('ready', 'inflight', 'deferred')
+$$;
+
+-- FUNCTION: write_outcome_rows_1(bigint, jsonb, jsonb)
+
+CREATE FUNCTION sqlstreams.write_outcome_rows_1(p_group bigint, p_exceptions jsonb, p_deliveries jsonb) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  IF p_exceptions IS NOT NULL AND jsonb_array_length(p_exceptions) > 0 THEN
+    INSERT INTO "sqlstreams".exception_queue_1
+      (consumer_group_id, message_id, status, message_key, concurrency, attempts, delays, can_run_after, last_error)
+    SELECT p_group, r.message_id, r.status, r.message_key, r.concurrency, r.attempts, r.delays,
+           now() + r.run_after_ms * interval '1 millisecond', r.last_error
+      FROM jsonb_to_recordset(p_exceptions) AS r(message_id BIGINT, status TEXT, message_key TEXT, concurrency TEXT,
+                                                 attempts INTEGER, delays INTEGER, run_after_ms BIGINT, last_error TEXT)
+    ON CONFLICT DO NOTHING;
+  END IF;
+  IF p_deliveries IS NOT NULL AND jsonb_array_length(p_deliveries) > 0 THEN
+    INSERT INTO "sqlstreams".delivery_log_1 (consumer_group_id, message_id, attempt, status, error)
+    SELECT p_group, r.message_id, r.attempt, r.status, r.error
+      FROM jsonb_to_recordset(p_deliveries) AS r(message_id BIGINT, attempt INTEGER, status TEXT, error TEXT);
+  END IF;
 END
 $$;
 

@@ -4,7 +4,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { Permanent } from "@sqlstreams/core";
 import { useFreshDatabase } from "../support/db.js";
 import { spawnNode } from "../support/processes.js";
-import { S, type TestClient, committed, pollPastFence, streamIdOf, table, testClient } from "../support/streams.js";
+import { SCHEMA, type TestClient, committed, pollPastFence, streamIdOf, table, testClient } from "../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -247,7 +247,7 @@ describe("sqlstreams (CLI)", () => {
     for (let i = 1; i <= 3; i++) await s.produce({ n: i });
     await pollPastFence(fast, () => {}, { drain: true, until: committed("3") });
     const sid = await streamIdOf(t, "kept.events");
-    await t.sql(`UPDATE ${S}.message_log_${sid} SET created_at = now() - interval '1 hour'`);
+    await t.sql(`UPDATE ${SCHEMA}.message_log_${sid} SET created_at = now() - interval '1 hour'`);
     const human = await cli(["status", "--stream", "kept.events"]);
     expect(human.code).toBe(0);
     expect(human.stdout).toMatch(/note: kept\.events\/slow holds the stream's retention for [0-9hms]+: expired messages above its position \(floor 0\)/);

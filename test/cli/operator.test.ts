@@ -8,7 +8,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { Permanent } from "@sqlstreams/core";
 import { useFreshDatabase } from "../support/db.js";
 import { spawnNode } from "../support/processes.js";
-import { S, type TestClient, codeOf, streamIdOf, table, testClient } from "../support/streams.js";
+import { SCHEMA, type TestClient, codeOf, streamIdOf, table, testClient } from "../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -136,7 +136,7 @@ describe("operator tools (CLI and library)", () => {
     expect(r.code, r.stderr).toBe(0);
     expect(r.json()).toMatchObject({ stream: STREAM, group: "fraud", discarded: 1, skipped: 1 });
     const n = await streamIdOf(t, STREAM);
-    const rows = await t.sql<{ message_id: string }>(`SELECT message_id::text FROM ${table(n, "exception_queue")} e JOIN ${S}.consumer_group_config g ON g.id = e.consumer_group_id WHERE g.name = 'fraud' ORDER BY 1`);
+    const rows = await t.sql<{ message_id: string }>(`SELECT message_id::text FROM ${table(n, "exception_queue")} e JOIN ${SCHEMA}.consumer_group_config g ON g.id = e.consumer_group_id WHERE g.name = 'fraud' ORDER BY 1`);
     expect(rows.map((x) => x.message_id)).toEqual(["12", "8"]);
     const audit = await t.sql<{ status: string; error: string; attempt: number }>(
       `SELECT status, error, attempt FROM ${table(n, "delivery_log")} WHERE message_id = 4 ORDER BY id`,

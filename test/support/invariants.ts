@@ -18,7 +18,7 @@
 // Also exported: tableSnapshot(), a JSON dump of a stream's family state for "nothing changed"
 // assertions (pause, polls before a row is due, late results of abandoned handlers).
 import { expect } from "vitest";
-import { S, type TestClient } from "./streams.js";
+import { SCHEMA, type TestClient } from "./streams.js";
 
 export interface InvariantOptions {
   /** A seek() ran since the last check: the cursor may have moved back (I1 monotonicity). */
@@ -34,14 +34,14 @@ export async function checkInvariants(t: TestClient, streamId: string | number, 
   const n = String(streamId);
   if (!/^[0-9]+$/.test(n)) throw new Error(`checkInvariants: stream id must be numeric, got ${n}`);
   const [{ db, mode }] = await t.sql<{ db: string; mode: string }>(
-    `SELECT current_database() AS db, delivery_log_mode AS mode FROM ${S}.stream_config WHERE id = $1`,
+    `SELECT current_database() AS db, delivery_log_mode AS mode FROM ${SCHEMA}.stream_config WHERE id = $1`,
     [n],
   );
 
   // I1
   const cursors = await t.sql<{ g: string; claimed: string; committed: string; settled_head: string }>(
     `SELECT consumer_group_id::text AS g, claimed::text, committed::text, settled_head::text
-       FROM ${S}.consumer_group_cursor_${n}`,
+       FROM ${SCHEMA}.consumer_group_cursor_${n}`,
   );
   for (const c of cursors) {
     const claimed = BigInt(c.claimed);
@@ -60,13 +60,13 @@ export async function checkInvariants(t: TestClient, streamId: string | number, 
   // I2
   const leaseViolations = await t.sql(
     `SELECT l.consumer_group_id::text AS g, l.low::text, l.high::text, c.committed::text, c.claimed::text
-       FROM ${S}.claim_lease_${n} l JOIN ${S}.consumer_group_cursor_${n} c USING (consumer_group_id)
+       FROM ${SCHEMA}.claim_lease_${n} l JOIN ${SCHEMA}.consumer_group_cursor_${n} c USING (consumer_group_id)
       WHERE NOT (c.committed <= l.low AND l.low < l.high AND l.high <= c.claimed)`,
   );
   expect(leaseViolations, `I2 stream ${n}: leases outside (committed, claimed]`).toEqual([]);
   const overlaps = await t.sql(
     `SELECT a.consumer_group_id::text AS g, a.low::text AS a_low, a.high::text AS a_high, b.low::text AS b_low, b.high::text AS b_high
-       FROM ${S}.claim_lease_${n} a JOIN ${S}.claim_lease_${n} b
+       FROM ${SCHEMA}.claim_lease_${n} a JOIN ${SCHEMA}.claim_lease_${n} b
          ON a.consumer_group_id = b.consumer_group_id AND a.token < b.token AND a.low < b.high AND b.low < a.high`,
   );
   expect(overlaps, `I2 stream ${n}: overlapping leases`).toEqual([]);
@@ -74,9 +74,9 @@ export async function checkInvariants(t: TestClient, streamId: string | number, 
   // I3
   const below = await t.sql<{ g: string; message_id: string; status: string; committed: string }>(
     `SELECT e.consumer_group_id::text AS g, e.message_id::text, e.status, c.committed::text
-       FROM ${S}.exception_queue_${n} e JOIN ${S}.consumer_group_cursor_${n} c USING (consumer_group_id)
+       FROM ${SCHEMA}.exception_queue_${n} e JOIN ${SCHEMA}.consumer_group_cursor_${n} c USING (consumer_group_id)
       WHERE e.status IN ('ready', 'inflight', 'deferred') AND e.message_id <= c.committed
-        AND NOT EXISTS (SELECT 1 FROM ${S}.delivery_log_${n} d
+        AND NOT EXISTS (SELECT 1 FROM ${SCHEMA}.delivery_log_${n} d
                          WHERE d.consumer_group_id = e.consumer_group_id AND d.message_id = e.message_id
                            AND d.status = 'redriven')
         AND NOT (e.message_id::text = ANY($1::text[]))`,
@@ -96,7 +96,7 @@ export async function checkInvariants(t: TestClient, streamId: string | number, 
   // I4
   const badRows = await t.sql(
     `SELECT consumer_group_id::text AS g, message_id::text, status, attempts, delays, lease_token::text, lease_expires_at
-       FROM ${S}.exception_queue_${n}
+       FROM ${SCHEMA}.exception_queue_${n}
       WHERE (status = 'inflight' AND (lease_token IS NULL OR lease_expires_at IS NULL))
          OR (status IN ('dead', 'superseded') AND (lease_token IS NOT NULL OR lease_expires_at IS NOT NULL))
          OR NOT (attempts >= delays AND delays >= 0)`,
@@ -105,10 +105,10 @@ export async function checkInvariants(t: TestClient, streamId: string | number, 
 
   // I9
   if (mode === "off") {
-    const deliveryLog = await t.sql(`SELECT * FROM ${S}.delivery_log_${n}`);
+    const deliveryLog = await t.sql(`SELECT * FROM ${SCHEMA}.delivery_log_${n}`);
     expect(deliveryLog, `I9 stream ${n}: mode off wrote delivery-log rows`).toEqual([]);
   } else if (mode === "failures") {
-    const deliveryLog = await t.sql(`SELECT * FROM ${S}.delivery_log_${n} WHERE status = 'success'`);
+    const deliveryLog = await t.sql(`SELECT * FROM ${SCHEMA}.delivery_log_${n} WHERE status = 'success'`);
     expect(deliveryLog, `I9 stream ${n}: mode failures wrote success rows`).toEqual([]);
   }
 
@@ -117,7 +117,7 @@ export async function checkInvariants(t: TestClient, streamId: string | number, 
     `SELECT g, message_id, prev_attempt, attempt, prev_status FROM (
        SELECT consumer_group_id::text AS g, message_id::text, attempt, status,
               lag(attempt) OVER w AS prev_attempt, lag(status) OVER w AS prev_status
-         FROM ${S}.delivery_log_${n}
+         FROM ${SCHEMA}.delivery_log_${n}
        WINDOW w AS (PARTITION BY consumer_group_id, message_id ORDER BY id)) x
       WHERE attempt < prev_attempt AND prev_status <> 'redriven'`,
   );
@@ -139,15 +139,15 @@ export async function tableSnapshot(t: TestClient, streamId: string | number): P
   const out: Record<string, unknown> = {};
   for (const [name, order] of FAMILY) {
     const r = await t.sql<{ rows: unknown }>(
-      `SELECT COALESCE(jsonb_agg(to_jsonb(x) ORDER BY ${order}), '[]'::jsonb) AS rows FROM ${S}.${name}_${n} x`,
+      `SELECT COALESCE(jsonb_agg(to_jsonb(x) ORDER BY ${order}), '[]'::jsonb) AS rows FROM ${SCHEMA}.${name}_${n} x`,
     );
     out[name] = r[0].rows;
   }
   const g = await t.sql<{ rows: unknown }>(
-    `SELECT COALESCE(jsonb_agg(to_jsonb(x) ORDER BY id), '[]'::jsonb) AS rows FROM ${S}.consumer_group_config x WHERE stream_id = $1`,
+    `SELECT COALESCE(jsonb_agg(to_jsonb(x) ORDER BY id), '[]'::jsonb) AS rows FROM ${SCHEMA}.consumer_group_config x WHERE stream_id = $1`,
     [n],
   );
   out.consumer_group_config = g[0].rows;
-  out.message_log = (await t.sql<{ n: number; max: string | null }>(`SELECT count(*)::int AS n, max(id)::text AS max FROM ${S}.message_log_${n}`))[0];
+  out.message_log = (await t.sql<{ n: number; max: string | null }>(`SELECT count(*)::int AS n, max(id)::text AS max FROM ${SCHEMA}.message_log_${n}`))[0];
   return out;
 }

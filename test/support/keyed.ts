@@ -2,7 +2,7 @@
 // waiting for a condition, lease readers, a ledger of handler runs. The docs/protocol/conformance.md#invariants invariants these
 // scenarios check after every step are checkInvariants() of ./invariants.js.
 import { setTimeout as sleep } from "node:timers/promises";
-import { S, type TestClient } from "./streams.js";
+import { SCHEMA, type TestClient } from "./streams.js";
 
 /** Resolves once `cond()` is true; polls every 5 ms (no fixed sleeps in scenarios). */
 export async function until(cond: () => boolean | Promise<boolean>, what: string, ms = 10_000): Promise<void> {
@@ -16,7 +16,7 @@ export async function until(cond: () => boolean | Promise<boolean>, what: string
 export async function keyLeases(t: TestClient, n: string, gid: string) {
   return t.sql<{ message_key: string; token: string; ttl_ms: number }>(
     `SELECT message_key, token::text, (EXTRACT(EPOCH FROM (expires_at - now())) * 1000)::float8 AS ttl_ms
-       FROM ${S}.message_key_lease_${n} WHERE consumer_group_id = $1 ORDER BY message_key`,
+       FROM ${SCHEMA}.message_key_lease_${n} WHERE consumer_group_id = $1 ORDER BY message_key`,
     [gid],
   );
 }
@@ -38,7 +38,7 @@ export async function claimLeases(t: TestClient, n: string, gid: string): Promis
   return t.sql<ClaimLease>(
     `SELECT token::text, low::text, high::text, reclaims, released, expires_at,
             (EXTRACT(EPOCH FROM (expires_at - created_at)) * 1000)::float8 AS lease_ms, expires_at < now() AS expired
-       FROM ${S}.claim_lease_${n} WHERE consumer_group_id = $1 ORDER BY low::bigint`,
+       FROM ${SCHEMA}.claim_lease_${n} WHERE consumer_group_id = $1 ORDER BY low::bigint`,
     [gid],
   );
 }
@@ -46,7 +46,7 @@ export async function claimLeases(t: TestClient, n: string, gid: string): Promis
 /** A full image of a group's rows in every per-stream table that a poll writes. */
 export async function snapshot(t: TestClient, n: string, gid: string): Promise<unknown> {
   const q = async (table: string, order: string) =>
-    t.sql(`SELECT to_jsonb(x) - 'consumer_group_id' AS r FROM ${S}.${table}_${n} x WHERE consumer_group_id = $1 ORDER BY ${order}`, [gid]);
+    t.sql(`SELECT to_jsonb(x) - 'consumer_group_id' AS r FROM ${SCHEMA}.${table}_${n} x WHERE consumer_group_id = $1 ORDER BY ${order}`, [gid]);
   return {
     exceptionQueue: await q("exception_queue", "message_id"),
     deliveryLog: await q("delivery_log", "id"),

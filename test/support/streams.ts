@@ -54,7 +54,8 @@ export function testClient(url: string, opts: { schema?: string } = {}): TestCli
   return t;
 }
 
-export const S = "sqlstreams";
+/** The schema the test clients use (the library's default). */
+export const SCHEMA = "sqlstreams";
 
 /**
  * Runs body while another transaction holds what `lock` takes (rows FOR UPDATE, a table it
@@ -75,7 +76,7 @@ export async function whileHeld<T>(t: TestClient, lock: string, body: () => Prom
 /** Cursor row of a group, as strings. */
 export async function cursor(t: TestClient, n: number | string, groupId: number | string) {
   const r = await t.sql<{ claimed: string; committed: string; settled_head: string; pending_head: string; pending_xid: string | null }>(
-    `SELECT claimed::text, committed::text, settled_head::text, pending_head::text, pending_xid::text FROM ${S}.consumer_group_cursor_${n} WHERE consumer_group_id = $1`,
+    `SELECT claimed::text, committed::text, settled_head::text, pending_head::text, pending_xid::text FROM ${SCHEMA}.consumer_group_cursor_${n} WHERE consumer_group_id = $1`,
     [groupId],
   );
   return r[0];
@@ -84,7 +85,7 @@ export async function cursor(t: TestClient, n: number | string, groupId: number 
 /** A group's id; pass the stream name when several streams have a group of that name. */
 export async function groupIdOf(t: TestClient, name: string, stream?: string): Promise<string> {
   const r = await t.sql<{ id: string }>(
-    `SELECT g.id::text FROM ${S}.consumer_group_config g JOIN ${S}.stream_config s ON s.id = g.stream_id
+    `SELECT g.id::text FROM ${SCHEMA}.consumer_group_config g JOIN ${SCHEMA}.stream_config s ON s.id = g.stream_id
       WHERE g.name = $1 AND ($2::text IS NULL OR s.name = $2) ORDER BY g.id`,
     [name, stream ?? null],
   );
@@ -93,7 +94,7 @@ export async function groupIdOf(t: TestClient, name: string, stream?: string): P
 }
 
 export async function streamIdOf(t: TestClient, name: string): Promise<string> {
-  const r = await t.sql<{ id: string }>(`SELECT id::text FROM ${S}.stream_config WHERE name = $1`, [name]);
+  const r = await t.sql<{ id: string }>(`SELECT id::text FROM ${SCHEMA}.stream_config WHERE name = $1`, [name]);
   return r[0].id;
 }
 
@@ -101,44 +102,44 @@ export async function streamIdOf(t: TestClient, name: string): Promise<string> {
 export type StreamTable = "message_log" | "exception_queue" | "delivery_log" | "claim_lease" | "message_key_lease" | "consumer_group_cursor";
 
 /** A stream's table, schema-qualified, by the stream's id: table("3", "exception_queue") is sqlstreams.exception_queue_3. */
-export const table = (n: number | string, name: StreamTable): string => `${S}.${name}_${n}`;
+export const table = (n: number | string, name: StreamTable): string => `${SCHEMA}.${name}_${n}`;
 
 export async function count(t: TestClient, table: string, where = "TRUE", values: unknown[] = []): Promise<number> {
-  const r = await t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM ${S}.${table} WHERE ${where}`, values);
+  const r = await t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM ${SCHEMA}.${table} WHERE ${where}`, values);
   return r[0].n;
 }
 
 /** Exception rows of a group keyed by message id. */
-export async function eqRows(t: TestClient, n: number | string, groupId: string) {
+export async function exceptionRows(t: TestClient, n: number | string, groupId: string) {
   return t.sql<{
     message_id: string; status: string; message_key: string | null; concurrency: string; attempts: number; delays: number;
     last_error: string | null; lease_token: string | null; gap_ms: number; can_run_after: Date; updated_at: Date;
   }>(
     `SELECT message_id::text, status, message_key, concurrency, attempts, delays, last_error, lease_token::text,
             (EXTRACT(EPOCH FROM (can_run_after - updated_at)) * 1000)::float8 AS gap_ms, can_run_after, updated_at
-       FROM ${S}.exception_queue_${n} e WHERE consumer_group_id = $1 ORDER BY e.message_id`,
+       FROM ${SCHEMA}.exception_queue_${n} e WHERE consumer_group_id = $1 ORDER BY e.message_id`,
     [groupId],
   );
 }
 
-export async function dlRows(t: TestClient, n: number | string, groupId: string, messageId?: string) {
+export async function deliveryLogRows(t: TestClient, n: number | string, groupId: string, messageId?: string) {
   return t.sql<{ message_id: string; attempt: number; status: string; error: string }>(
-    `SELECT message_id::text, attempt, status, error FROM ${S}.delivery_log_${n}
-      WHERE consumer_group_id = $1 AND ($2::bigint IS NULL OR message_id = $2::bigint) ORDER BY ${S}.delivery_log_${n}.id`,
+    `SELECT message_id::text, attempt, status, error FROM ${SCHEMA}.delivery_log_${n}
+      WHERE consumer_group_id = $1 AND ($2::bigint IS NULL OR message_id = $2::bigint) ORDER BY ${SCHEMA}.delivery_log_${n}.id`,
     [groupId, messageId ?? null],
   );
 }
 
 /** Makes every due-later exception row due now (instead of waiting for backoff). */
 export async function makeDue(t: TestClient, n: number | string): Promise<void> {
-  await t.sql(`UPDATE ${S}.exception_queue_${n} SET can_run_after = now() - interval '1 millisecond' WHERE status = 'ready'`);
+  await t.sql(`UPDATE ${SCHEMA}.exception_queue_${n} SET can_run_after = now() - interval '1 millisecond' WHERE status = 'ready'`);
 }
 
 /** Expires every lease of a stream (range, row and key leases). */
 export async function expireLeases(t: TestClient, n: number | string): Promise<void> {
-  await t.sql(`UPDATE ${S}.claim_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
-  await t.sql(`UPDATE ${S}.exception_queue_${n} SET lease_expires_at = now() - interval '1 millisecond' WHERE lease_token IS NOT NULL`);
-  await t.sql(`UPDATE ${S}.message_key_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
+  await t.sql(`UPDATE ${SCHEMA}.claim_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
+  await t.sql(`UPDATE ${SCHEMA}.exception_queue_${n} SET lease_expires_at = now() - interval '1 millisecond' WHERE lease_token IS NOT NULL`);
+  await t.sql(`UPDATE ${SCHEMA}.message_key_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
 }
 
 /** The partition numbers of a stream's message_log_N, ascending. */
@@ -146,7 +147,7 @@ export async function partitions(t: TestClient, n: string): Promise<number[]> {
   const r = await t.sql<{ name: string }>(
     `SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
       WHERE i.inhparent = to_regclass($1)`,
-    [`${S}.message_log_${n}`],
+    [`${SCHEMA}.message_log_${n}`],
   );
   return r.map((x) => Number(x.name.slice(`message_log_${n}_`.length))).sort((a, b) => a - b);
 }
@@ -158,7 +159,7 @@ export async function partitions(t: TestClient, n: string): Promise<number[]> {
 export async function precreate(t: TestClient, n: string, size: number, last: number): Promise<void> {
   for (let k = 0; k <= last; k++) {
     await t.sql(
-      `CREATE TABLE IF NOT EXISTS ${S}.message_log_${n}_${k} PARTITION OF ${S}.message_log_${n} FOR VALUES FROM (${k * size}) TO (${(k + 1) * size})`,
+      `CREATE TABLE IF NOT EXISTS ${SCHEMA}.message_log_${n}_${k} PARTITION OF ${SCHEMA}.message_log_${n} FOR VALUES FROM (${k * size}) TO (${(k + 1) * size})`,
     );
   }
 }

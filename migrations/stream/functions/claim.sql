@@ -84,15 +84,9 @@ BEGIN
     END IF;
     recorded := committed IS NOT NULL;
     IF recorded THEN
-      SELECT g.paused,
-             EXISTS (SELECT 1 FROM {{schema}}.claim_lease_{{N}} l WHERE l.consumer_group_id = p_group AND l.expires_at < now()),
-             EXISTS (SELECT 1 FROM {{schema}}.exception_queue_{{N}} e WHERE e.consumer_group_id = p_group AND e.status = 'inflight'
-                        AND e.lease_expires_at < now()),
-             EXISTS (SELECT 1 FROM {{schema}}.exception_queue_{{N}} e WHERE e.consumer_group_id = p_group
-                        AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
-                        AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now()))
+      SELECT f.paused, f.reclaimable, f.expirable, f.reservable
         INTO paused, reclaimable, expirable, reservable
-        FROM {{schema}}.consumer_group_config g WHERE g.id = p_group;
+        FROM {{schema}}.group_flags_{{N}}(p_group) f;
     END IF;
     RETURN NEXT;
     IF NOT recorded OR paused OR reclaimable OR expirable OR (reservable AND NOT p_rec_past_due) THEN RETURN; END IF;
@@ -138,8 +132,8 @@ BEGIN
     IF v_override IS DISTINCT FROM 'parallel' THEN
       SELECT min(m.id) INTO v_stop
         FROM {{schema}}.message_log_{{N}} m
-       WHERE m.id > v_low AND m.id <= v_high AND m.message_key IS NOT NULL
-         AND COALESCE(v_override, m.options->>'concurrency', v_default, 'parallel') <> 'parallel'
+       WHERE m.id > v_low AND m.id <= v_high
+         AND {{schema}}.keyed_{{N}}(m.message_key, COALESCE(v_override, m.options->>'concurrency', v_default, 'parallel'))
          AND EXISTS (SELECT 1 FROM {{schema}}.claim_lease_{{N}} l
                        JOIN {{schema}}.message_log_{{N}} o
                          ON o.message_key = m.message_key AND o.id > l.low AND o.id <= l.high
@@ -162,11 +156,7 @@ BEGIN
     -- compressed and its stored sizes fit the bound, all of it goes.
     SELECT count(*), COALESCE(sum(pg_column_size(l.payload)), 0), COALESCE(bool_or(pg_column_compression(l.payload) IS NOT NULL), false)
       INTO v_n, v_bytes, v_packed
-      FROM {{schema}}.message_log_{{N}} l
-     WHERE l.id > v_low AND l.id <= v_high
-       AND (l.compaction_rank IS NULL OR EXISTS (
-             SELECT 1 FROM {{schema}}.compaction_head_{{N}} h
-              WHERE h.compaction_key = l.message_key AND h.message_id = l.id));
+      FROM {{schema}}.deliverable_{{N}}(v_low, v_high) l;
     IF v_packed OR v_bytes > p_bytes THEN
       -- Else row by row: the first message always, then while the running sum stays within
       -- p_bytes; the range ends at the last message counted, and payloads past the bound are
@@ -176,11 +166,7 @@ BEGIN
       FOR v_id, v_len IN
         SELECT l.id, CASE WHEN pg_column_compression(l.payload) IS NULL THEN pg_column_size(l.payload)
                           ELSE octet_length(l.payload::text) END
-          FROM {{schema}}.message_log_{{N}} l
-         WHERE l.id > v_low AND l.id <= v_high
-           AND (l.compaction_rank IS NULL OR EXISTS (
-                 SELECT 1 FROM {{schema}}.compaction_head_{{N}} h
-                  WHERE h.compaction_key = l.message_key AND h.message_id = l.id))
+          FROM {{schema}}.deliverable_{{N}}(v_low, v_high) l
          ORDER BY l.id
       LOOP
         v_bytes := v_bytes + v_len;
@@ -236,7 +222,7 @@ BEGIN
     v_tmax := p_timeout_default;
     IF p_timeout_max > p_timeout_default THEN
       SELECT GREATEST(
-               max(LEAST(GREATEST((m.options->>'timeout')::bigint, p_timeout_min), p_timeout_max)),
+               max({{schema}}.message_timeout_{{N}}(m.options, p_timeout_default, p_timeout_min, p_timeout_max)),
                CASE WHEN count(*) < v_n THEN p_timeout_default END)
         INTO v_tmax
         FROM {{schema}}.message_log_{{N}} m

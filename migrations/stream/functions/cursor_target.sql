@@ -14,7 +14,7 @@ BEGIN
                        (SELECT min(l.low) FROM {{schema}}.claim_lease_{{N}} l WHERE l.consumer_group_id = p_group),
                        (SELECT min(e.message_id) - 1 FROM {{schema}}.exception_queue_{{N}} e
                          WHERE e.consumer_group_id = p_group AND e.message_id > cur.committed
-                           AND e.status IN ('ready', 'inflight', 'deferred')))
+                           AND {{schema}}.unresolved_{{N}}(e.status)))
             FROM {{schema}}.consumer_group_cursor_{{N}} cur WHERE cur.consumer_group_id = p_group);
 END
 $fn$;

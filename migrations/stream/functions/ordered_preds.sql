@@ -25,7 +25,7 @@ LANGUAGE sql STABLE AS $fn$
   SELECT x.k, x.id, LEAST(
     (SELECT pg_catalog.min(e.message_id) FROM {{schema}}.exception_queue_{{N}} e
       WHERE e.consumer_group_id = p_group AND e.message_key = x.k AND e.message_id < x.id
-        AND e.status IN ('ready', 'inflight', 'deferred')),
+        AND {{schema}}.unresolved_{{N}}(e.status)),
     CASE WHEN o.low < x.id THEN
       (SELECT pg_catalog.min(m.id) FROM {{schema}}.claim_lease_{{N}} l
          JOIN {{schema}}.message_log_{{N}} m

@@ -32,20 +32,7 @@ BEGIN
      WHERE consumer_group_id = p_group AND token = p_token;
   END IF;
   IF NOT FOUND THEN RETURN NULL; END IF;
-  IF p_eq IS NOT NULL AND jsonb_array_length(p_eq) > 0 THEN
-    INSERT INTO {{schema}}.exception_queue_{{N}}
-      (consumer_group_id, message_id, status, message_key, concurrency, attempts, delays, can_run_after, last_error)
-    SELECT p_group, r.message_id, r.status, r.message_key, r.concurrency, r.attempts, r.delays,
-           now() + r.run_after_ms * interval '1 millisecond', r.last_error
-      FROM jsonb_to_recordset(p_eq) AS r(message_id BIGINT, status TEXT, message_key TEXT, concurrency TEXT,
-                                         attempts INTEGER, delays INTEGER, run_after_ms BIGINT, last_error TEXT)
-    ON CONFLICT DO NOTHING;
-  END IF;
-  IF p_dl IS NOT NULL AND jsonb_array_length(p_dl) > 0 THEN
-    INSERT INTO {{schema}}.delivery_log_{{N}} (consumer_group_id, message_id, attempt, status, error)
-    SELECT p_group, r.message_id, r.attempt, r.status, r.error
-      FROM jsonb_to_recordset(p_dl) AS r(message_id BIGINT, attempt INTEGER, status TEXT, error TEXT);
-  END IF;
+  PERFORM {{schema}}.write_outcome_rows_{{N}}(p_group, p_eq, p_dl);
   RETURN {{schema}}.advance_{{N}}(p_group);
 END
 $fn$;

@@ -48,29 +48,10 @@ BEGIN
   DELETE FROM {{schema}}.claim_lease_{{N}} l WHERE l.consumer_group_id = p_group AND l.token = p_rec_token;
   recorded := FOUND;
   IF recorded THEN
-    IF p_rec_eq IS NOT NULL AND jsonb_array_length(p_rec_eq) > 0 THEN
-      INSERT INTO {{schema}}.exception_queue_{{N}}
-        (consumer_group_id, message_id, status, message_key, concurrency, attempts, delays, can_run_after, last_error)
-      SELECT p_group, r.message_id, r.status, r.message_key, r.concurrency, r.attempts, r.delays,
-             now() + r.run_after_ms * interval '1 millisecond', r.last_error
-        FROM jsonb_to_recordset(p_rec_eq) AS r(message_id BIGINT, status TEXT, message_key TEXT, concurrency TEXT,
-                                               attempts INTEGER, delays INTEGER, run_after_ms BIGINT, last_error TEXT)
-      ON CONFLICT DO NOTHING;
-    END IF;
-    IF p_rec_dl IS NOT NULL AND jsonb_array_length(p_rec_dl) > 0 THEN
-      INSERT INTO {{schema}}.delivery_log_{{N}} (consumer_group_id, message_id, attempt, status, error)
-      SELECT p_group, r.message_id, r.attempt, r.status, r.error
-        FROM jsonb_to_recordset(p_rec_dl) AS r(message_id BIGINT, attempt INTEGER, status TEXT, error TEXT);
-    END IF;
-    SELECT g.paused,
-           EXISTS (SELECT 1 FROM {{schema}}.claim_lease_{{N}} l WHERE l.consumer_group_id = p_group AND l.expires_at < now()),
-           EXISTS (SELECT 1 FROM {{schema}}.exception_queue_{{N}} e WHERE e.consumer_group_id = p_group AND e.status = 'inflight'
-                      AND e.lease_expires_at < now()),
-           EXISTS (SELECT 1 FROM {{schema}}.exception_queue_{{N}} e WHERE e.consumer_group_id = p_group
-                      AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
-                      AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now()))
+    PERFORM {{schema}}.write_outcome_rows_{{N}}(p_group, p_rec_eq, p_rec_dl);
+    SELECT f.paused, f.reclaimable, f.expirable, f.reservable
       INTO paused, reclaimable, expirable, reservable
-      FROM {{schema}}.consumer_group_config g WHERE g.id = p_group;
+      FROM {{schema}}.group_flags_{{N}}(p_group) f;
   END IF;
   RETURN NEXT;
   recorded := NULL; paused := NULL; reclaimable := NULL; expirable := NULL; reservable := NULL;

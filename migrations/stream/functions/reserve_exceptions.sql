@@ -85,7 +85,7 @@ BEGIN
            (e.concurrency <> 'parallel' AND e.message_key IS NOT NULL) AS keyed
       FROM {{schema}}.exception_queue_{{N}} e
      WHERE e.consumer_group_id = p_group AND e.message_id > v_from
-       AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
+       AND {{schema}}.row_waiting_{{N}}(e.status, e.can_run_after)
      ORDER BY e.message_id
      LIMIT p_limit * 4
   ), heads AS MATERIALIZED (
@@ -94,13 +94,13 @@ BEGIN
      ORDER BY p.keyed, CASE WHEN p.keyed THEN p.message_key END, CASE WHEN NOT p.keyed THEN p.message_id END, p.message_id
   ), ok AS (
     SELECT h.message_id FROM (SELECT * FROM heads ORDER BY message_id OFFSET 0) h
-     WHERE (h.lease_expires_at IS NULL OR h.lease_expires_at < now())
+     WHERE (h.lease_expires_at IS NULL OR {{schema}}.lease_expired_{{N}}(h.lease_expires_at))
        -- A scalar subquery, a probe per candidate: EXISTS could become a join that reads the log.
        AND (SELECT true FROM {{schema}}.message_log_{{N}} m WHERE m.id = h.message_id)
        AND (NOT h.keyed OR (
              NOT EXISTS (SELECT 1 FROM {{schema}}.message_key_lease_{{N}} k
                           WHERE k.consumer_group_id = p_group AND k.message_key = h.message_key
-                            AND k.expires_at >= now())
+                            AND NOT {{schema}}.lease_expired_{{N}}(k.expires_at))
              -- The predecessor rule, per key (docs/protocol/ordering.md#the-predecessor-rule).
              AND (h.concurrency <> 'ordered'
                   OR {{schema}}.ordered_pred_{{N}}(p_group, h.message_key, h.message_id, 0, 0) IS NULL)))
@@ -128,7 +128,7 @@ BEGIN
               SELECT e.message_id, e.message_key, e.concurrency, e.lease_expires_at
                 FROM {{schema}}.exception_queue_{{N}} e
                WHERE e.consumer_group_id = p_group AND e.message_key = ks.k AND e.concurrency <> 'parallel'
-                 AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
+                 AND {{schema}}.row_waiting_{{N}}(e.status, e.can_run_after)
                ORDER BY e.message_id
                LIMIT 1) f
            WHERE ks.k IS NOT NULL AND NOT (ks.k = ANY (v_seen))
@@ -144,13 +144,13 @@ BEGIN
              LIMIT p_limit) u) x
          ORDER BY x.message_id
         OFFSET 0) h
-     WHERE (h.lease_expires_at IS NULL OR h.lease_expires_at < now())
+     WHERE (h.lease_expires_at IS NULL OR {{schema}}.lease_expired_{{N}}(h.lease_expires_at))
        -- A scalar subquery, a probe per candidate: EXISTS could become a join that reads the log.
        AND (SELECT true FROM {{schema}}.message_log_{{N}} m WHERE m.id = h.message_id)
        AND (NOT h.keyed OR (
              NOT EXISTS (SELECT 1 FROM {{schema}}.message_key_lease_{{N}} k
                           WHERE k.consumer_group_id = p_group AND k.message_key = h.message_key
-                            AND k.expires_at >= now())
+                            AND NOT {{schema}}.lease_expired_{{N}}(k.expires_at))
              -- The predecessor rule, per key (docs/protocol/ordering.md#the-predecessor-rule).
              AND (h.concurrency <> 'ordered'
                   OR {{schema}}.ordered_pred_{{N}}(p_group, h.message_key, h.message_id, 0, 0) IS NULL)))
@@ -160,8 +160,7 @@ BEGIN
     SELECT e.message_id, e.message_key, e.concurrency
       FROM {{schema}}.exception_queue_{{N}} e
      WHERE e.consumer_group_id = p_group AND e.message_id = ANY (v_cands)
-       AND ((e.status = 'ready' AND e.can_run_after <= now()) OR e.status = 'deferred')
-       AND (e.lease_expires_at IS NULL OR e.lease_expires_at < now())
+       AND {{schema}}.row_due_{{N}}(e.status, e.can_run_after, e.lease_expires_at)
      ORDER BY e.message_id
      FOR UPDATE OF e SKIP LOCKED
   ), ahead AS MATERIALIZED (
@@ -176,8 +175,7 @@ BEGIN
         SELECT w.message_id FROM {{schema}}.exception_queue_{{N}} w
          WHERE w.consumer_group_id = p_group AND w.message_key = c.message_key AND w.message_id > c.message_id
            AND w.concurrency <> 'parallel'
-           AND ((w.status = 'ready' AND w.can_run_after <= now()) OR w.status = 'deferred')
-           AND (w.lease_expires_at IS NULL OR w.lease_expires_at < now())
+           AND {{schema}}.row_due_{{N}}(w.status, w.can_run_after, w.lease_expires_at)
            AND EXISTS (SELECT 1 FROM {{schema}}.message_log_{{N}} m WHERE m.id = w.message_id)
          ORDER BY w.message_id
          LIMIT p_limit) w
@@ -188,8 +186,7 @@ BEGIN
     SELECT w.message_id, w.message_key
       FROM {{schema}}.exception_queue_{{N}} w
      WHERE w.consumer_group_id = p_group AND w.message_id = ANY (ARRAY(SELECT a.message_id FROM ahead a))
-       AND ((w.status = 'ready' AND w.can_run_after <= now()) OR w.status = 'deferred')
-       AND (w.lease_expires_at IS NULL OR w.lease_expires_at < now())
+       AND {{schema}}.row_due_{{N}}(w.status, w.can_run_after, w.lease_expires_at)
      FOR UPDATE OF w SKIP LOCKED
   ), pick AS (
     SELECT c.message_id FROM cand c
@@ -197,7 +194,7 @@ BEGIN
     SELECT COALESCE(max(x.n), 0) + 1 AS n FROM (SELECT count(*) AS n FROM follow f GROUP BY f.message_key) x
   ), len AS (
     -- A chain runs serially: the lease covers the longest one as well as the batch.
-    SELECT {{schema}}.lease_ms_{{N}}(max(LEAST(GREATEST(COALESCE((m.options->>'timeout')::bigint, p_tdef), p_tmin), p_tmax)),
+    SELECT {{schema}}.lease_ms_{{N}}(max({{schema}}.message_timeout_{{N}}(m.options, p_tdef, p_tmin, p_tmax)),
                                      GREATEST(count(*), (SELECT ch.n FROM chain ch) * p_conc), p_conc, p_margin, p_cap) AS ms
       FROM (SELECT p.message_id FROM pick p UNION ALL SELECT f.message_id FROM follow f) a
       JOIN {{schema}}.message_log_{{N}} m ON m.id = a.message_id
@@ -225,7 +222,7 @@ BEGIN
   IF v_ids IS NULL THEN RETURN; END IF;
   WITH res AS (
     SELECT e.message_id AS id, e.message_key AS k, e.concurrency AS c,
-           LEAST(GREATEST(COALESCE((m.options->>'timeout')::bigint, p_tdef), p_tmin), p_tmax) AS tmo,
+           {{schema}}.message_timeout_{{N}}(m.options, p_tdef, p_tmin, p_tmax) AS tmo,
            -- Never charged a failure or an expiry, not compacted: may run in a group behind
            -- another row (docs/protocol/poll-cycle.md#the-exception-phase).
            -- A message with an expiry runs alone, so its start checks the expiry (start_exceptions_N).
@@ -239,7 +236,7 @@ BEGIN
   ), ord AS (
     SELECT r.id, r.k, r.c, r.tmo, r.clean, row_number() OVER (ORDER BY r.id) AS rn
       FROM res r
-     WHERE r.c = 'parallel' OR r.k IS NULL OR (NOT (r.k = ANY (p_skip_keys)) AND r.kn = 1)
+     WHERE NOT {{schema}}.keyed_{{N}}(r.k, r.c) OR (NOT (r.k = ANY (p_skip_keys)) AND r.kn = 1)
   ), cut AS (
     SELECT COALESCE(min(o.rn), 9223372036854775807) AS rn FROM ord o WHERE o.tmo + p_margin > p_budget
   ), sel AS (

@@ -57,7 +57,7 @@ BEGIN
                          FROM {{schema}}.exception_queue_{{N}} e
                         WHERE e.consumer_group_id = p_group AND e.message_id = i.id
                           AND e.lease_token = p_token AND e.status IN ('ready', 'deferred')
-                          AND (e.message_key IS NULL OR e.concurrency NOT IN ('exclusive', 'ordered'))
+                          AND NOT {{schema}}.keyed_{{N}}(e.message_key, e.concurrency)
                           AND EXISTS (SELECT 1 FROM {{schema}}.message_log_{{N}} m
                                        WHERE m.id = e.message_id AND m.compaction_rank IS NULL
                                          AND (e.expiry_waived OR NOT COALESCE({{schema}}.expires_in_{{N}}(m.options, m.created_at) <= 0, false)))
@@ -140,7 +140,7 @@ BEGIN
         CONTINUE;
       END IF;
     END IF;
-    IF r.concurrency IN ('exclusive', 'ordered') AND r.message_key IS NOT NULL THEN
+    IF {{schema}}.keyed_{{N}}(r.message_key, r.concurrency) THEN
       -- take_key_N: kind 'taken', 'busy' or 'pred' (ref = the predecessor); the compaction check
       -- was made above.
       SELECT t.kind, t.ref INTO v_take

@@ -79,7 +79,7 @@ BEGIN
      ORDER BY w.key
     ON CONFLICT (consumer_group_id, message_key) DO UPDATE
        SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
-     WHERE l.expires_at < now() OR l.token = EXCLUDED.token
+     WHERE {{schema}}.lease_expired_{{N}}(l.expires_at) OR l.token = EXCLUDED.token
     RETURNING l.message_key
   )
   SELECT pred.key, 'pred'::text, pred.pred_id FROM pred

@@ -187,10 +187,6 @@ function declarationOf<T>(opts: PollHandlerOptions<T>): GroupDeclaration | undef
   return declaration;
 }
 
-/**
- * One invocation's work on an open client: a drain (continuous mode: drains while another idle
- * wait and drain fit before the deadline), then the group's progress for the gauges when time is left.
- */
 /** Releases the group's wake; a failure only means no extra drain (the schedule is the safety net). */
 async function releaseWakeSafely(consumer: { releaseWake(): Promise<boolean> }): Promise<boolean> {
   try {
@@ -203,6 +199,10 @@ async function releaseWakeSafely(consumer: { releaseWake(): Promise<boolean> }):
 /** The invocation's handler: timed when metrics are written. */
 type Run<T> = { handle: Handler<T> } | { handleBatch: BatchHandler<T>; maxBatch: number | undefined };
 
+/**
+ * One invocation's work on an open client: a drain (continuous mode: drains while another idle
+ * wait and drain fit before the deadline), then the group's progress for the gauges when time is left.
+ */
 async function pollInvocation<T>(
   client: SqlStreams, b: Binding<T>, run: Run<T>, context: LambdaContext, started: number,
 ): Promise<{ report: CycleReport; progress: Progress | null }> {

@@ -2,10 +2,10 @@
 // place where errors become "error SQLnnnn: … / fix: …" and exit code 1.
 import { parseArgs, type ParseArgsConfig } from "node:util";
 import { LIBRARY_VERSION } from "@sqlstreams/core";
-import * as C from "./commands.js";
-import * as O from "./operate.js";
-import * as R from "./roles.js";
-import { Ctx, type Common, type Io, processIo } from "./context.js";
+import * as Commands from "./commands.js";
+import * as Operate from "./operate.js";
+import * as RoleCommands from "./roles.js";
+import { CommandContext, type Common, type Io, processIo } from "./context.js";
 import { describeError, formatError, usageError } from "./errors.js";
 
 type Options = NonNullable<ParseArgsConfig["options"]>;
@@ -18,7 +18,7 @@ interface Command {
   /** How many positional arguments it takes (default none). */
   positionals?: number;
   /** Returns the exit code (default 0). */
-  run(ctx: Ctx, values: C.Values, positionals: string[]): Promise<number | void>;
+  run(ctx: CommandContext, values: Commands.Values, positionals: string[]): Promise<number | void>;
 }
 
 const COMMON: Options = {
@@ -45,7 +45,7 @@ export const COMMANDS: Record<string, Command> = {
     usage: "sqlstreams migrate",
     help: "Creates the schema's control plane tables, or upgrades them, and every stream's table family.",
     options: {},
-    run: (ctx) => C.migrate(ctx),
+    run: (ctx) => Commands.migrate(ctx),
   },
   status: {
     summary: "progress of consumer groups: head, committed, lag, leases, exceptions",
@@ -69,17 +69,17 @@ Exit codes: 0 fine, 1 the command failed, 2 an alert (only with --check / --max-
       check: { type: "boolean" }, "max-age": { type: "string" },
       history: { type: "boolean" }, since: { type: "string" }, samples: { type: "string" },
     },
-    run: (ctx, v) => C.status(ctx, v),
+    run: (ctx, v) => Commands.status(ctx, v),
   },
   failures: {
     summary: "list a group's dead (or expired/ready/deferred/inflight) exception rows",
     usage: "sqlstreams failures --stream S --group G [--status dead|expired|ready|deferred|inflight] [filters] [--limit N] [--offset N]",
     help: `Lists the group's exception rows of one status (default dead), newest first, with payload and last error.
-${O.FILTER_HELP}
+${Operate.FILTER_HELP}
   --limit N            1 … 1000 rows per page (default 100)
   --offset N           skip the first N matching rows (the next page; the footer prints it)`,
-    options: { ...STREAM, ...GROUP, status: { type: "string" }, limit: { type: "string" }, offset: { type: "string" }, ...O.FILTER_OPTIONS },
-    run: (ctx, v) => C.failures(ctx, v),
+    options: { ...STREAM, ...GROUP, status: { type: "string" }, limit: { type: "string" }, offset: { type: "string" }, ...Operate.FILTER_OPTIONS },
+    run: (ctx, v) => Commands.failures(ctx, v),
   },
   blocked: {
     summary: "list the ordered keys waiting behind an unresolved earlier message",
@@ -89,7 +89,7 @@ retry in backoff, a Delay, a run in flight), oldest block first: the blocking me
 since when, when it may run again, and how many messages wait behind it (docs/guide/operations.md#blocked-keys).
   --limit N            1 … 1000 keys (default 100)`,
     options: { ...STREAM, ...GROUP, limit: { type: "string" } },
-    run: (ctx, v) => C.blocked(ctx, v),
+    run: (ctx, v) => Commands.blocked(ctx, v),
   },
   redrive: {
     summary: "put dead rows back to work with a fresh retry budget",
@@ -98,7 +98,7 @@ since when, when it may run again, and how many messages wait behind it (docs/gu
 An expired row (a message not started before its expiresAt/ttl) redriven runs all the same.
   --ids 1,2,3          these message ids (1 … 10000; dead or expired rows)
   --expired            the filter (or --all) selects expired rows instead of dead ones
-${O.FILTER_HELP}
+${Operate.FILTER_HELP}
   --dead-since TIME    same as --since;  --dead-before TIME  same as --before
   --all                every dead row (up to --limit)
   --limit N            filter cap, 1 … 10000 (default 1000; no cap with --rate)
@@ -106,11 +106,11 @@ ${O.FILTER_HELP}
                        any time and run the same command again to continue)
   --reason R           recorded in the delivery log`,
     options: {
-      ...STREAM, ...GROUP, ids: { type: "string" }, ...O.FILTER_OPTIONS, "dead-since": { type: "string" },
+      ...STREAM, ...GROUP, ids: { type: "string" }, ...Operate.FILTER_OPTIONS, "dead-since": { type: "string" },
       "dead-before": { type: "string" }, all: { type: "boolean" }, limit: { type: "string" }, reason: { type: "string" }, rate: { type: "string" },
       expired: { type: "boolean" },
     },
-    run: (ctx, v) => C.redrive(ctx, v),
+    run: (ctx, v) => Commands.redrive(ctx, v),
   },
   discard: {
     summary: "throw dead messages away, leaving an audit row in the delivery log",
@@ -120,16 +120,16 @@ ${O.FILTER_HELP}
 Only dead (or, with --expired, expired) rows are touched; the messages stay in the log until retention removes them.
   --ids 1,2,3          these message ids (1 … 10000; dead or expired rows)
   --expired            the filter (or --all) selects expired rows instead of dead ones
-${O.FILTER_HELP}
+${Operate.FILTER_HELP}
   --all                every dead row (up to --limit)
   --limit N            filter cap, 1 … 10000 (default 1000; no cap with --rate)
   --rate N             N rows per second in small transactions (resumable, as for redrive)
   --reason R           recorded in the audit row`,
     options: {
-      ...STREAM, ...GROUP, ids: { type: "string" }, ...O.FILTER_OPTIONS, all: { type: "boolean" }, limit: { type: "string" },
+      ...STREAM, ...GROUP, ids: { type: "string" }, ...Operate.FILTER_OPTIONS, all: { type: "boolean" }, limit: { type: "string" },
       reason: { type: "string" }, rate: { type: "string" }, expired: { type: "boolean" },
     },
-    run: (ctx, v) => O.discard(ctx, v),
+    run: (ctx, v) => Operate.discard(ctx, v),
   },
   inspect: {
     summary: "one message and, for every group, where it stands and its delivery timeline",
@@ -140,7 +140,7 @@ the group's delivery_log rows for it. With --key, the key's latest messages (--l
 SQL0058 when the stream has no such message (never produced, or removed by retention).`,
     options: { id: { type: "string" }, key: { type: "string" }, limit: { type: "string" }, ...STREAM },
     positionals: 1,
-    run: (ctx, v, p) => O.inspect(ctx, v, p),
+    run: (ctx, v, p) => Operate.inspect(ctx, v, p),
   },
   produce: {
     summary: "produce one message to a stream (payload as an argument, from a file, or stdin)",
@@ -158,7 +158,7 @@ SQL0062 when the payload or --message is not valid JSON.`,
       rank: { type: "string" }, compaction: { type: "boolean" }, delay: { type: "string" }, "deliver-at": { type: "string" }, ...STREAM,
     },
     positionals: 2,
-    run: (ctx, v, p) => O.produce(ctx, v, p),
+    run: (ctx, v, p) => Operate.produce(ctx, v, p),
   },
   "grant-produce": {
     summary: "let a database role produce to a stream through SQL (and write nothing else)",
@@ -168,7 +168,7 @@ as the schema's owner: the role needs, and should have, no privilege on any tabl
 Run as the schema's owner (SQL0095 otherwise); the role must exist (SQL0096).`,
     options: {},
     positionals: 2,
-    run: (ctx, _v, p) => R.grant(ctx, p, false),
+    run: (ctx, _v, p) => RoleCommands.grant(ctx, p, false),
   },
   "revoke-produce": {
     summary: "withdraw grant-produce",
@@ -176,7 +176,7 @@ Run as the schema's owner (SQL0095 otherwise); the role must exist (SQL0096).`,
     help: "Withdraws the grant; when the role keeps no stream, its EXECUTE on produce() goes too. Idempotent.",
     options: {},
     positionals: 2,
-    run: (ctx, _v, p) => R.grant(ctx, p, true),
+    run: (ctx, _v, p) => RoleCommands.grant(ctx, p, true),
   },
   "setup-roles": {
     summary: "create and grant the worker (pollers) and reader (dashboard) database roles",
@@ -186,7 +186,7 @@ Run as the schema's owner (SQL0095 otherwise); the role must exist (SQL0096).`,
   --reader ROLE        SELECT only, with default_transaction_read_only = on
 with default privileges that cover streams registered later. Idempotent. Run as the schema's owner.`,
     options: { worker: { type: "string" }, reader: { type: "string" } },
-    run: (ctx, v) => R.roles(ctx, v),
+    run: (ctx, v) => RoleCommands.roles(ctx, v),
   },
   seek: {
     summary: "move a group's position to a message id or a time",
@@ -195,35 +195,35 @@ with default privileges that cover streams registered later. Idempotent. Run as 
 Back replays history for this group; forward skips messages. Refused while the group holds leases
 (SQL0028): pause it, wait for the leases to end, seek, resume — or pass --force.`,
     options: { ...STREAM, ...GROUP, id: { type: "string" }, time: { type: "string" }, force: { type: "boolean" } },
-    run: (ctx, v) => C.seek(ctx, v),
+    run: (ctx, v) => Commands.seek(ctx, v),
   },
   pause: {
     summary: "pause a group (polls return at once and claim nothing)",
     usage: "sqlstreams pause --stream S --group G",
     help: "While paused, every poll returns at once; leases already taken run out. Idempotent.",
     options: { ...STREAM, ...GROUP },
-    run: (ctx, v) => C.setPaused(ctx, v, true),
+    run: (ctx, v) => Commands.setPaused(ctx, v, true),
   },
   resume: {
     summary: "resume a paused group",
     usage: "sqlstreams resume --stream S --group G",
     help: "Clears the pause. Idempotent.",
     options: { ...STREAM, ...GROUP },
-    run: (ctx, v) => C.setPaused(ctx, v, false),
+    run: (ctx, v) => Commands.setPaused(ctx, v, false),
   },
   destroy: {
     summary: "delete a consumer group, or a stream with its whole table family",
     usage: "sqlstreams destroy --stream S [--group G] [--force]",
     help: "Without --group, drops the stream and all its tables. Refused while there is live work unless --force.",
     options: { ...STREAM, ...GROUP, force: { type: "boolean" } },
-    run: (ctx, v) => C.destroy(ctx, v),
+    run: (ctx, v) => Commands.destroy(ctx, v),
   },
   maintain: {
     summary: "run maintenance now: partitions, retention, sweeps",
     usage: "sqlstreams maintain [--stream S]",
     help: "Runs the maintenance steps for every stream (or one). Exit code 1 when a step failed.",
     options: { ...STREAM },
-    run: (ctx, v) => C.maintain(ctx, v),
+    run: (ctx, v) => Commands.maintain(ctx, v),
   },
   dashboard: {
     summary: "serve the operator dashboard (overview, groups, messages; redrive, discard, pause, seek)",
@@ -344,7 +344,7 @@ function commandHelp(name: string): string {
 export async function main(argv: string[], io: Io = processIo()): Promise<number> {
   const [first, ...rest] = argv;
   let json = argv.includes("--json");
-  let ctx: Ctx | undefined;
+  let ctx: CommandContext | undefined;
   const secrets = [passwordOf(io.env.DATABASE_URL), passwordOf(optionValue(argv, "--database-url"))];
   try {
     if (first === undefined || first === "--help" || first === "-h" || first === "help") {
@@ -359,11 +359,11 @@ export async function main(argv: string[], io: Io = processIo()): Promise<number
     }
     const command = COMMANDS[first];
     if (!command) throw usageError(first.startsWith("-") ? `expected a command before ${first}` : `unknown command ${JSON.stringify(first)}`);
-    let values: C.Values;
+    let values: Commands.Values;
     let positionals: string[];
     try {
       const parsed = parseArgs({ args: rest, options: { ...COMMON, ...command.options }, strict: true, allowPositionals: (command.positionals ?? 0) > 0 });
-      values = parsed.values as C.Values;
+      values = parsed.values as Commands.Values;
       positionals = parsed.positionals;
     } catch (e) {
       throw usageError((e as Error).message.replace(/\. To specify a positional argument.*$/s, ""), first);
@@ -380,7 +380,7 @@ export async function main(argv: string[], io: Io = processIo()): Promise<number
       json,
       verbose: values.verbose === true,
     };
-    ctx = new Ctx(io, common);
+    ctx = new CommandContext(io, common);
     const code = await command.run(ctx, values, positionals);
     return typeof code === "number" ? code : 0;
   } catch (e) {

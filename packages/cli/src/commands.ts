@@ -2,7 +2,7 @@
 // maintain. Each takes the parsed options and prints a table (or JSON with --json).
 import { SqlStreamsError, type FailureRow, type Progress, type ProgressSample, type RedriveSelector } from "@sqlstreams/core";
 import { registeredGroups, undisplayablePayload } from "@sqlstreams/core/internal";
-import type { Ctx, Values } from "./context.js";
+import type { CommandContext, Values } from "./context.js";
 import { deadSelector, failureFilter, progressLine, rateOption } from "./operate.js";
 import { usageError } from "./errors.js";
 import { required, str } from "./args.js";
@@ -21,7 +21,7 @@ function int(v: Values, name: string, command: string, min: number, max: number)
 }
 
 /** Checks the control plane (SQL0003) and that the stream exists (SQL0009). */
-async function knownStream(ctx: Ctx, stream: string): Promise<void> {
+async function knownStream(ctx: CommandContext, stream: string): Promise<void> {
   const names = await ctx.client().streamNames();
   if (!names.includes(stream)) {
     throw new SqlStreamsError("SQL0009", `stream ${JSON.stringify(stream)} is not registered`, { stream, registered: names });
@@ -29,7 +29,7 @@ async function knownStream(ctx: Ctx, stream: string): Promise<void> {
 }
 
 /** (stream, group) pairs of the deployment, optionally filtered; SQL0009/SQL0010 when a named one is missing. */
-export async function listGroups(ctx: Ctx, stream?: string, group?: string): Promise<{ stream: string; group: string }[]> {
+export async function listGroups(ctx: CommandContext, stream?: string, group?: string): Promise<{ stream: string; group: string }[]> {
   const client = ctx.client();
   const names = await client.streamNames();
   if (stream !== undefined && !names.includes(stream)) {
@@ -48,7 +48,7 @@ export async function listGroups(ctx: Ctx, stream?: string, group?: string): Pro
   return rows;
 }
 
-export async function migrate(ctx: Ctx): Promise<void> {
+export async function migrate(ctx: CommandContext): Promise<void> {
   const started = Date.now();
   const client = ctx.client();
   await client.migrate();
@@ -70,7 +70,7 @@ function rate(p: Progress): string {
   return r === null ? "-" : `${r.perSecond}/s (${r.limited})`;
 }
 
-async function statusOnce(ctx: Ctx, stream: string | undefined, group: string | undefined, alert: Alert | null, frame: boolean): Promise<string[]> {
+async function statusOnce(ctx: CommandContext, stream: string | undefined, group: string | undefined, alert: Alert | null, frame: boolean): Promise<string[]> {
   const pairs = await listGroups(ctx, stream, group);
   const progress: Progress[] = [];
   for (const p of pairs) progress.push(await ctx.client().stream(p.stream).consumer(p.group).progress());
@@ -129,7 +129,7 @@ async function statusOnce(ctx: Ctx, stream: string | undefined, group: string | 
  * `status --history`: per group, sparklines of lag, throughput (ids committed per minute between
  * samples) and dead rows over the samples maintain() wrote (docs/protocol/data-model.md#progress-history).
  */
-async function history(ctx: Ctx, stream: string | undefined, group: string | undefined, v: Values): Promise<void> {
+async function history(ctx: CommandContext, stream: string | undefined, group: string | undefined, v: Values): Promise<void> {
   const samples = int(v, "samples", "status", 2, 5_000) ?? 48;
   const sinceText = str(v, "since");
   let since: Date | undefined;
@@ -197,7 +197,7 @@ function alertsOf(progress: Progress[], a: Alert): string[] {
  * code is 2 when any group has dead rows or an unresolved message older than --max-age, so a
  * cron job or an alerting probe can run it (docs/guide/operations.md#the-operator-cli).
  */
-export async function status(ctx: Ctx, v: Values): Promise<number> {
+export async function status(ctx: CommandContext, v: Values): Promise<number> {
   const stream = str(v, "stream");
   const group = str(v, "group");
   if (v.history === true) {
@@ -246,7 +246,7 @@ export async function status(ctx: Ctx, v: Values): Promise<number> {
 
 const STATUSES = ["dead", "expired", "ready", "deferred", "inflight"] as const;
 
-export async function failures(ctx: Ctx, v: Values): Promise<void> {
+export async function failures(ctx: CommandContext, v: Values): Promise<void> {
   const stream = required(v, "stream", "failures");
   const group = required(v, "group", "failures");
   const st = str(v, "status") ?? "dead";
@@ -293,7 +293,7 @@ export async function failures(ctx: Ctx, v: Values): Promise<void> {
   if (st === "dead") ctx.print(`redrive after the fix: sqlstreams redrive --stream ${stream} --group ${group} --ids ${rows.slice(0, 3).map((r) => r.messageId).join(",")}${rows.length > 3 ? ",…" : ""}`);
 }
 
-export async function redrive(ctx: Ctx, v: Values): Promise<void> {
+export async function redrive(ctx: CommandContext, v: Values): Promise<void> {
   const stream = required(v, "stream", "redrive");
   const group = required(v, "group", "redrive");
   const rate = rateOption(v, "redrive");
@@ -307,7 +307,7 @@ export async function redrive(ctx: Ctx, v: Values): Promise<void> {
   else ctx.print(`${stream}/${group}: redrove ${r.redriven} dead row(s), skipped ${r.skipped} (not dead or message gone)${r.batches !== undefined ? ` in ${r.batches} batch(es)` : ""}`);
 }
 
-export async function seek(ctx: Ctx, v: Values): Promise<void> {
+export async function seek(ctx: CommandContext, v: Values): Promise<void> {
   const stream = required(v, "stream", "seek");
   const group = required(v, "group", "seek");
   const id = str(v, "id");
@@ -331,7 +331,7 @@ export async function seek(ctx: Ctx, v: Values): Promise<void> {
   );
 }
 
-export async function setPaused(ctx: Ctx, v: Values, paused: boolean): Promise<void> {
+export async function setPaused(ctx: CommandContext, v: Values, paused: boolean): Promise<void> {
   const command = paused ? "pause" : "resume";
   const stream = required(v, "stream", command);
   const group = required(v, "group", command);
@@ -342,7 +342,7 @@ export async function setPaused(ctx: Ctx, v: Values, paused: boolean): Promise<v
   else ctx.print(`${stream}/${group}: ${paused ? "paused (polls return at once; leases already taken run out)" : "resumed"}`);
 }
 
-export async function destroy(ctx: Ctx, v: Values): Promise<void> {
+export async function destroy(ctx: CommandContext, v: Values): Promise<void> {
   const stream = required(v, "stream", "destroy");
   const group = str(v, "group");
   const force = v.force === true;
@@ -354,7 +354,7 @@ export async function destroy(ctx: Ctx, v: Values): Promise<void> {
   else ctx.print(`destroyed ${what}${force ? " (forced)" : ""}`);
 }
 
-export async function maintain(ctx: Ctx, v: Values): Promise<number> {
+export async function maintain(ctx: CommandContext, v: Values): Promise<number> {
   const stream = str(v, "stream");
   if (stream !== undefined) await knownStream(ctx, stream);
   const reports = await ctx.client().maintain(stream !== undefined ? { streams: [stream] } : {});
@@ -380,7 +380,7 @@ export async function maintain(ctx: Ctx, v: Values): Promise<number> {
 }
 
 /** sqlstreams blocked: the keys waiting behind an unresolved earlier message (docs/guide/operations.md#blocked-keys). */
-export async function blocked(ctx: Ctx, v: Values): Promise<void> {
+export async function blocked(ctx: CommandContext, v: Values): Promise<void> {
   const stream = required(v, "stream", "blocked");
   const group = required(v, "group", "blocked");
   const limit = int(v, "limit", "blocked", 1, 1_000) ?? 100;

@@ -56,7 +56,7 @@ export interface Common {
   verbose: boolean;
 }
 
-export class Ctx {
+export class CommandContext {
   private pool: pg.Pool | undefined;
   private clientInstance: SqlStreams | undefined;
 

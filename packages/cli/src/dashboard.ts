@@ -10,7 +10,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { isIP } from "node:net";
 import { createDashboard, type FetchHandler } from "@sqlstreams/aws";
 import { SqlStreamsError, type SqlStreams } from "@sqlstreams/core";
-import type { Ctx, Values } from "./context.js";
+import type { CommandContext, Values } from "./context.js";
 import { usageError } from "./errors.js";
 
 export const DASHBOARD_PORT = 5480;
@@ -207,7 +207,7 @@ export async function startDashboard(client: SqlStreams, o: StartDashboardOption
 }
 
 /** The configured token: SQLSTREAMS_DASHBOARD_TOKEN or --token-file, never argv (visible in `ps`). */
-function configuredToken(ctx: Ctx, v: Values): string | undefined {
+function configuredToken(ctx: CommandContext, v: Values): string | undefined {
   if (v.token !== undefined) {
     throw new SqlStreamsError("SQL0091", "--token on the command line is visible to every user in `ps`: put it in SQLSTREAMS_DASHBOARD_TOKEN or a file given with --token-file");
   }
@@ -224,7 +224,7 @@ function configuredToken(ctx: Ctx, v: Values): string | undefined {
   return env === undefined || env === "" ? undefined : env;
 }
 
-export async function dashboard(ctx: Ctx, v: Values): Promise<number> {
+export async function dashboard(ctx: CommandContext, v: Values): Promise<number> {
   const host = typeof v.host === "string" ? v.host : "127.0.0.1";
   const p = typeof v.port === "string" ? v.port : String(DASHBOARD_PORT);
   if (!/^[0-9]{1,5}$/.test(p) || Number(p) > 65_535) throw usageError(`--port must be 0 … 65535, got ${JSON.stringify(p)}`, "dashboard");

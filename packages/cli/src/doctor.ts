@@ -7,7 +7,7 @@ import { STREAM_VERSION, SYSTEM_VERSION, isSqlStreamsError } from "@sqlstreams/c
 import {
   type StreamFamily, connectionUse, controlPlanePresent, fenceHolders, leaseHealth, migrationState, partitionState, registeredGroups, staleFunctions,
 } from "@sqlstreams/core/internal";
-import type { Ctx, Values } from "./context.js";
+import type { CommandContext, Values } from "./context.js";
 import { DEFAULT_GROUPS_FILES, findDeclaration, handlerFile, loadDeclaration } from "./dev/app.js";
 import { usageError } from "./errors.js";
 import { age, paint, parseDuration } from "./format.js";
@@ -217,7 +217,7 @@ async function checkConnections(db: pg.Pool, d: Declared | null, o: DoctorOption
   }
 }
 
-export async function doctor(ctx: Ctx, v: Values): Promise<number> {
+export async function doctor(ctx: CommandContext, v: Values): Promise<number> {
   const str = (n: string) => (typeof v[n] === "string" ? (v[n] as string) : undefined);
   const dur = (n: string, dflt: number) => {
     const x = str(n);

@@ -4,7 +4,7 @@ import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
 import { SqlStreamsError, type DeadSelector, type FailureFilter, type InspectedMessage, type ProduceOptions } from "@sqlstreams/core";
 import { undisplayablePayload } from "@sqlstreams/core/internal";
-import type { Ctx, Values } from "./context.js";
+import type { CommandContext, Values } from "./context.js";
 import { usageError } from "./errors.js";
 import { required, str } from "./args.js";
 import { age, escapeControls, paint, parseDuration, table, truncate } from "./format.js";
@@ -94,7 +94,7 @@ export function deadSelector(v: Values, command: string, code: "SQL0030" | "SQL0
   return sel;
 }
 
-export async function discard(ctx: Ctx, v: Values): Promise<void> {
+export async function discard(ctx: CommandContext, v: Values): Promise<void> {
   const stream = required(v, "stream", "discard");
   const group = required(v, "group", "discard");
   const rate = rateOption(v, "discard");
@@ -117,7 +117,7 @@ export function rateOption(v: Values, command: string): number | undefined {
 }
 
 /** With a rate, one progress line per batch on stderr (stdout stays the result). */
-export function progressLine(ctx: Ctx, verb: string): (p: { done: number; skipped: number; batches: number }) => void {
+export function progressLine(ctx: CommandContext, verb: string): (p: { done: number; skipped: number; batches: number }) => void {
   return (p) => {
     if (!ctx.json) ctx.io.err(`batch ${p.batches}: ${verb} ${p.done}, skipped ${p.skipped}\n`);
   };
@@ -130,7 +130,7 @@ function streamArg(v: Values, positionals: string[], command: string): string {
   return s;
 }
 
-export async function inspect(ctx: Ctx, v: Values, positionals: string[]): Promise<number> {
+export async function inspect(ctx: CommandContext, v: Values, positionals: string[]): Promise<number> {
   const stream = streamArg(v, positionals, "inspect");
   if (positionals.length > 1) throw usageError(`unexpected argument ${JSON.stringify(positionals[1])}`, "inspect");
   const id = str(v, "id");
@@ -158,7 +158,7 @@ const POSITION_TEXT: Record<string, string> = {
   resolved: "resolved (at or below the committed cursor)",
 };
 
-function printMessage(ctx: Ctx, m: InspectedMessage, notShown: string | null): void {
+function printMessage(ctx: CommandContext, m: InspectedMessage, notShown: string | null): void {
   const c = ctx.colour;
   const now = Date.now();
   ctx.print(paint(c, "bold", `message ${m.id} of ${m.stream}`));
@@ -189,7 +189,7 @@ function printMessage(ctx: Ctx, m: InspectedMessage, notShown: string | null): v
 }
 
 /** `produce <stream> [payload]`: the payload from the argument, --file, or stdin. */
-export async function produce(ctx: Ctx, v: Values, positionals: string[]): Promise<void> {
+export async function produce(ctx: CommandContext, v: Values, positionals: string[]): Promise<void> {
   const stream = streamArg(v, positionals, "produce");
   if (positionals.length > 2) throw usageError(`unexpected argument ${JSON.stringify(positionals[2])}`, "produce");
   const file = str(v, "file");
@@ -247,7 +247,7 @@ function scheduleFlags(v: Values, opts: ProduceOptions): void {
   }
 }
 
-async function stdin(ctx: Ctx): Promise<string> {
+async function stdin(ctx: CommandContext): Promise<string> {
   if (!ctx.io.readStdin) throw usageError("stdin is not available here; pass the payload as an argument", "produce");
   return ctx.io.readStdin();
 }

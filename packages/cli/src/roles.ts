@@ -1,7 +1,7 @@
 // grant-produce, revoke-produce and setup-roles: the database roles of a deployment
 // (docs/guide/security.md), run as the schema's owner.
 import { grantProduce, revokeProduce, setupRoles } from "@sqlstreams/core";
-import type { Ctx, Values } from "./context.js";
+import type { CommandContext, Values } from "./context.js";
 import { usageError } from "./errors.js";
 import { str } from "./args.js";
 
@@ -10,7 +10,7 @@ function roleAndStream(positionals: string[], command: string): [string, string]
   return [positionals[0], positionals[1]];
 }
 
-export async function grant(ctx: Ctx, positionals: string[], revoke: boolean): Promise<void> {
+export async function grant(ctx: CommandContext, positionals: string[], revoke: boolean): Promise<void> {
   const command = revoke ? "revoke-produce" : "grant-produce";
   const [role, stream] = roleAndStream(positionals, command);
   await (revoke ? revokeProduce : grantProduce)(ctx.client(), role, stream);
@@ -18,7 +18,7 @@ export async function grant(ctx: Ctx, positionals: string[], revoke: boolean): P
   else ctx.print(revoke ? `role ${role} may no longer produce to ${stream}` : `role ${role} may produce to ${stream} through ${ctx.client().schema}.produce()`);
 }
 
-export async function roles(ctx: Ctx, v: Values): Promise<void> {
+export async function roles(ctx: CommandContext, v: Values): Promise<void> {
   const worker = str(v, "worker");
   const reader = str(v, "reader");
   if (worker === undefined && reader === undefined) throw usageError("pass --worker ROLE, --reader ROLE, or both", "setup-roles");

@@ -1,9 +1,9 @@
 import pg from "pg";
-import { type Db, DEFAULT_STATEMENT_TIMEOUT_MS, type QueryHook, assertOpen, atEdge, query, transaction } from "./db.js";
+import { type Db, DEFAULT_STATEMENT_TIMEOUT_MS, type QueryHook, assertOpen, atEdge, transaction } from "./db.js";
 import { SqlStreamsError } from "./errors.js";
 import { EventLog, type Logger, consoleLogger } from "./log.js";
 import { asPermissionError, migrateAll, systemVersion } from "./sql/migrate.js";
-import { quoteIdent } from "./sql/names.js";
+import { quoteIdent, schemaNames } from "./sql/names.js";
 import * as Registry from "./sql/register.js";
 import type { Runtime, StreamInfo } from "./runtime.js";
 import { Stream } from "./stream.js";
@@ -200,7 +200,7 @@ export class SqlStreams implements Runtime {
   streamNames(): Promise<string[]> {
     return atEdge("streamNames()", async () => {
       await this.ready();
-      const r = await query<{ name: string }>(this.db, this.db.pool, Registry.streamNames(this.db.q));
+      const r = await Registry.streamNames.query(this.db, this.db.pool, schemaNames(this.db.q), {});
       return r.rows.map((x) => x.name);
     });
   }
@@ -209,7 +209,7 @@ export class SqlStreams implements Runtime {
   consumerGroups(): Promise<{ stream: string; group: string }[]> {
     return atEdge("consumerGroups()", async () => {
       await this.ready();
-      const r = await query<{ stream: string; group: string }>(this.db, this.db.pool, Registry.consumerGroups(this.db.q));
+      const r = await Registry.consumerGroups.query(this.db, this.db.pool, schemaNames(this.db.q), {});
       return r.rows;
     });
   }
@@ -248,7 +248,7 @@ export class SqlStreams implements Runtime {
     const cached = this.streams.get(name);
     if (cached && !fresh && Date.now() - cached.maxPayloadFetchedAt < 60_000) return cached;
     await this.ready();
-    const r = await query<{ id: string; partition_size: string; max_payload_bytes: number }>(this.db, this.db.pool, Registry.streamByName(this.db.q), [name]);
+    const r = await Registry.streamByName.query(this.db, this.db.pool, schemaNames(this.db.q), { name });
     if (r.rowCount === 0) {
       this.streams.delete(name);
       throw new SqlStreamsError("SQL0009", `stream ${JSON.stringify(name)} is not registered`, { stream: name });

@@ -359,7 +359,6 @@ export function validatePollOptions(v: unknown): ResolvedPollOptions {
   return out;
 }
 
-/** The group's view used by a poll: defaults, ceilings and floors resolved once (docs/guide/configuration.md#resolving-a-messages-options). */
 /** pollBatch()/drainBatch() options: the poll options and the most messages per call of the batch handler. */
 export interface BatchPollOptions extends PollOptions {
   /** Messages per call of the batch handler, 1 to 1 000 (default 100). */
@@ -387,6 +386,7 @@ export function validateBatchPollOptions(v: unknown, defaultMaxBatch: number): {
   return { options, maxBatch, batchLimitGiven };
 }
 
+/** The group's view used by a poll: defaults, ceilings and floors resolved once (docs/guide/configuration.md#resolving-a-messages-options). */
 export interface GroupResolution {
   config: ConsumerConfig;
   defaults: ResolvedMessage; // Gd

@@ -5,10 +5,11 @@ import type pg from "pg";
 import type { Runtime } from "./runtime.js";
 import { type Db, RETRY_PAUSES, query, transaction } from "./db.js";
 import { SqlStreamsError } from "./errors.js";
+import { advisoryXactLock, localLockTimeout, relationExists } from "./sql/catalog.js";
 import * as Destroy from "./sql/destroy.js";
 import { retentionLockKey } from "./maintain/floor.js";
 import { lockMigrations } from "./sql/migrate.js";
-import { table } from "./sql/names.js";
+import { type Tables, schemaNames, tables } from "./sql/names.js";
 import { validateGroupName, validateStreamName } from "./validate.js";
 import { setTimeout as sleep } from "node:timers/promises";
 
@@ -63,12 +64,7 @@ function opt(opts: unknown): boolean {
 
 /** The live work of one group (`id` a group id) or of every group of a stream (`id` the stream id). */
 async function liveWork(db: Db, c: pg.PoolClient, streamId: string, of: "group" | "stream", id: string): Promise<LiveWork> {
-  const r = await query<{ range_leases: number; key_leases: number; ready: number; deferred: number; inflight: number }>(
-    db,
-    c,
-    Destroy.liveWork(db.q, streamId, of),
-    [id],
-  );
+  const r = await Destroy.liveWorkOf[of].query(db, c, tables(db.q, streamId), { id });
   const x = r.rows[0];
   return { rangeLeases: x.range_leases, keyLeases: x.key_leases, ready: x.ready, deferred: x.deferred, inflight: x.inflight };
 }
@@ -102,7 +98,7 @@ async function destroyTx<T>(db: Db, what: string, fn: (c: pg.PoolClient) => Prom
   for (let attempt = 0; ; attempt++) {
     try {
       return await transaction(db, async (c) => {
-        await query(db, c, Destroy.lockTimeout(DESTROY_LOCK_TIMEOUT_MS));
+        await query(db, c, localLockTimeout(`${Math.trunc(DESTROY_LOCK_TIMEOUT_MS)}ms`));
         return fn(c);
       });
     } catch (e) {
@@ -117,7 +113,7 @@ async function destroyTx<T>(db: Db, what: string, fn: (c: pg.PoolClient) => Prom
 }
 
 async function streamIdOf(db: Db, c: pg.PoolClient, name: string): Promise<string> {
-  const s = await query<{ id: string }>(db, c, Destroy.streamIdByName(db.q, "FOR UPDATE"), [name]);
+  const s = await Destroy.streamIdByName.update.query(db, c, schemaNames(db.q), { stream: name });
   if (s.rowCount === 0) throw new SqlStreamsError("SQL0009", `stream ${JSON.stringify(name)} is not registered`, { stream: name });
   return s.rows[0].id;
 }
@@ -136,17 +132,18 @@ export async function destroyGroup(client: Runtime, stream: string, group: strin
   const db = client.db;
   const result = await destroyTx(db, `destroy of group ${streamName}/${groupName}`, async (c) => {
     // Share-lock the stream row so a concurrent destroyStream() cannot drop the tables under us.
-    const s = await query<{ id: string }>(db, c, Destroy.streamIdByName(db.q, "FOR SHARE"), [streamName]);
+    const s = await Destroy.streamIdByName.share.query(db, c, schemaNames(db.q), { stream: streamName });
     if (s.rowCount === 0) throw new SqlStreamsError("SQL0009", `stream ${JSON.stringify(streamName)} is not registered`, { stream: streamName });
     const streamId = s.rows[0].id;
-    const g = await query<{ id: string }>(db, c, Destroy.lockGroup(db.q), [streamId, groupName]);
+    const t = tables(db.q, streamId);
+    const g = await Destroy.lockGroup.query(db, c, t, { streamId, group: groupName });
     if (g.rowCount === 0) {
       throw new SqlStreamsError("SQL0010", `consumer group ${JSON.stringify(groupName)} is not registered on stream ${streamName}`, { stream: streamName, group: groupName });
     }
     const groupId = g.rows[0].id;
     // Locks in the order the poll takes them (Destroy.lockGroupWork), then exception rows before
     // key leases (starting and recording a row lock it, then its key).
-    for (const lock of Destroy.lockGroupWork(db.q, streamId)) await query(db, c, lock, [groupId]);
+    for (const lock of Destroy.lockGroupWork) await lock.query(db, c, t, { groupId });
     const live = await liveWork(db, c, streamId, "group", groupId);
     if (hasLiveWork(live) && !force) {
       throw new SqlStreamsError(
@@ -156,8 +153,8 @@ export async function destroyGroup(client: Runtime, stream: string, group: strin
       );
     }
     const deleted: Partial<Record<(typeof Destroy.GROUP_TABLES)[number], number>> = {};
-    for (const name of Destroy.GROUP_TABLES) deleted[name] = (await query(db, c, Destroy.deleteGroupRows(db.q, streamId, name), [groupId])).rowCount ?? 0;
-    await query(db, c, Destroy.deleteGroup(db.q), [groupId]);
+    for (const { name, statement } of Destroy.deleteGroupRows) deleted[name] = (await statement.query(db, c, t, { groupId })).rowCount ?? 0;
+    await Destroy.deleteGroup.query(db, c, t, { groupId });
     const out: DestroyGroupResult = {
       stream: streamName,
       group: groupName,
@@ -194,18 +191,20 @@ export async function destroyStream(client: Runtime, stream: string, opts: Destr
   const result = await destroyTx(db, `destroy of stream ${streamName}`, async (c) => {
     await lockMigrations(db, c);
     const streamId = await streamIdOf(db, c, streamName);
-    await query(db, c, Destroy.waitForRetention, [retentionLockKey(db, streamId)]);
-    const present = await query<{ ok: boolean }>(db, c, Destroy.relationExists, [table(db.q, streamId, "message_log")]);
+    const t = tables(db.q, streamId);
+    // Waits for a partition drop or sweep batch of a running maintain().
+    await advisoryXactLock.query(db, c, t, { lockKey: retentionLockKey(db, streamId) });
+    const present = await relationExists.query(db, c, t, { name: t.messageLog });
     let hadMessages = false;
     if (present.rows[0].ok) {
       // No message can arrive between the check below and the drop. (A poll that holds a family
       // table and waits for the log can deadlock with us here; Postgres breaks it and destroyTx
       // runs again.)
-      await query(db, c, Destroy.lockLog(db.q, streamId));
-      hadMessages = (await query<{ any: boolean }>(db, c, Destroy.logHasMessages(db.q, streamId))).rows[0].any;
-      hadMessages = (await hasScheduled(db, c, streamId)) || hadMessages;
+      await Destroy.lockLog.query(db, c, t, {});
+      hadMessages = (await Destroy.logHasMessages.query(db, c, t, {})).rows[0].any;
+      hadMessages = (await hasScheduled(db, c, t)) || hadMessages;
     }
-    const groups = await query<{ name: string }>(db, c, Destroy.groupNames(db.q), [streamId]);
+    const groups = await Destroy.groupNames.query(db, c, t, { streamId });
     if (!force) {
       const familyPresent = present.rows[0].ok;
       const live = familyPresent
@@ -223,9 +222,9 @@ export async function destroyStream(client: Runtime, stream: string, opts: Destr
       }
     }
     await query(db, c, Destroy.dropFamily(db.q, streamId));
-    const fns = await query<{ sig: string }>(db, c, Destroy.familyFunctions, [db.schema, Destroy.familyFunctionPattern(streamId)]);
+    const fns = await Destroy.familyFunctions.query(db, c, t, { schema: db.schema, pattern: Destroy.familyFunctionPattern(streamId) });
     for (const f of fns.rows) await query(db, c, Destroy.dropFunction(f.sig));
-    await query(db, c, Destroy.deleteStream(db.q), [streamId]);
+    await Destroy.deleteStream.query(db, c, t, { streamId });
     const out: DestroyStreamResult = { stream: streamName, streamId, forced: force, hadMessages, groups: groups.rows.map((g) => g.name) };
     return out;
   });
@@ -238,9 +237,8 @@ export async function destroyStream(client: Runtime, stream: string, opts: Destr
 }
 
 /** Locks the stream's scheduled table (a family older than stream migration 3 has none) and says whether a message waits in it. */
-async function hasScheduled(db: Db, c: pg.PoolClient, streamId: string): Promise<boolean> {
-  const t = table(db.q, streamId, "scheduled_message");
-  if (!(await query<{ ok: boolean }>(db, c, Destroy.relationExists, [t])).rows[0].ok) return false;
-  await query(db, c, Destroy.lockScheduled(db.q, streamId));
-  return (await query<{ any: boolean }>(db, c, Destroy.scheduledHasMessages(db.q, streamId))).rows[0].any;
+async function hasScheduled(db: Db, c: pg.PoolClient, t: Tables): Promise<boolean> {
+  if (!(await relationExists.query(db, c, t, { name: t.fn("scheduled_message") })).rows[0].ok) return false;
+  await Destroy.lockScheduled.query(db, c, t, {});
+  return (await Destroy.scheduledHasMessages.query(db, c, t, {})).rows[0].any;
 }

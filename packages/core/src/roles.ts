@@ -5,7 +5,9 @@ import type { SqlStreams } from "./client.js";
 import { query } from "./db.js";
 import { ERROR_CODES, type ErrorCode, SqlStreamsError } from "./errors.js";
 import { validateStreamName } from "./validate.js";
-import { quoteIdent } from "./sql/names.js";
+import { type SchemaNames, schemaNames } from "./sql/names.js";
+import * as RoleSql from "./sql/roles.js";
+import type { Statement } from "./sql/statement.js";
 
 /** A role name as Postgres stores it: 1–63 bytes, no U+0000 (the SQL side quotes it). */
 function roleName(role: unknown, what: string): string {
@@ -22,11 +24,10 @@ function coded(e: unknown): unknown {
   return e;
 }
 
-async function call(client: SqlStreams, fn: string, args: unknown[]): Promise<void> {
+async function call<P>(client: SqlStreams, statement: Statement<P, Record<string, unknown>, SchemaNames>, params: P): Promise<void> {
   const db = client.db;
-  const params = args.map((_, i) => `$${i + 1}`).join(", ");
   try {
-    await query(db, db.pool, `SELECT ${db.q}.${fn}(${params})`, args);
+    await statement.query(db, db.pool, schemaNames(db.q), params);
   } catch (e) {
     // No such function or schema: a control plane missing or older than this library (SQL0003).
     if (["42883", "3F000"].includes((e as { code?: string }).code ?? "")) await client.ready();
@@ -39,12 +40,12 @@ async function call(client: SqlStreams, fn: string, args: unknown[]): Promise<vo
  * nothing else. Run as the schema's owner (SQL0095 otherwise); the role must exist (SQL0096).
  */
 export async function grantProduce(client: SqlStreams, role: string, stream: string): Promise<void> {
-  await call(client, "grant_produce", [roleName(role, "role"), validateStreamName(stream)]);
+  await call(client, RoleSql.grantProduce, { role: roleName(role, "role"), stream: validateStreamName(stream) });
 }
 
 /** Withdraws grantProduce(role, stream); with no stream left, the role's EXECUTE goes too. */
 export async function revokeProduce(client: SqlStreams, role: string, stream: string): Promise<void> {
-  await call(client, "revoke_produce", [roleName(role, "role"), validateStreamName(stream)]);
+  await call(client, RoleSql.revokeProduce, { role: roleName(role, "role"), stream: validateStreamName(stream) });
 }
 
 export interface RoleSetup {
@@ -61,9 +62,9 @@ export interface RoleSetup {
 /** Creates `role` with LOGIN (and no password) unless it exists. */
 async function ensureRole(client: SqlStreams, role: string): Promise<void> {
   const db = client.db;
-  const r = await query(db, db.pool, "SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = $1", [role]);
+  const r = await RoleSql.roleExists.query(db, db.pool, schemaNames(db.q), { role });
   if (r.rowCount === 0) {
-    await query(db, db.pool, `CREATE ROLE ${quoteIdent(role)} LOGIN`).catch((e: unknown) => {
+    await query(db, db.pool, RoleSql.createRole(role)).catch((e: unknown) => {
       if ((e as { code?: string }).code !== "42710") throw e; // created meanwhile
     });
   }
@@ -83,7 +84,7 @@ export async function setupRoles(client: SqlStreams, roles: RoleSetup): Promise<
     if (!Array.isArray(streams)) throw new SqlStreamsError("SQL0096", `producers.${role} must be an array of stream names`);
     return [roleName(role, "a producer role"), streams.map((x) => validateStreamName(x))] as const;
   });
-  if (worker !== null || reader !== null) await call(client, "setup_roles", [worker, reader]);
+  if (worker !== null || reader !== null) await call(client, RoleSql.setupRoles, { worker, reader });
   for (const [role, streams] of producers) {
     await ensureRole(client, role);
     for (const stream of streams) await grantProduce(client, role, stream);
@@ -91,8 +92,8 @@ export async function setupRoles(client: SqlStreams, roles: RoleSetup): Promise<
   if (roles.iam) {
     const db = client.db;
     const all = [worker, reader, ...producers.map(([r]) => r)].filter((r): r is string => r !== null);
-    const iam = await query(db, db.pool, "SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'rds_iam'");
+    const iam = await RoleSql.roleExists.query(db, db.pool, schemaNames(db.q), { role: "rds_iam" });
     if (iam.rowCount === 0) throw new SqlStreamsError("SQL0096", "role rds_iam does not exist: IAM database authentication needs an RDS or Aurora PostgreSQL database");
-    for (const r of all) await query(db, db.pool, `GRANT rds_iam TO ${quoteIdent(r)}`);
+    for (const r of all) await query(db, db.pool, RoleSql.grantRdsIam(r));
   }
 }

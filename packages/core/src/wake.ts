@@ -8,7 +8,9 @@
 // returns (it has committed) with a SQL0064 warning, and the group's schedule polls the message.
 import { type Db, query, transaction } from "./db.js";
 import { SqlStreamsError } from "./errors.js";
-import * as W from "./sql/wake.js";
+import { localLockTimeout } from "./sql/catalog.js";
+import { schemaNames } from "./sql/names.js";
+import * as wakeStatements from "./sql/wake.js";
 
 /** A group whose poller should start now. */
 export interface WakeTarget {
@@ -51,8 +53,8 @@ export function validateWakeOptions(waker: unknown, window: unknown): void {
 export async function claimWakes(db: Db, stream: string, windowMs: number): Promise<string[]> {
   try {
     return await transaction(db, async (c) => {
-      await query(db, c, `SET LOCAL lock_timeout = '${WAKE_LOCK_TIMEOUT_MS}ms'`);
-      const r = await query<{ name: string }>(db, c, W.claimWakes(db.q), [stream, windowMs]);
+      await query(db, c, localLockTimeout(`${WAKE_LOCK_TIMEOUT_MS}ms`));
+      const r = await wakeStatements.claimWakes.query(db, c, schemaNames(db.q), { stream, windowMs });
       return r.rows.map((x) => x.name);
     });
   } catch (e) {
@@ -91,7 +93,7 @@ export function boundWaker(w: Waker | undefined, ms: number = WAKE_TIMEOUT_MS): 
 
 /** Releases a group's wake (its poller is idle); true when a produce asked for another drain meanwhile. */
 export async function releaseWake(db: Db, stream: string, group: string): Promise<boolean> {
-  const r = await query<{ pending: boolean }>(db, db.pool, W.releaseWake(db.q), [stream, group]);
+  const r = await wakeStatements.releaseWake.query(db, db.pool, schemaNames(db.q), { stream, group });
   return r.rows[0]?.pending ?? false;
 }
 
@@ -99,7 +101,7 @@ export async function releaseWake(db: Db, stream: string, group: string): Promis
 export function notifyWaker(db: Db): Waker {
   return {
     async wake(t: WakeTarget): Promise<void> {
-      await query(db, db.pool, "SELECT pg_notify($1, $2)", [WAKE_CHANNEL, JSON.stringify({ schema: db.schema, stream: t.stream, group: t.group })]);
+      await wakeStatements.notifyWake.query(db, db.pool, schemaNames(db.q), { channel: WAKE_CHANNEL, payload: JSON.stringify({ schema: db.schema, stream: t.stream, group: t.group }) });
     },
   };
 }

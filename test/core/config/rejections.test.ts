@@ -5,7 +5,7 @@ import { describe, expect, it } from "vitest";
 import type { ConsumerConfig } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { tableSnapshot } from "../../support/invariants.js";
-import { S, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -19,7 +19,7 @@ describe("rejections against a real database write nothing", () => {
     const valid = { message: { timeout: 30_000, retry: { maxRetries: 5, baseDelay: 2000 } }, concurrencyOverride: "ordered" as const };
     await g.register(valid);
     const sid = await streamIdOf(t, "config.reject");
-    const [stored] = await t.sql<{ config: unknown }>(`SELECT config FROM ${S}.consumer_group_config WHERE stream_id = $1 AND name = 'g'`, [sid]);
+    const [stored] = await t.sql<{ config: unknown }>(`SELECT config FROM ${SCHEMA}.consumer_group_config WHERE stream_id = $1 AND name = 'g'`, [sid]);
     expect(stored.config).toEqual(valid); // sparse, exactly as given (docs/guide/configuration.md#the-stored-document)
     const before = await tableSnapshot(t, sid);
     const bad: [unknown, string][] = [
@@ -42,7 +42,7 @@ describe("rejections against a real database write nothing", () => {
     expect(await tableSnapshot(t, sid)).toEqual(before);
     // Redeclaring replaces the whole document: omitted fields fall back to defaults.
     await g.register({ message: { timeout: 1_000 } });
-    const [now] = await t.sql<{ config: unknown }>(`SELECT config FROM ${S}.consumer_group_config WHERE stream_id = $1 AND name = 'g'`, [sid]);
+    const [now] = await t.sql<{ config: unknown }>(`SELECT config FROM ${SCHEMA}.consumer_group_config WHERE stream_id = $1 AND name = 'g'`, [sid]);
     expect(now.config).toEqual({ message: { timeout: 1_000 } });
   });
 

@@ -1,16 +1,16 @@
 import { describe, expect, it } from "vitest";
 import { SqlStreams, SqlStreamsError } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
-import { S, codeOf, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, codeOf, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
 
 /** Row counts of every table in the schema, to prove a rejected call changed nothing. */
 async function snapshot(t: ReturnType<typeof testClient>): Promise<Record<string, number>> {
-  const tables = await t.sql<{ name: string }>(`SELECT tablename AS name FROM pg_tables WHERE schemaname = '${S}' ORDER BY 1`);
+  const tables = await t.sql<{ name: string }>(`SELECT tablename AS name FROM pg_tables WHERE schemaname = '${SCHEMA}' ORDER BY 1`);
   const out: Record<string, number> = {};
-  for (const { name } of tables) out[name] = (await t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM ${S}."${name}"`))[0].n;
+  for (const { name } of tables) out[name] = (await t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM ${SCHEMA}."${name}"`))[0].n;
   return out;
 }
 

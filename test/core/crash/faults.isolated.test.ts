@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { type CycleReport, ERROR_CODES, type Message, Permanent, SqlStreamsError } from "@sqlstreams/core";
 import { baseDatabaseUrl, useFreshDatabase } from "../../support/db.js";
 import { spawnPoller } from "../../support/processes.js";
-import { S, type TestClient, cursor, dlRows, eqRows, groupIdOf, makeDue, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, cursor, deliveryLogRows, exceptionRows, groupIdOf, makeDue, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -82,8 +82,8 @@ describe("pooled connections that die", () => {
     const n = await streamIdOf(t, "txn.error");
     const gid = await groupIdOf(t, "g", "txn.error");
     // An expired range, so that the child's poll opens its reclaim transaction.
-    await t.sql(`UPDATE ${S}.consumer_group_cursor_${n} SET claimed = 2, settled_head = 2, pending_head = 2 WHERE consumer_group_id = $1`, [gid]);
-    await t.sql(`INSERT INTO ${S}.claim_lease_${n} (consumer_group_id, token, low, high, expires_at) VALUES ($1, gen_random_uuid(), 0, 2, now() - interval '1 second')`, [gid]);
+    await t.sql(`UPDATE ${SCHEMA}.consumer_group_cursor_${n} SET claimed = 2, settled_head = 2, pending_head = 2 WHERE consumer_group_id = $1`, [gid]);
+    await t.sql(`INSERT INTO ${SCHEMA}.claim_lease_${n} (consumer_group_id, token, low, high, expires_at) VALUES ($1, gen_random_uuid(), 0, 2, now() - interval '1 second')`, [gid]);
 
     const child = spawnPoller(url(), { stream: "txn.error", method: "commands", opts: { batchLimit: 4 }, maxConnections: 4 }, "txn poller");
     await child.waitFor({ event: "ready" });
@@ -93,7 +93,7 @@ describe("pooled connections that die", () => {
     await locker.connect();
     const lockerPid = (await locker.query<{ pid: number }>("SELECT pg_backend_pid() AS pid")).rows[0].pid;
     await locker.query("BEGIN");
-    await locker.query(`LOCK TABLE ${S}.claim_lease_${n} IN EXCLUSIVE MODE`);
+    await locker.query(`LOCK TABLE ${SCHEMA}.claim_lease_${n} IN EXCLUSIVE MODE`);
     child.send("poll");
     await vi.waitUntil(
       async () => (await admin.query(`SELECT 1 FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE SKIP LOCKED%'`, [dbName])).rowCount! > 0,
@@ -109,7 +109,7 @@ describe("pooled connections that die", () => {
     expect(rep.report).toMatchObject({ rangesReclaimed: 1, succeeded: 2 });
     child.send("exit");
     expect(await child.waitForExit(10_000)).toEqual({ code: 0, signal: null });
-    expect(await t.sql(`SELECT 1 FROM ${S}.claim_lease_${n}`)).toEqual([]);
+    expect(await t.sql(`SELECT 1 FROM ${SCHEMA}.claim_lease_${n}`)).toEqual([]);
     expect(await cursor(t, n, gid)).toMatchObject({ committed: "2" });
   });
 });
@@ -165,9 +165,9 @@ describe("a poll that fails", () => {
     expect(starts.map((x) => x.id).sort()).toEqual(["1", "2"]);
     expect(starts.filter((x) => x.at > threwAt)).toEqual([]);
     // 1 and 2 finished: recorded as the prefix; (2, 4] released for the next poll at once.
-    const ls = await t.sql(`SELECT low::text, high::text, released, expires_at <= now() AS lapsed FROM ${S}.claim_lease_${n}`);
+    const ls = await t.sql(`SELECT low::text, high::text, released, expires_at <= now() AS lapsed FROM ${SCHEMA}.claim_lease_${n}`);
     expect(ls).toEqual([{ low: "2", high: "4", released: true, lapsed: true }]);
-    expect(await t.sql(`SELECT 1 FROM ${S}.message_key_lease_${n} WHERE expires_at > now()`)).toEqual([]);
+    expect(await t.sql(`SELECT 1 FROM ${SCHEMA}.message_key_lease_${n} WHERE expires_at > now()`)).toEqual([]);
     const again: string[] = [];
     const r = await g.poll((m) => void again.push(m.id), { batchLimit: 4, concurrency: 2 });
     expect(r).toMatchObject({ rangesResumed: 1, succeeded: 2 });
@@ -204,7 +204,7 @@ describe("a poll that fails", () => {
     expect((err as SqlStreamsError).code).toBe("SQL0033");
     expect(starts.map((x) => x.id).sort()).toEqual(["1", "2"]);
     expect(starts.filter((x) => x.at > threwAt)).toEqual([]);
-    const rows = await eqRows(t, n, gid);
+    const rows = await exceptionRows(t, n, gid);
     // 1 succeeded and was recorded; 2 ran but its record failed (its run lease will expire and
     // charge it); 3 and 4 never started: uncharged and released.
     expect(rows.map((e) => [e.message_id, e.status, e.attempts, e.lease_token !== null])).toEqual([
@@ -327,7 +327,7 @@ describe("terminated and refused connections under running drains", () => {
     expect(failures.some((e) => cases.refused.test((e as Error).message)), "a drain refused a connection").toBe(true);
 
     // Ledger: every message ended delivered (a successful run, no row) or dead (Permanent).
-    const exceptionQueue = await eqRows(t, n, gid);
+    const exceptionQueue = await exceptionRows(t, n, gid);
     const dead = new Map(exceptionQueue.map((e) => [Number(e.message_id), e]));
     for (const e of exceptionQueue) expect(e.status, `row ${e.message_id}`).toBe("dead");
     const okIds = new Set(calls.filter((c) => c.ok).map((c) => c.id));
@@ -342,7 +342,7 @@ describe("terminated and refused connections under running drains", () => {
 
     // Recorded outcomes are written once: one Permanent failure per dead id, one first-delivery
     // failure per transient id, and no audit row twice.
-    const deliveryLog = await dlRows(t, n, gid);
+    const deliveryLog = await deliveryLogRows(t, n, gid);
     const keys = deliveryLog.map((d) => `${d.message_id}/${d.attempt}/${d.status}/${d.error.split("\n")[0]}`);
     expect(keys.length - new Set(keys).size, "duplicated delivery-log rows").toBe(0);
     for (let id = 1; id <= N1 + N2; id++) {
@@ -375,7 +375,7 @@ describe("terminated and refused connections under running drains", () => {
 
     const c = await cursor(t, n, gid);
     expect(c).toMatchObject({ claimed: String(N1 + N2), committed: String(N1 + N2) });
-    expect(await t.sql(`SELECT 1 FROM ${S}.claim_lease_${n}`)).toEqual([]);
-    expect(await t.sql(`SELECT 1 FROM ${S}.message_key_lease_${n}`)).toEqual([]);
+    expect(await t.sql(`SELECT 1 FROM ${SCHEMA}.claim_lease_${n}`)).toEqual([]);
+    expect(await t.sql(`SELECT 1 FROM ${SCHEMA}.message_key_lease_${n}`)).toEqual([]);
   });
 });

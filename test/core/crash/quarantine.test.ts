@@ -6,7 +6,7 @@ import type { CycleReport } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants } from "../../support/invariants.js";
 import { spawnPoller, type ExitInfo, type NodeChild } from "../../support/processes.js";
-import { S, type TestClient, count, cursor, dlRows, eqRows, expireLeases, groupIdOf, makeDue, setupProduced, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, count, cursor, deliveryLogRows, exceptionRows, expireLeases, groupIdOf, makeDue, setupProduced, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -38,7 +38,7 @@ async function run(stream: string, method: "poll" | "drain", crash: string[], op
 const crashed = (r: Run) => r.exit.signal === "SIGKILL";
 const QUARANTINED = "quarantined: range reclaimed too many times";
 
-const expireRanges = (t: TestClient, n: string) => t.sql(`UPDATE ${S}.claim_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
+const expireRanges = (t: TestClient, n: string) => t.sql(`UPDATE ${SCHEMA}.claim_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
 
 let t: TestClient;
 beforeAll(async () => {
@@ -62,7 +62,7 @@ describe("quarantine of a range that keeps crashing the process", () => {
       const r = await go(k === 0 ? "drain" : "poll"); // drain: the first claim may wait on the fence
       expect(crashed(r)).toBe(true);
       expect(r.starts).toEqual([["1", 0], ["2", 0]]);
-      const [l] = await t.sql<{ low: string; high: string; reclaims: number }>(`SELECT low::text, high::text, reclaims FROM ${S}.claim_lease_${n}`);
+      const [l] = await t.sql<{ low: string; high: string; reclaims: number }>(`SELECT low::text, high::text, reclaims FROM ${SCHEMA}.claim_lease_${n}`);
       expect(l).toEqual({ low: "0", high: "4", reclaims: k });
       if (k > 0) expect(r.codes).toContain("SQL0035");
       await checkInvariants(t, n);
@@ -76,12 +76,12 @@ describe("quarantine of a range that keeps crashing the process", () => {
     expect(q.report).toMatchObject({ rangesReclaimed: 1, rangesQuarantined: 1, started: 0 });
     expect(q.codes).toEqual(expect.arrayContaining(["SQL0035", "SQL0036"]));
     expect(await count(t, `claim_lease_${n}`)).toBe(0);
-    const exceptionQueue = await eqRows(t, n, gid);
+    const exceptionQueue = await exceptionRows(t, n, gid);
     expect(exceptionQueue.map((e) => [e.message_id, e.status, e.attempts, e.delays, e.last_error, e.concurrency, e.lease_token])).toEqual(
       ["1", "2", "3", "4"].map((id) => [id, "ready", 0, 0, QUARANTINED, "parallel", null]),
     );
     for (const e of exceptionQueue) expect(Math.abs(e.gap_ms)).toBeLessThanOrEqual(250); // can_run_after now()
-    expect((await dlRows(t, n, gid)).map((d) => [d.message_id, d.attempt, d.status, d.error])).toEqual(
+    expect((await deliveryLogRows(t, n, gid)).map((d) => [d.message_id, d.attempt, d.status, d.error])).toEqual(
       ["1", "2", "3", "4"].map((id) => [id, 0, "failure", QUARANTINED]),
     );
     expect(await cursor(t, n, gid)).toMatchObject({ claimed: "4", committed: "0" });
@@ -91,12 +91,12 @@ describe("quarantine of a range that keeps crashing the process", () => {
     const x = await go("drain");
     expect(crashed(x)).toBe(true);
     expect(x.starts).toEqual([["1", 0], ["2", 0]]);
-    let rows = await eqRows(t, n, gid);
+    let rows = await exceptionRows(t, n, gid);
     expect(rows.map((e) => [e.message_id, e.status, e.attempts, e.lease_token !== null])).toEqual([
       ["2", "inflight", 0, true], ["3", "ready", 0, true], ["4", "ready", 0, true],
     ]);
     const [{ run_ms }] = await t.sql<{ run_ms: number }>(
-      `SELECT (EXTRACT(EPOCH FROM (lease_expires_at - updated_at)) * 1000)::float8 AS run_ms FROM ${S}.exception_queue_${n} WHERE message_id = 2`,
+      `SELECT (EXTRACT(EPOCH FROM (lease_expires_at - updated_at)) * 1000)::float8 AS run_ms FROM ${SCHEMA}.exception_queue_${n} WHERE message_id = 2`,
     );
     expect(run_ms).toBe(200 + 2_000); // the run lease: timeout + recordMargin
     await checkInvariants(t, n);
@@ -108,11 +108,11 @@ describe("quarantine of a range that keeps crashing the process", () => {
     expect(crashed(c1)).toBe(false);
     expect(c1.starts).toEqual([["3", 0], ["4", 0]]);
     expect(c1.report).toMatchObject({ leaseExpired: 1, killed: 0, succeeded: 2 });
-    rows = await eqRows(t, n, gid);
+    rows = await exceptionRows(t, n, gid);
     expect(rows.map((e) => [e.message_id, e.status, e.attempts, e.last_error, e.lease_token])).toEqual([["2", "ready", 1, QUARANTINED, null]]);
     expect(Math.abs(rows[0].gap_ms - 5_000)).toBeLessThanOrEqual(250);
-    expect((await dlRows(t, n, gid, "2")).map((d) => [d.attempt, d.status])).toEqual([[0, "failure"], [0, "expired"]]);
-    for (const id of ["3", "4"]) expect((await dlRows(t, n, gid, id)).map((d) => [d.attempt, d.status])).toEqual([[0, "failure"]]);
+    expect((await deliveryLogRows(t, n, gid, "2")).map((d) => [d.attempt, d.status])).toEqual([[0, "failure"], [0, "expired"]]);
+    for (const id of ["3", "4"]) expect((await deliveryLogRows(t, n, gid, id)).map((d) => [d.attempt, d.status])).toEqual([[0, "failure"]]);
 
     // 2 crashes again at attempts 1, 2 and 3; each expiry charges it; the last one kills it.
     for (let a = 1; a <= 3; a++) {
@@ -120,14 +120,14 @@ describe("quarantine of a range that keeps crashing the process", () => {
       const r = await go("drain");
       expect(crashed(r)).toBe(true);
       expect(r.starts).toEqual([["2", a]]);
-      expect((await eqRows(t, n, gid)).map((e) => [e.status, e.attempts])).toEqual([["inflight", a]]);
+      expect((await exceptionRows(t, n, gid)).map((e) => [e.status, e.attempts])).toEqual([["inflight", a]]);
       await expireLeases(t, n);
       const c = await go("drain");
       expect(crashed(c)).toBe(false);
       expect(c.starts).toEqual([]);
       if (a < 3) {
         expect(c.report).toMatchObject({ leaseExpired: 1, killed: 0 });
-        const [e] = await eqRows(t, n, gid);
+        const [e] = await exceptionRows(t, n, gid);
         expect([e.status, e.attempts]).toEqual(["ready", a + 1]);
         expect(Math.abs(e.gap_ms - 1_000 * 2 ** (a - 1))).toBeLessThanOrEqual(250);
       } else {
@@ -136,9 +136,9 @@ describe("quarantine of a range that keeps crashing the process", () => {
       }
       await checkInvariants(t, n);
     }
-    const [dead] = await eqRows(t, n, gid);
+    const [dead] = await exceptionRows(t, n, gid);
     expect(dead).toMatchObject({ message_id: "2", status: "dead", attempts: 3, delays: 0, lease_token: null, last_error: `${QUARANTINED} [killed: crash-loop hit max attempts]` });
-    expect((await dlRows(t, n, gid, "2")).map((d) => [d.attempt, d.status, d.error])).toEqual([
+    expect((await deliveryLogRows(t, n, gid, "2")).map((d) => [d.attempt, d.status, d.error])).toEqual([
       [0, "failure", QUARANTINED],
       [0, "expired", "lease expired before an outcome was recorded"],
       [1, "expired", "lease expired before an outcome was recorded"],
@@ -173,10 +173,10 @@ describe("quarantine of a range that keeps crashing the process", () => {
     await expireRanges(t, n);
     const q = await run("c11.compact", "poll", ["2"]);
     expect(q.report).toMatchObject({ rangesReclaimed: 1, rangesQuarantined: 1, started: 0 });
-    expect((await eqRows(t, n, gid)).map((e) => [e.message_id, e.status, e.attempts, e.message_key])).toEqual([
+    expect((await exceptionRows(t, n, gid)).map((e) => [e.message_id, e.status, e.attempts, e.message_key])).toEqual([
       ["1", "ready", 0, "a"], ["2", "ready", 0, "b"], ["4", "ready", 0, null],
     ]);
-    expect((await dlRows(t, n, gid)).map((d) => d.message_id)).toEqual(["1", "2", "4"]);
+    expect((await deliveryLogRows(t, n, gid)).map((d) => d.message_id)).toEqual(["1", "2", "4"]);
     await checkInvariants(t, n);
   });
 
@@ -191,10 +191,10 @@ describe("quarantine of a range that keeps crashing the process", () => {
     const first = await run("c11.ordered", "drain", ["2"]);
     expect(crashed(first)).toBe(true);
     await expireRanges(t, n);
-    await t.sql(`UPDATE ${S}.message_key_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
+    await t.sql(`UPDATE ${SCHEMA}.message_key_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
     const q = await run("c11.ordered", "poll", ["2"]);
     expect(q.report).toMatchObject({ rangesQuarantined: 1, started: 0 });
-    expect((await eqRows(t, n, gid)).map((e) => [e.message_id, e.status, e.concurrency, e.message_key])).toEqual([
+    expect((await exceptionRows(t, n, gid)).map((e) => [e.message_id, e.status, e.concurrency, e.message_key])).toEqual([
       ["1", "ready", "ordered", "a"], ["2", "ready", "ordered", "b"], ["3", "ready", "ordered", "a"], ["4", "ready", "ordered", "b"],
     ]);
     // Key a proceeds in order on its own; key b is held behind the crashing message 2.
@@ -205,7 +205,7 @@ describe("quarantine of a range that keeps crashing the process", () => {
     }, { batchLimit: 4 });
     expect(seen).toEqual(["1", "3"]);
     // 4 started in 2's group (both clean) and was put back when 2 failed: deferred behind it, uncharged.
-    expect((await eqRows(t, n, gid)).map((e) => [e.message_id, e.status, e.attempts])).toEqual([["2", "ready", 1], ["4", "deferred", 0]]);
+    expect((await exceptionRows(t, n, gid)).map((e) => [e.message_id, e.status, e.attempts])).toEqual([["2", "ready", 1], ["4", "deferred", 0]]);
     await checkInvariants(t, n);
   });
 });

@@ -10,7 +10,7 @@ import type { CycleReport, Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants } from "../../support/invariants.js";
 import { type NodeChild, type PollerConfig, spawnPoller } from "../../support/processes.js";
-import { S, type TestClient, count, cursor, didWork, dlRows, eqRows, groupIdOf, pollPastFence, setupProduced, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, count, cursor, didWork, deliveryLogRows, exceptionRows, groupIdOf, pollPastFence, setupProduced, streamIdOf, testClient } from "../../support/streams.js";
 import { type ClaimLease, claimLeases } from "../../support/keyed.js";
 
 const url = useFreshDatabase();
@@ -70,7 +70,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
 
     // A message produced now lies above the range: the reclaim must come first.
     await s.produce({ i: 5 });
-    await t.sql(`UPDATE ${S}.claim_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
+    await t.sql(`UPDATE ${SCHEMA}.claim_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
     t.events.length = 0;
     let during: ClaimLease[] = [];
     let staleRecord: unknown = "not run";
@@ -79,11 +79,11 @@ describe("range crash recovery with SIGKILLed pollers", () => {
       if (calls.length === 1) {
         during = await claimLeases(t, n, gid);
         // The killed poller's token writes nothing any more: neither a lease extension nor a record.
-        const ext = await t.pool.query(`UPDATE ${S}.claim_lease_${n} SET expires_at = now() + interval '1 hour' WHERE token = $1`, [l0.token]);
+        const ext = await t.pool.query(`UPDATE ${SCHEMA}.claim_lease_${n} SET expires_at = now() + interval '1 hour' WHERE token = $1`, [l0.token]);
         expect(ext.rowCount).toBe(0);
         const exceptionQueue = JSON.stringify([{ message_id: 3, status: "dead", message_key: null, concurrency: "parallel", attempts: 0, delays: 0, run_after_ms: 0, last_error: "late" }]);
         const deliveryLog = JSON.stringify([{ message_id: 3, attempt: 0, status: "failure", error: "late" }]);
-        staleRecord = (await t.sql<{ r: string | null }>(`SELECT ${S}.record_range_${n}($1, $2, NULL, NULL, $3::jsonb, $4::jsonb, NULL)::text AS r`, [gid, l0.token, exceptionQueue, deliveryLog]))[0].r;
+        staleRecord = (await t.sql<{ r: string | null }>(`SELECT ${SCHEMA}.record_range_${n}($1, $2, NULL, NULL, $3::jsonb, $4::jsonb, NULL)::text AS r`, [gid, l0.token, exceptionQueue, deliveryLog]))[0].r;
       }
     }, { batchLimit: 4 });
     expect(during).toHaveLength(1);
@@ -95,7 +95,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     expect(t.events.filter((e) => e.code === "SQL0035")).toHaveLength(1);
     // Ids 1 and 2 ran twice in total (once in the killed process), 3 and 4 once each here; no rows.
     expect(await count(t, `exception_queue_${n}`)).toBe(0);
-    expect(await dlRows(t, n, gid)).toEqual([]);
+    expect(await deliveryLogRows(t, n, gid)).toEqual([]);
     expect(await claimLeases(t, n, gid)).toEqual([]);
     await checkInvariants(t, n);
 
@@ -112,7 +112,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     await child.waitFor({ event: "start", id: "2" });
     const [l0] = await claimLeases(t, n, gid);
     expect(l0.lease_ms).toBe(10_000 * 4 + 2_000);
-    await t.sql(`UPDATE ${S}.claim_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
+    await t.sql(`UPDATE ${SCHEMA}.claim_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
 
     const seen: string[] = [];
     const r = await g.poll((m) => void seen.push(m.id), { batchLimit: 4 });
@@ -128,7 +128,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     expect((await child.exited).code).toBe(0);
     // Its failure of 3 was discarded: no exception row, no delivery-log row; the range stays done.
     expect(await count(t, `exception_queue_${n}`)).toBe(0);
-    expect(await dlRows(t, n, gid)).toEqual([]);
+    expect(await deliveryLogRows(t, n, gid)).toEqual([]);
     expect(await claimLeases(t, n, gid)).toEqual([]);
     expect(await cursor(t, n, gid)).toMatchObject({ claimed: "4", committed: "4" });
     await checkInvariants(t, n);
@@ -140,7 +140,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     const child = poller({ stream: "frozen", group: "g", method: "drain", opts: { batchLimit: 4 }, actions: { "2": "spin" }, file });
     await child.waitFor({ event: "start", id: "2" });
     const [l0] = await t.sql<{ created_at: Date; lease_ms: number }>(
-      `SELECT created_at, (EXTRACT(EPOCH FROM (expires_at - created_at)) * 1000)::float8 AS lease_ms FROM ${S}.claim_lease_${n}`,
+      `SELECT created_at, (EXTRACT(EPOCH FROM (expires_at - created_at)) * 1000)::float8 AS lease_ms FROM ${SCHEMA}.claim_lease_${n}`,
     );
     expect(l0.lease_ms).toBe(2_800);
     await untilDbTime(t, l0.created_at, 2_800);
@@ -168,7 +168,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     await child.waitFor({ event: "start", id: "3" });
     expect((await child.kill()).signal).toBe("SIGKILL");
     const [l0] = await t.sql<{ created_at: Date; lease_ms: number }>(
-      `SELECT created_at, (EXTRACT(EPOCH FROM (expires_at - created_at)) * 1000)::float8 AS lease_ms FROM ${S}.claim_lease_${n}`,
+      `SELECT created_at, (EXTRACT(EPOCH FROM (expires_at - created_at)) * 1000)::float8 AS lease_ms FROM ${SCHEMA}.claim_lease_${n}`,
     );
     expect(Math.abs(l0.lease_ms - 2_200)).toBeLessThanOrEqual(250);
 
@@ -197,11 +197,11 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     const child = poller({ stream: "chain.crash", group: "g", method: "drain", opts: { batchLimit: 4 }, actions: { "2": "hang" } });
     await child.waitFor({ event: "start", id: "2" });
     expect((await child.kill()).signal).toBe("SIGKILL");
-    const [l0] = await t.sql<{ created_at: Date; expires_at: Date }>(`SELECT created_at, expires_at FROM ${S}.claim_lease_${n}`);
+    const [l0] = await t.sql<{ created_at: Date; expires_at: Date }>(`SELECT created_at, expires_at FROM ${SCHEMA}.claim_lease_${n}`);
     // Compared in SQL: a lease capped at the range lease's expiry equals it to the microsecond,
     // which a JavaScript Date (milliseconds) would round below it.
     const keys = await t.sql<{ ok: boolean }>(
-      `SELECT k.expires_at <= (SELECT max(l.expires_at) FROM ${S}.claim_lease_${n} l) AS ok FROM ${S}.message_key_lease_${n} k`,
+      `SELECT k.expires_at <= (SELECT max(l.expires_at) FROM ${SCHEMA}.claim_lease_${n} l) AS ok FROM ${SCHEMA}.message_key_lease_${n} k`,
     );
     expect(keys).toEqual([{ ok: true }]); // the key lease never outlives the range lease
 
@@ -210,8 +210,8 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     const r = await g.poll((m) => void seen.push(m.id), { batchLimit: 4 });
     expect(r).toMatchObject({ rangesReclaimed: 1, succeeded: 4, deferred: 0, committedAfter: "4" });
     expect(seen).toEqual(["1", "2", "3", "4"]);
-    expect(await eqRows(t, n, gid)).toEqual([]);
-    expect(await t.sql(`SELECT 1 FROM ${S}.message_key_lease_${n}`)).toEqual([]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
+    expect(await t.sql(`SELECT 1 FROM ${SCHEMA}.message_key_lease_${n}`)).toEqual([]);
     await checkInvariants(t, n);
   });
 
@@ -301,7 +301,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     // chain's last record would have).
     expect(await cursor(t, n, gid)).toMatchObject({ claimed: "200", committed: "50" });
     // The five key leases are the running range's, under one token; the range claimed ahead took none.
-    const keyLease = await t.sql<{ message_key: string; token: string }>(`SELECT message_key, token::text FROM ${S}.message_key_lease_${n} ORDER BY message_key`);
+    const keyLease = await t.sql<{ message_key: string; token: string }>(`SELECT message_key, token::text FROM ${SCHEMA}.message_key_lease_${n} ORDER BY message_key`);
     expect(keyLease.map((r) => r.message_key)).toEqual(["k0", "k1", "k2", "k3", "k4"]);
     expect(new Set(keyLease.map((r) => r.token)).size).toBe(1);
     expect(started(child).map(Number).filter((id) => id > 150)).toEqual([]);
@@ -324,7 +324,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     await checkInvariants(t, n);
   });
 
-  it("a crash after a partial commit: only the released remainder is redelivered, the takeover is no reclaim, and eqRows of the prefix survive", async () => {
+  it("a crash after a partial commit: only the released remainder is redelivered, the takeover is no reclaim, and exceptionRows of the prefix survive", async () => {
     // Poller 1 stops at its deadline after message 1 (which fails) and releases (1, 4]; poller 2
     // takes the released range and is SIGKILLed on 3; the next poll reclaims (1, 4] (reclaims 1).
     const { g, n, gid } = await setupProduced(t, "partial.crash", { message: { timeout: 1_000 } }, 4);
@@ -342,7 +342,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     const [l1] = await claimLeases(t, n, gid);
     expect(l1).toMatchObject({ low: "1", high: "4", released: false, reclaims: 0 });
 
-    await t.sql(`UPDATE ${S}.claim_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
+    await t.sql(`UPDATE ${SCHEMA}.claim_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
     const seen: string[] = [];
     t.events.length = 0;
     const r = await g.poll((m) => void seen.push(m.id), { batchLimit: 4 });
@@ -350,7 +350,7 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     expect(seen).toEqual(["2", "3", "4"]);
     expect(t.events.filter((e) => e.code === "SQL0035")).toHaveLength(1);
     // Message 1's recorded failure is untouched by the crash and the replay.
-    expect((await eqRows(t, n, gid)).map((e) => [e.message_id, e.status, e.attempts])).toEqual([["1", "ready", 1]]);
+    expect((await exceptionRows(t, n, gid)).map((e) => [e.message_id, e.status, e.attempts])).toEqual([["1", "ready", 1]]);
     expect(await claimLeases(t, n, gid)).toEqual([]);
     await checkInvariants(t, n);
   });

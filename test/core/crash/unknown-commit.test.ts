@@ -6,7 +6,7 @@
 import { describe, expect, it } from "vitest";
 import { useFreshDatabase } from "../../support/db.js";
 import { startProxy, type TcpProxy as Proxy } from "../../support/proxy.js";
-import { S, count, cursor, expireLeases, setupGroup, testClient, type TestClient } from "../../support/streams.js";
+import { SCHEMA, count, cursor, expireLeases, setupGroup, testClient, type TestClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -123,7 +123,7 @@ describe("unknown commits: claim, reclaim and record are idempotent per lease to
       const ids = await produceFive(s);
       // A poller that claimed (0, 5] and died: its lease is expired.
       const [{ obs }] = await t.sql<{ obs: string }>("SELECT pg_current_xact_id()::text AS obs");
-      await t.sql(`SELECT * FROM ${S}.claim_${sid}($1, 10, 5, $2::xid8, gen_random_uuid(), 30000, 1, 30000, 1, 2000, NULL, 16777216)`, [gid, obs]);
+      await t.sql(`SELECT * FROM ${SCHEMA}.claim_${sid}($1, 10, 5, $2::xid8, gen_random_uuid(), 30000, 1, 30000, 1, 2000, NULL, 16777216)`, [gid, obs]);
       expect(await count(t, `claim_lease_${sid}`)).toBe(1);
       await expireLeases(t, sid);
       const seen: string[] = [];

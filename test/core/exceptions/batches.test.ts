@@ -6,7 +6,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants } from "../../support/invariants.js";
 import { startProxy } from "../../support/proxy.js";
-import { S, type TestClient, dlRows, eqRows, makeDue, setupProduced, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, deliveryLogRows, exceptionRows, makeDue, setupProduced, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -40,7 +40,7 @@ describe("exception rows start and record in batches", () => {
       seen.push(m.id);
       if (seen.length === 4) {
         // Another poller took row 2 over (its lease expired, say): our outcome for it must not land.
-        await t.sql(`UPDATE ${S}.exception_queue_${n} SET lease_token = gen_random_uuid() WHERE message_id = 2`);
+        await t.sql(`UPDATE ${SCHEMA}.exception_queue_${n} SET lease_token = gen_random_uuid() WHERE message_id = 2`);
         release();
       }
       await barrier;
@@ -53,13 +53,13 @@ describe("exception rows start and record in batches", () => {
     // the reservation and eight transactions).
     expect(reservations(t, mark, n)).toHaveLength(1);
     expect(steps(t, mark, n)).toHaveLength(1);
-    const rows = await eqRows(t, n, gid);
+    const rows = await exceptionRows(t, n, gid);
     expect(rows.map((e) => [e.message_id, e.status, e.attempts, e.last_error?.split("\n")[0]])).toEqual([
       ["2", "inflight", 1, "Error: first failure"], // untouched: still the other poller's
       ["3", "ready", 2, "Error: second failure"],
     ]);
-    expect((await dlRows(t, n, gid, "2")).map((d) => [d.attempt, d.status])).toEqual([[0, "failure"]]);
-    expect((await dlRows(t, n, gid, "3")).map((d) => [d.attempt, d.status])).toEqual([[0, "failure"], [1, "failure"]]);
+    expect((await deliveryLogRows(t, n, gid, "2")).map((d) => [d.attempt, d.status])).toEqual([[0, "failure"]]);
+    expect((await deliveryLogRows(t, n, gid, "3")).map((d) => [d.attempt, d.status])).toEqual([[0, "failure"], [1, "failure"]]);
   });
 
   for (const [what, concurrency, match] of [
@@ -87,8 +87,8 @@ describe("exception rows start and record in batches", () => {
         expect(c.events.filter((e) => e.code === "SQL0034" || e.code === "SQL0044")).toEqual([]);
         // The statement was sent twice: the repeat answered "started" for rows already inflight under its token.
         expect(c.statements.slice(mark).filter((s) => s.includes(`${match}${n}(`)).length).toBeGreaterThanOrEqual(2);
-        expect(await eqRows(c, n, gid)).toEqual([]);
-        expect(await c.sql(`SELECT * FROM ${S}.message_key_lease_${n}`)).toEqual([]);
+        expect(await exceptionRows(c, n, gid)).toEqual([]);
+        expect(await c.sql(`SELECT * FROM ${SCHEMA}.message_key_lease_${n}`)).toEqual([]);
         expect((await g.poll((m) => void seen.push(m.id))).started).toBe(0);
         expect(seen).toHaveLength(3);
         await checkInvariants(c, n);
@@ -101,42 +101,42 @@ describe("exception rows start and record in batches", () => {
   it("a batch start whose key is busy defers nothing by itself: the row stays reserved, the reason is the caller's to record", async () => {
     const { n, gid } = await failedRows(t, "batch.busy", 2);
     const token = "0b6c1d2e-3f40-4a5b-8c7d-9e0f1a2b3c4d";
-    await t.sql(`UPDATE ${S}.exception_queue_${n} SET message_key = 'k' || message_id, concurrency = 'exclusive',
+    await t.sql(`UPDATE ${SCHEMA}.exception_queue_${n} SET message_key = 'k' || message_id, concurrency = 'exclusive',
                         lease_token = $1, lease_expires_at = now() + interval '10 seconds'`, [token]);
-    await t.sql(`INSERT INTO ${S}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at)
+    await t.sql(`INSERT INTO ${SCHEMA}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at)
                  VALUES ($1, 'k1', gen_random_uuid(), now() + interval '10 seconds')`, [gid]);
-    const before = await eqRows(t, n, gid);
+    const before = await exceptionRows(t, n, gid);
     const starts = JSON.stringify([1, 2].map((id) => ({ id, key_token: `00000000-0000-4000-8000-00000000000${id}`, run_ms: 5_000 })));
-    const res = await t.sql(`SELECT step, message_id::text, kind, reason, ref FROM ${S}.exception_step_${n}($1, $2, '[]', $3)`, [gid, token, starts]);
+    const res = await t.sql(`SELECT step, message_id::text, kind, reason, ref FROM ${SCHEMA}.exception_step_${n}($1, $2, '[]', $3)`, [gid, token, starts]);
     expect(res).toEqual([
       { step: "start", message_id: "1", kind: "deferred", reason: "busy", ref: null },
       { step: "start", message_id: "2", kind: "started", reason: null, ref: null },
     ]);
-    const after = await eqRows(t, n, gid);
+    const after = await exceptionRows(t, n, gid);
     expect(after[0]).toEqual(before[0]);
     expect(after[1]).toMatchObject({ status: "inflight", lease_token: token });
-    expect((await dlRows(t, n, gid)).filter((d) => d.status === "deferred")).toEqual([]);
+    expect((await deliveryLogRows(t, n, gid)).filter((d) => d.status === "deferred")).toEqual([]);
   });
   it("a mixed batch start answers row by row: plain rows in one UPDATE, keyed, compacted, lost and repeated rows as before", async () => {
     const { n, gid } = await failedRows(t, "batch.mixed", 8);
     const token = "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f";
     const other = "2d3e4f5a-6b7c-4d8e-9f0a-1b2c3d4e5f6a";
-    await t.sql(`UPDATE ${S}.exception_queue_${n} SET lease_token = $1, lease_expires_at = now() + interval '10 seconds'`, [token]);
+    await t.sql(`UPDATE ${SCHEMA}.exception_queue_${n} SET lease_token = $1, lease_expires_at = now() + interval '10 seconds'`, [token]);
     // 1, 2: plain; 3: keyed but parallel (plain too); 4: an exclusive key (takes its lease);
     // 5: parallel but compacted, and not its key's head; 6: under another token (lost);
     // 7: started already under ours (a repeat); 8: its message is gone (lost).
-    await t.sql(`UPDATE ${S}.exception_queue_${n} SET message_key = 'p3' WHERE message_id = 3`);
-    await t.sql(`UPDATE ${S}.exception_queue_${n} SET message_key = 'k4', concurrency = 'exclusive' WHERE message_id = 4`);
-    await t.sql(`UPDATE ${S}.exception_queue_${n} SET message_key = 'c5' WHERE message_id = 5`);
-    await t.sql(`UPDATE ${S}.message_log_${n} SET message_key = 'c5', compaction_rank = 0 WHERE id = 5`);
-    await t.sql(`INSERT INTO ${S}.compaction_head_${n} (compaction_key, message_id, compaction_rank, schema_version) VALUES ('c5', 1, 0, 1)`);
-    await t.sql(`UPDATE ${S}.exception_queue_${n} SET lease_token = $1 WHERE message_id = 6`, [other]);
-    await t.sql(`UPDATE ${S}.exception_queue_${n} SET status = 'inflight', lease_expires_at = now() + interval '1 hour' WHERE message_id = 7`);
-    await t.sql(`DELETE FROM ${S}.message_log_${n} WHERE id = 8`);
-    const before = await eqRows(t, n, gid);
+    await t.sql(`UPDATE ${SCHEMA}.exception_queue_${n} SET message_key = 'p3' WHERE message_id = 3`);
+    await t.sql(`UPDATE ${SCHEMA}.exception_queue_${n} SET message_key = 'k4', concurrency = 'exclusive' WHERE message_id = 4`);
+    await t.sql(`UPDATE ${SCHEMA}.exception_queue_${n} SET message_key = 'c5' WHERE message_id = 5`);
+    await t.sql(`UPDATE ${SCHEMA}.message_log_${n} SET message_key = 'c5', compaction_rank = 0 WHERE id = 5`);
+    await t.sql(`INSERT INTO ${SCHEMA}.compaction_head_${n} (compaction_key, message_id, compaction_rank, schema_version) VALUES ('c5', 1, 0, 1)`);
+    await t.sql(`UPDATE ${SCHEMA}.exception_queue_${n} SET lease_token = $1 WHERE message_id = 6`, [other]);
+    await t.sql(`UPDATE ${SCHEMA}.exception_queue_${n} SET status = 'inflight', lease_expires_at = now() + interval '1 hour' WHERE message_id = 7`);
+    await t.sql(`DELETE FROM ${SCHEMA}.message_log_${n} WHERE id = 8`);
+    const before = await exceptionRows(t, n, gid);
     // Each row its own run lease: 1 s per id, so a start that paired the wrong length shows.
     const starts = JSON.stringify([8, 5, 1, 7, 3, 6, 2, 4].map((id) => ({ id, key_token: id === 4 ? "00000000-0000-4000-8000-000000000004" : null, run_ms: id * 1_000 })));
-    const res = await t.sql(`SELECT step, message_id::text, kind, reason, ref::text FROM ${S}.exception_step_${n}($1, $2, '[]', $3)`, [gid, token, starts]);
+    const res = await t.sql(`SELECT step, message_id::text, kind, reason, ref::text FROM ${SCHEMA}.exception_step_${n}($1, $2, '[]', $3)`, [gid, token, starts]);
     expect(res.sort((a, b) => Number(a.message_id) - Number(b.message_id))).toEqual([
       { step: "start", message_id: "1", kind: "started", reason: null, ref: null },
       { step: "start", message_id: "2", kind: "started", reason: null, ref: null },
@@ -147,13 +147,13 @@ describe("exception rows start and record in batches", () => {
       { step: "start", message_id: "7", kind: "started", reason: null, ref: null },
       { step: "start", message_id: "8", kind: "lost", reason: null, ref: null },
     ]);
-    const after = await eqRows(t, n, gid);
+    const after = await exceptionRows(t, n, gid);
     const leaseSeconds = await t.sql<{ id: string; s: number }>(
-      `SELECT message_id::text AS id, round(extract(epoch FROM lease_expires_at - now()))::int AS s FROM ${S}.exception_queue_${n} WHERE status = 'inflight' ORDER BY message_id`);
+      `SELECT message_id::text AS id, round(extract(epoch FROM lease_expires_at - now()))::int AS s FROM ${SCHEMA}.exception_queue_${n} WHERE status = 'inflight' ORDER BY message_id`);
     expect(leaseSeconds).toEqual([{ id: "1", s: 1 }, { id: "2", s: 2 }, { id: "3", s: 3 }, { id: "4", s: 4 }, { id: "7", s: 3600 }]);
     for (const i of [4, 5, 6, 7]) expect(after[i]).toEqual(before[i]); // 5, 6, 7, 8: untouched
     expect(after.slice(0, 4).map((e) => [e.status, e.lease_token])).toEqual(Array(4).fill(["inflight", token]));
-    expect(await t.sql(`SELECT message_key, token::text FROM ${S}.message_key_lease_${n} WHERE consumer_group_id = $1`, [gid]))
+    expect(await t.sql(`SELECT message_key, token::text FROM ${SCHEMA}.message_key_lease_${n} WHERE consumer_group_id = $1`, [gid]))
       .toEqual([{ message_key: "k4", token: "00000000-0000-4000-8000-000000000004" }]);
   });
 });

@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest";
 import { Delay, Permanent, type ConsumerConfig, type Handler, type Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants, tableSnapshot } from "../../support/invariants.js";
-import { S, type SetupOptions, type TestClient, cursor, dlRows, eqRows, latch, makeDue, pollPastFence, setupGroup, testClient } from "../../support/streams.js";
+import { SCHEMA, type SetupOptions, type TestClient, cursor, deliveryLogRows, exceptionRows, latch, makeDue, pollPastFence, setupGroup, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 let shared: TestClient | undefined;
@@ -37,7 +37,7 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
     };
     const r1 = await pollPastFence(g, h);
     expect(r1).toMatchObject({ started: 1, failed: 1, succeeded: 0, dead: 0 });
-    const exceptionQueue = await eqRows(t, sid, gid);
+    const exceptionQueue = await exceptionRows(t, sid, gid);
     expect(exceptionQueue.map(row)).toEqual([{ message_id: "1", status: "ready", attempts: 1, delays: 0, lease_token: null }]);
     expectGap(exceptionQueue[0], 5_000);
     expect(exceptionQueue[0].last_error).toMatch(/^Error: first delivery fails\n {4}at /);
@@ -55,7 +55,7 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
     await makeDue(t, sid);
     const r3 = await g.poll(h);
     expect(r3).toMatchObject({ started: 1, succeeded: 1, committedAfter: "1" });
-    expect(await eqRows(t, sid, gid)).toEqual([]);
+    expect(await exceptionRows(t, sid, gid)).toEqual([]);
     expect(await cursor(t, sid, gid)).toMatchObject({ claimed: "1", committed: "1" });
     expect(attempts).toEqual([0, 1]);
     // the retry sees the same message as the first delivery
@@ -63,7 +63,7 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
     expect(msgs[0].createdAt).toBeInstanceOf(Date);
     expect(msgs[1]).toEqual(msgs[0]);
     await checkInvariants(t, sid);
-    return { deliveryLog: await dlRows(t, sid, gid), exceptionQueue };
+    return { deliveryLog: await deliveryLogRows(t, sid, gid), exceptionQueue };
   }
 
   it("C3: a failed first delivery is retried after the initial backoff, then succeeds", async () => {
@@ -92,13 +92,13 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
     await s.register({ deliveryLog: "off" });
     await makeDue(t, sid);
     await g.poll(h);
-    expect((await eqRows(t, sid, gid)).map(row)).toEqual([{ message_id: "1", status: "ready", attempts: 2, delays: 0, lease_token: null }]);
-    expect(deliveryLog(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"]]);
+    expect((await exceptionRows(t, sid, gid)).map(row)).toEqual([{ message_id: "1", status: "ready", attempts: 2, delays: 0, lease_token: null }]);
+    expect(deliveryLog(await deliveryLogRows(t, sid, gid))).toEqual([["1", 0, "failure"]]);
     await s.register({ deliveryLog: "all" });
     await makeDue(t, sid);
     await g.poll(h);
-    expect(await eqRows(t, sid, gid)).toEqual([]);
-    expect(deliveryLog(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"], ["1", 2, "success"]]);
+    expect(await exceptionRows(t, sid, gid)).toEqual([]);
+    expect(deliveryLog(await deliveryLogRows(t, sid, gid))).toEqual([["1", 0, "failure"], ["1", 2, "success"]]);
     await checkInvariants(t, sid);
   });
 
@@ -115,7 +115,7 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
     const gaps: number[] = [];
     const rows: { status: string; attempts: number }[] = [];
     for (let i = 0; i < 20; i++) {
-      const [r] = await eqRows(t, sid, gid);
+      const [r] = await exceptionRows(t, sid, gid);
       rows.push({ status: r.status, attempts: r.attempts });
       await checkInvariants(t, sid);
       if (r.status === "dead") break;
@@ -127,7 +127,7 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
       const rep = await g.poll(h);
       expect(rep.started).toBe(1);
     }
-    return { t, sid, gid, calls, gaps, rows, final: (await eqRows(t, sid, gid))[0], log: await dlRows(t, sid, gid) };
+    return { t, sid, gid, calls, gaps, rows, final: (await exceptionRows(t, sid, gid))[0], log: await deliveryLogRows(t, sid, gid) };
   }
 
   it("C4: with defaults an always-failing message runs four times (gaps 5 000, 1 000, 2 000) and ends dead", async () => {
@@ -176,10 +176,10 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
       throw new Error("only chance");
     });
     expect(r).toMatchObject({ dead: 1, failed: 0 });
-    const [e] = await eqRows(t, sid, gid);
+    const [e] = await exceptionRows(t, sid, gid);
     expect(row(e)).toEqual({ message_id: "1", status: "dead", attempts: 0, delays: 0, lease_token: null });
     expect(e.last_error).toMatch(/^Error: only chance\n/);
-    expect(deliveryLog(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"]]);
+    expect(deliveryLog(await deliveryLogRows(t, sid, gid))).toEqual([["1", 0, "failure"]]);
     expect((await cursor(t, sid, gid)).committed).toBe("1");
     await checkInvariants(t, sid);
   });
@@ -194,13 +194,13 @@ describe("retries and exhaustion (C3, C4, C5, C36)", () => {
       throw new Error("then fails");
     };
     await pollPastFence(g, h);
-    expect((await eqRows(t, sid, gid)).map(row)).toEqual([{ message_id: "1", status: "ready", attempts: 1, delays: 1, lease_token: null }]);
+    expect((await exceptionRows(t, sid, gid)).map(row)).toEqual([{ message_id: "1", status: "ready", attempts: 1, delays: 1, lease_token: null }]);
     await makeDue(t, sid);
     const r = await g.poll(h);
     expect(r).toMatchObject({ started: 1, dead: 1 });
-    expect((await eqRows(t, sid, gid)).map(row)).toEqual([{ message_id: "1", status: "dead", attempts: 1, delays: 1, lease_token: null }]);
+    expect((await exceptionRows(t, sid, gid)).map(row)).toEqual([{ message_id: "1", status: "dead", attempts: 1, delays: 1, lease_token: null }]);
     expect(calls).toEqual([[0, 0], [1, 1]]);
-    expect(deliveryLog(await dlRows(t, sid, gid))).toEqual([["1", 0, "delayed"], ["1", 1, "failure"]]);
+    expect(deliveryLog(await deliveryLogRows(t, sid, gid))).toEqual([["1", 0, "delayed"], ["1", 1, "failure"]]);
     await checkInvariants(t, sid);
   });
 });
@@ -220,7 +220,7 @@ describe("per-message resolution in the outcome path (docs/guide/configuration.m
       await makeDue(t, sid);
       await g.poll(h);
     }
-    const rows = await eqRows(t, sid, gid);
+    const rows = await exceptionRows(t, sid, gid);
     expect(rows.map((r) => [r.message_id, r.status, r.attempts, r.delays])).toEqual([
       ["1", "dead", 1, 0], ["2", "dead", 3, 0], ["3", "dead", 1, 1],
     ]);
@@ -247,10 +247,10 @@ describe("Permanent (C6)", () => {
     };
     const r = await pollPastFence(g, h);
     expect(r).toMatchObject({ started: 1, dead: 1, failed: 0 });
-    const [e] = await eqRows(t, sid, gid);
+    const [e] = await exceptionRows(t, sid, gid);
     expect(row(e)).toEqual({ message_id: "1", status: "dead", attempts: 0, delays: 0, lease_token: null });
     expect(e.last_error).toMatch(/^SQL0026 permanent: Error: cannot parse\n/);
-    const log = await dlRows(t, sid, gid);
+    const log = await deliveryLogRows(t, sid, gid);
     expect(log).toEqual([{ message_id: "1", attempt: 0, status: "failure", error: e.last_error }]);
     expect(t.events.some((x) => x.code === "SQL0037" && x.stream === "c6.permanent")).toBe(true);
     expect((await cursor(t, sid, gid)).committed).toBe("1");
@@ -277,10 +277,10 @@ describe("Permanent (C6)", () => {
       await g.poll(h);
     }
     expect(calls).toEqual([0, 1, 2]);
-    const [e] = await eqRows(t, sid, gid);
+    const [e] = await exceptionRows(t, sid, gid);
     expect(row(e)).toEqual({ message_id: "1", status: "dead", attempts: 2, delays: 0, lease_token: null });
     expect(e.last_error).toBe("SQL0026 permanent: non-error thrown: gave up");
-    expect(deliveryLog(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"], ["1", 1, "failure"], ["1", 2, "failure"]]);
+    expect(deliveryLog(await deliveryLogRows(t, sid, gid))).toEqual([["1", 0, "failure"], ["1", 1, "failure"], ["1", 2, "failure"]]);
     expect((await cursor(t, sid, gid)).committed).toBe("1");
     await checkInvariants(t, sid);
   });
@@ -297,11 +297,11 @@ describe("Delay (C7)", () => {
     };
     const r = await pollPastFence(g, h);
     expect(r).toMatchObject({ delayed: 1, failed: 0, dead: 0 });
-    const [e] = await eqRows(t, sid, gid);
+    const [e] = await exceptionRows(t, sid, gid);
     expect(row(e)).toEqual({ message_id: "1", status: "ready", attempts: 1, delays: 1, lease_token: null });
     expectGap(e, 21_600_000);
     expect(e.last_error).toBe("SQL0025 delayed: run again in 21600000 ms");
-    expect(await dlRows(t, sid, gid)).toEqual([{ message_id: "1", attempt: 0, status: "delayed", error: "SQL0025 delayed: run again in 21600000 ms" }]);
+    expect(await deliveryLogRows(t, sid, gid)).toEqual([{ message_id: "1", attempt: 0, status: "delayed", error: "SQL0025 delayed: run again in 21600000 ms" }]);
     expect((await cursor(t, sid, gid)).committed).toBe("0");
     const before = await tableSnapshot(t, sid);
     expect(await g.poll(h)).toMatchObject({ idle: true, started: 0 });
@@ -321,7 +321,7 @@ describe("Delay (C7)", () => {
     await pollPastFence(g, h);
     const states: [string, number, number][] = [];
     for (let i = 0; i < 5; i++) {
-      const [e] = await eqRows(t, sid, gid);
+      const [e] = await exceptionRows(t, sid, gid);
       states.push([e.status, e.attempts, e.delays]);
       if (e.status === "dead") break;
       expectGap(e, 1_000);
@@ -332,9 +332,9 @@ describe("Delay (C7)", () => {
     }
     expect(seen).toEqual([[0, 0], [1, 1], [2, 2]]);
     expect(states).toEqual([["ready", 1, 1], ["ready", 2, 2], ["dead", 2, 2]]);
-    const [e] = await eqRows(t, sid, gid);
+    const [e] = await exceptionRows(t, sid, gid);
     expect(e.last_error).toBe("SQL0025 delay limit reached: 2 delays");
-    const log = await dlRows(t, sid, gid);
+    const log = await deliveryLogRows(t, sid, gid);
     expect(deliveryLog(log)).toEqual([["1", 0, "delayed"], ["1", 1, "delayed"], ["1", 2, "failure"]]);
     expect(log[2].error).toBe("SQL0025 delay limit reached: 2 delays");
     expect((await cursor(t, sid, gid)).committed).toBe("1");
@@ -349,8 +349,8 @@ describe("Delay (C7)", () => {
       await makeDue(t, sid);
       await g.poll(h);
     }
-    expect(await eqRows(t, sid, gid)).toEqual([]);
-    expect((await dlRows(t, sid, gid)).map((r) => r.status)).toEqual(Array(6).fill("delayed"));
+    expect(await exceptionRows(t, sid, gid)).toEqual([]);
+    expect((await deliveryLogRows(t, sid, gid)).map((r) => r.status)).toEqual(Array(6).fill("delayed"));
     expect((await cursor(t, sid, gid)).committed).toBe("1");
     await checkInvariants(t, sid);
   });
@@ -360,7 +360,7 @@ describe("Delay (C7)", () => {
     await s.produceBatch([{ payload: { ms: 0 } }, { payload: { ms: -5 } }, { payload: { ms: 1.2 } }]);
     const h = (m: Message<{ ms: number }>) => (m.attempt === 0 ? Delay(m.payload.ms) : undefined);
     await pollPastFence(g, h as Handler);
-    const rows = await eqRows(t, sid, gid);
+    const rows = await exceptionRows(t, sid, gid);
     expect(rows.map((r) => [r.message_id, r.status, r.attempts, r.delays])).toEqual([
       ["1", "ready", 1, 1], ["2", "ready", 1, 1], ["3", "ready", 1, 1],
     ]);
@@ -373,7 +373,7 @@ describe("Delay (C7)", () => {
     expect(await g.poll(h as Handler)).toMatchObject({ started: 1, succeeded: 1 }); // only the 2 ms one is due
     await sleep(1_100);
     expect(await g.poll(h as Handler)).toMatchObject({ started: 2, succeeded: 2 }); // no makeDue
-    expect(await eqRows(t, sid, gid)).toEqual([]);
+    expect(await exceptionRows(t, sid, gid)).toEqual([]);
     expect((await cursor(t, sid, gid)).committed).toBe("3");
     await checkInvariants(t, sid);
   });
@@ -401,9 +401,9 @@ describe("Delay (C7)", () => {
     const bound = 2 + Math.ceil(elapsed / 1_000);
     for (const id of ["1", "2"]) expect(runs.get(id) ?? 0, `runs of ${id} in ${elapsed} ms`).toBeLessThanOrEqual(bound);
     expect(runs.get("1")).toBeGreaterThanOrEqual(1);
-    const log = await dlRows(t, sid, gid);
+    const log = await deliveryLogRows(t, sid, gid);
     expect(log.length).toBeLessThanOrEqual(2 * bound);
-    expect((await eqRows(t, sid, gid)).map((r) => r.status)).toEqual(["ready", "ready"]);
+    expect((await exceptionRows(t, sid, gid)).map((r) => r.status)).toEqual(["ready", "ready"]);
     await checkInvariants(t, sid);
   });
 
@@ -418,7 +418,7 @@ describe("Delay (C7)", () => {
     await pollPastFence(g, h);
     const seen: [string, number, number, number][] = [];
     for (let i = 0; i < 10; i++) {
-      const [e] = await eqRows(t, sid, gid);
+      const [e] = await exceptionRows(t, sid, gid);
       seen.push([e.status, e.attempts, e.delays, e.status === "dead" ? -1 : Math.round(e.gap_ms)]);
       if (e.status === "dead") break;
       await makeDue(t, sid);
@@ -429,7 +429,7 @@ describe("Delay (C7)", () => {
     ];
     expect(seen.map((x) => x.slice(0, 3))).toEqual(want.map((x) => x.slice(0, 3)));
     seen.forEach((x, i) => expect(Math.abs(x[3] - want[i][3])).toBeLessThanOrEqual(GAP_TOLERANCE));
-    expect(deliveryLog(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"], ["1", 1, "delayed"], ["1", 2, "failure"], ["1", 3, "failure"], ["1", 4, "failure"]]);
+    expect(deliveryLog(await deliveryLogRows(t, sid, gid))).toEqual([["1", 0, "failure"], ["1", 1, "delayed"], ["1", 2, "failure"], ["1", 3, "failure"], ["1", 4, "failure"]]);
     await checkInvariants(t, sid);
 
     // And the C7 sentence itself: Delay first, then a failure ⇒ initial backoff.
@@ -442,7 +442,7 @@ describe("Delay (C7)", () => {
     await pollPastFence(x.g, h2);
     await makeDue(x.t, x.sid);
     await x.g.poll(h2);
-    const [e] = await eqRows(x.t, x.sid, x.gid);
+    const [e] = await exceptionRows(x.t, x.sid, x.gid);
     expect([e.status, e.attempts, e.delays]).toEqual(["ready", 2, 1]);
     expectGap(e, 5_000);
   });
@@ -471,7 +471,7 @@ describe("failure forms and error texts (C8)", () => {
     };
     const r = await pollPastFence(g, h as Handler, { opts: { batchLimit: 20 } });
     expect(r).toMatchObject({ started: 12, succeeded: 1, delayed: 2, dead: 1, failed: 8 });
-    const rows = new Map((await eqRows(t, sid, gid)).map((e) => [kinds[Number(e.message_id) - 1], e]));
+    const rows = new Map((await exceptionRows(t, sid, gid)).map((e) => [kinds[Number(e.message_id) - 1], e]));
     const err = (k: string) => rows.get(k)?.last_error ?? "";
     expect(rows.has("value42")).toBe(false);
     for (const k of ["sync", "async", "string", "undefined", "typeError", "withCause", "badDelay", "huge"]) {
@@ -496,7 +496,7 @@ describe("failure forms and error texts (C8)", () => {
     expect([rows.get("returnPermanent")?.status, rows.get("returnPermanent")?.attempts]).toEqual(["dead", 0]);
     expect(err("returnPermanent")).toMatch(/^SQL0026 permanent: Error: not fixable\n/);
     // the delivery log mirrors the rows
-    const log = await dlRows(t, sid, gid);
+    const log = await deliveryLogRows(t, sid, gid);
     expect(log).toHaveLength(11);
     for (const l of log) {
       const k = kinds[Number(l.message_id) - 1];
@@ -524,14 +524,14 @@ describe("non-Error throws are recorded readably (C8)", () => {
       }
     };
     await pollPastFence(g, h as Handler, { opts: { batchLimit: 10 } });
-    const rows = new Map((await eqRows(t, sid, gid)).map((e) => [kinds[Number(e.message_id) - 1], e.last_error]));
+    const rows = new Map((await exceptionRows(t, sid, gid)).map((e) => [kinds[Number(e.message_id) - 1], e.last_error]));
     expect(rows.get("object")).toBe('non-error thrown: {"code":"E_RATE","detail":{"retryIn":5}}');
     expect(rows.get("array")).toBe('non-error thrown: ["a",1]');
     expect(rows.get("string")).toBe("non-error thrown: plain words");
     expect(rows.get("hugeObject")).toHaveLength(8_000);
     expect(rows.get("hugeObject")).toMatch(/^non-error thrown: \{"text":"q+…$/);
     expect(rows.get("permanentObject")).toBe('SQL0026 permanent: non-error thrown: {"reason":"gone"}');
-    const log = await dlRows(t, sid, gid);
+    const log = await deliveryLogRows(t, sid, gid);
     expect(log).toHaveLength(kinds.length);
     for (const l of log) expect(l.error).toBe(rows.get(kinds[Number(l.message_id) - 1]));
     expect((await g.failures()).map((f) => f.lastError)).toEqual([rows.get("permanentObject")]);
@@ -565,10 +565,10 @@ describe("timeouts and abandoned handlers (C9)", () => {
     expect(abortedAt - startedAt).toBeGreaterThanOrEqual(95);
     expect(abortedAt - startedAt).toBeLessThan(600);
     expect(r).toMatchObject({ started: 1, failed: 1, succeeded: 0 });
-    const [e] = await eqRows(t, sid, gid);
+    const [e] = await exceptionRows(t, sid, gid);
     expect(row(e)).toEqual({ message_id: "1", status: "ready", attempts: 1, delays: 0, lease_token: null });
     expect(e.last_error).toBe("SQL0027 timeout: handler did not finish within 100 ms");
-    expect(await dlRows(t, sid, gid)).toEqual([{ message_id: "1", attempt: 0, status: "failure", error: "SQL0027 timeout: handler did not finish within 100 ms" }]);
+    expect(await deliveryLogRows(t, sid, gid)).toEqual([{ message_id: "1", attempt: 0, status: "failure", error: "SQL0027 timeout: handler did not finish within 100 ms" }]);
     const before = await tableSnapshot(t, sid);
     await late.promise;
     await sleep(50);
@@ -590,7 +590,7 @@ describe("timeouts and abandoned handlers (C9)", () => {
     await makeDue(t, sid);
     const r = await g.poll(h);
     expect(r).toMatchObject({ started: 1, failed: 1 });
-    const [e] = await eqRows(t, sid, gid);
+    const [e] = await exceptionRows(t, sid, gid);
     expect(row(e)).toEqual({ message_id: "1", status: "ready", attempts: 2, delays: 0, lease_token: null });
     expectGap(e, 1_000);
     expect(e.last_error).toBe("SQL0027 timeout: handler did not finish within 100 ms");
@@ -598,7 +598,7 @@ describe("timeouts and abandoned handlers (C9)", () => {
     await late.promise;
     await sleep(50);
     expect(await tableSnapshot(t, sid)).toEqual(before);
-    expect(deliveryLog(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"], ["1", 1, "failure"]]);
+    expect(deliveryLog(await deliveryLogRows(t, sid, gid))).toEqual([["1", 0, "failure"], ["1", 1, "failure"]]);
     await checkInvariants(t, sid);
   });
 
@@ -623,7 +623,7 @@ describe("timeouts and abandoned handlers (C9)", () => {
     const t0 = Date.now();
     await pollPastFence(g, h);
     expect(Date.now() - t0).toBeLessThan(5_000);
-    const [e] = await eqRows(t, sid, gid);
+    const [e] = await exceptionRows(t, sid, gid);
     expect(e.last_error).toBe("SQL0027 timeout: handler did not finish within 150 ms");
     expect(t.events.some((x) => x.code === "SQL0039" && x.stream === "c9.honours")).toBe(true);
   });
@@ -638,7 +638,7 @@ describe("exception rows of docs/protocol/exception-lifecycle.md#retries not cov
     });
     // The state a crashed poll leaves: inflight under an expired run lease.
     await t.sql(
-      `UPDATE ${S}.exception_queue_${sid}
+      `UPDATE ${SCHEMA}.exception_queue_${sid}
           SET status = 'inflight', attempts = 3, delays = CASE WHEN message_id = 1 THEN 1 ELSE 0 END,
               lease_token = gen_random_uuid(), lease_expires_at = now() - interval '1 millisecond'
         WHERE consumer_group_id = $1`,
@@ -648,15 +648,15 @@ describe("exception rows of docs/protocol/exception-lifecycle.md#retries not cov
     const r = await g.poll(() => void calls++);
     expect(calls).toBe(0);
     expect(r).toMatchObject({ leaseExpired: 1, killed: 1, dead: 1, idle: false });
-    const [one, two] = await eqRows(t, sid, gid);
+    const [one, two] = await exceptionRows(t, sid, gid);
     expect(row(one)).toEqual({ message_id: "1", status: "ready", attempts: 4, delays: 1, lease_token: null });
     expectGap(one, 2_000); // used 2 ⇒ n 1 ⇒ 1 000 × 2
     expect(one.last_error).toMatch(/^Error: crashed\n/);
     expect(row(two)).toEqual({ message_id: "2", status: "dead", attempts: 3, delays: 0, lease_token: null });
     expect(two.last_error).toMatch(/^Error: crashed\n[\s\S]* \[killed: crash-loop hit max attempts\]$/);
-    const log1 = await dlRows(t, sid, gid, "1");
+    const log1 = await deliveryLogRows(t, sid, gid, "1");
     expect(log1.at(-1)).toEqual({ message_id: "1", attempt: 3, status: "expired", error: "lease expired before an outcome was recorded" });
-    const log2 = await dlRows(t, sid, gid, "2");
+    const log2 = await deliveryLogRows(t, sid, gid, "2");
     expect(log2.at(-1)).toEqual({ message_id: "2", attempt: 3, status: "killed", error: two.last_error });
     expect(t.events.some((x) => x.code === "SQL0038" && x.stream === "expiry.rows" && x.messageId === "2")).toBe(true);
     expect((await cursor(t, sid, gid)).committed).toBe("0");
@@ -670,7 +670,7 @@ describe("exception rows of docs/protocol/exception-lifecycle.md#retries not cov
       throw new Error("first");
     });
     await makeDue(t, sid);
-    const dlBefore = await dlRows(t, sid, gid);
+    const deliveryLogBefore = await deliveryLogRows(t, sid, gid);
     const ac = new AbortController();
     const seen: string[] = [];
     const r = await g.poll((m) => {
@@ -679,12 +679,12 @@ describe("exception rows of docs/protocol/exception-lifecycle.md#retries not cov
     }, { signal: ac.signal, concurrency: 1 });
     expect(seen).toEqual(["1"]);
     expect(r).toMatchObject({ started: 1, succeeded: 1, notStarted: 2 });
-    const rows = await eqRows(t, sid, gid);
+    const rows = await exceptionRows(t, sid, gid);
     expect(rows.map(row)).toEqual([
       { message_id: "2", status: "ready", attempts: 1, delays: 0, lease_token: null },
       { message_id: "3", status: "ready", attempts: 1, delays: 0, lease_token: null },
     ]);
-    expect(await dlRows(t, sid, gid)).toEqual(dlBefore);
+    expect(await deliveryLogRows(t, sid, gid)).toEqual(deliveryLogBefore);
     expect(t.events.some((x) => x.code === "SQL0040" && x.stream === "reserved.abort")).toBe(true);
     // cursor passes 1 (succeeded), stays below 2
     expect((await cursor(t, sid, gid)).committed).toBe("1");
@@ -698,7 +698,7 @@ describe("exception rows of docs/protocol/exception-lifecycle.md#retries not cov
       throw new Error("first");
     });
     await makeDue(t, sid);
-    await t.sql(`UPDATE ${S}.exception_queue_${sid} SET can_run_after = now() + interval '1 hour' WHERE message_id = 3`);
+    await t.sql(`UPDATE ${SCHEMA}.exception_queue_${sid} SET can_run_after = now() + interval '1 hour' WHERE message_id = 3`);
     const gate = latch();
     const running = latch();
     const seen: string[] = [];
@@ -714,7 +714,7 @@ describe("exception rows of docs/protocol/exception-lifecycle.md#retries not cov
       `SELECT message_id::text, status, attempts, lease_token::text AS token,
               (EXTRACT(EPOCH FROM (lease_expires_at - updated_at)) * 1000)::float8 AS run_ms,
               (EXTRACT(EPOCH FROM (lease_expires_at - now())) * 1000)::float8 AS left_ms
-         FROM ${S}.exception_queue_${sid} WHERE consumer_group_id = $1 ORDER BY message_id`,
+         FROM ${SCHEMA}.exception_queue_${sid} WHERE consumer_group_id = $1 ORDER BY message_id`,
       [gid],
     );
     expect(leases.map((x) => [x.message_id, x.status, x.attempts])).toEqual([["1", "inflight", 1], ["2", "ready", 1], ["3", "ready", 1]]);
@@ -730,7 +730,7 @@ describe("exception rows of docs/protocol/exception-lifecycle.md#retries not cov
     gate.open();
     expect(await p).toMatchObject({ started: 2, succeeded: 2 });
     expect(seen).toEqual(["1", "2"]);
-    expect((await eqRows(t, sid, gid)).map(row)).toEqual([{ message_id: "3", status: "ready", attempts: 1, delays: 0, lease_token: null }]);
+    expect((await exceptionRows(t, sid, gid)).map(row)).toEqual([{ message_id: "3", status: "ready", attempts: 1, delays: 0, lease_token: null }]);
     expect((await cursor(t, sid, gid)).committed).toBe("2");
     await checkInvariants(t, sid);
   });
@@ -748,7 +748,7 @@ describe("exception rows of docs/protocol/exception-lifecycle.md#retries not cov
       await sleep(5);
     };
     await Promise.all([g.poll(h, { batchLimit: 20, concurrency: 4 }), g.poll(h, { batchLimit: 20, concurrency: 4 }), g.poll(h, { batchLimit: 20, concurrency: 4 })]);
-    for (let i = 0; i < 5 && (await eqRows(t, sid, gid)).length > 0; i++) await g.poll(h, { batchLimit: 20 });
+    for (let i = 0; i < 5 && (await exceptionRows(t, sid, gid)).length > 0; i++) await g.poll(h, { batchLimit: 20 });
     expect(runs.size).toBe(20);
     expect([...runs.values()].every((n) => n === 1)).toBe(true);
     expect((await cursor(t, sid, gid)).committed).toBe("20");
@@ -768,14 +768,14 @@ describe("exception rows of docs/protocol/exception-lifecycle.md#retries not cov
       }
     });
     await running.promise;
-    expect(await eqRows(t, sid, gid)).toEqual([]);
-    expect(await dlRows(t, sid, gid)).toEqual([]);
+    expect(await exceptionRows(t, sid, gid)).toEqual([]);
+    expect(await deliveryLogRows(t, sid, gid)).toEqual([]);
     expect(await cursor(t, sid, gid)).toMatchObject({ claimed: "3", committed: "0" });
     await checkInvariants(t, sid);
     gate.open();
     expect(await p).toMatchObject({ failed: 1, succeeded: 2 });
-    expect((await eqRows(t, sid, gid)).map((x) => [x.message_id, x.status])).toEqual([["1", "ready"]]);
-    expect(deliveryLog(await dlRows(t, sid, gid))).toEqual([["1", 0, "failure"]]);
+    expect((await exceptionRows(t, sid, gid)).map((x) => [x.message_id, x.status])).toEqual([["1", "ready"]]);
+    expect(deliveryLog(await deliveryLogRows(t, sid, gid))).toEqual([["1", 0, "failure"]]);
     await checkInvariants(t, sid);
   });
 
@@ -785,7 +785,7 @@ describe("exception rows of docs/protocol/exception-lifecycle.md#retries not cov
     await pollPastFence(g, () => {
       throw new Error("x");
     });
-    const rows = await eqRows(t, sid, gid);
+    const rows = await exceptionRows(t, sid, gid);
     expect(rows.map((r) => [r.message_id, r.message_key, r.concurrency])).toEqual([["1", "k1", "exclusive"], ["2", null, "parallel"]]);
     await checkInvariants(t, sid);
   });

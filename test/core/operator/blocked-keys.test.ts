@@ -6,7 +6,7 @@ import { DatabaseProvider, createDashboardHandler, type FunctionUrlEvent } from 
 import { Delay, Permanent, type Message } from "@sqlstreams/core";
 import { spawnNode } from "../../support/processes.js";
 import { useFreshDatabase } from "../../support/db.js";
-import { S, type TestClient, codeOf, pollPastFence, setupGroup, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, codeOf, pollPastFence, setupGroup, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 let t: TestClient;
@@ -78,7 +78,7 @@ describe("blockedKeys", () => {
 
     // The dead letter of key d is resolved: nothing of d waits. (Its row is there, dead.)
     const n = await streamIdOf(t, "bk");
-    expect(await t.sql(`SELECT status FROM ${S}.exception_queue_${n} WHERE message_id = $1`, [ids.d1])).toEqual([{ status: "dead" }]);
+    expect(await t.sql(`SELECT status FROM ${SCHEMA}.exception_queue_${n} WHERE message_id = $1`, [ids.d1])).toEqual([{ status: "dead" }]);
 
     // The CLI: a table with the key's control characters escaped, and exact JSON.
     const human = await cli(["blocked", "--stream", "bk", "--group", "g"]);

@@ -5,7 +5,7 @@ import { isSqlStreamsError } from "@sqlstreams/core";
 // Internal entry points (the API wires them into consumer.destroy() and stream.destroy()).
 import { destroyGroup, destroyStream } from "../../../packages/core/dist/destroy.js";
 import { useFreshDatabase } from "../../support/db.js";
-import { S, committed, count, expireLeases, groupIdOf, pollPastFence, progressIs, streamIdOf, testClient, whileHeld } from "../../support/streams.js";
+import { SCHEMA, committed, count, expireLeases, groupIdOf, pollPastFence, progressIs, streamIdOf, testClient, whileHeld } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -15,7 +15,7 @@ async function tablesOf(t: ReturnType<typeof testClient>, n: string): Promise<st
   const r = await t.sql<{ name: string }>(
     `SELECT c.relname AS name FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
       WHERE s.nspname = $1 AND c.relname ~ $2 ORDER BY 1`,
-    [S, `_${n}(_[0-9]+)?(_id_seq)?$`],
+    [SCHEMA, `_${n}(_[0-9]+)?(_id_seq)?$`],
   );
   return r.map((x) => x.name);
 }
@@ -24,7 +24,7 @@ async function functionsOf(t: ReturnType<typeof testClient>, n: string): Promise
   const r = await t.sql<{ name: string }>(
     `SELECT p.proname AS name FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace
       WHERE s.nspname = $1 AND p.proname ~ $2 ORDER BY 1`,
-    [S, `_${n}$`],
+    [SCHEMA, `_${n}$`],
   );
   return r.map((x) => x.name);
 }
@@ -63,13 +63,13 @@ describe("destroy", () => {
     expect(await count(t, "consumer_group_config", "id = $1", [gidA])).toBe(1);
 
     // A range lease blocks too (ids inside it are unresolved), expired or not.
-    await t.sql(`INSERT INTO ${S}.claim_lease_${n} (consumer_group_id, token, low, high, expires_at) VALUES ($1, gen_random_uuid(), 3, 4, now() + interval '1 minute')`, [gidB]);
+    await t.sql(`INSERT INTO ${SCHEMA}.claim_lease_${n} (consumer_group_id, token, low, high, expires_at) VALUES ($1, gen_random_uuid(), 3, 4, now() + interval '1 minute')`, [gidB]);
     await expect(b.destroy()).rejects.toSatisfy(code("SQL0042"));
     await expireLeases(t, n);
     await expect(b.destroy()).rejects.toSatisfy(code("SQL0042"));
-    await t.sql(`DELETE FROM ${S}.claim_lease_${n} WHERE consumer_group_id = $1`, [gidB]);
+    await t.sql(`DELETE FROM ${SCHEMA}.claim_lease_${n} WHERE consumer_group_id = $1`, [gidB]);
     // A live key lease blocks; an expired one does not.
-    await t.sql(`INSERT INTO ${S}.message_key_lease_${n} VALUES ($1, 'k', gen_random_uuid(), now() + interval '1 minute')`, [gidB]);
+    await t.sql(`INSERT INTO ${SCHEMA}.message_key_lease_${n} VALUES ($1, 'k', gen_random_uuid(), now() + interval '1 minute')`, [gidB]);
     await expect(b.destroy()).rejects.toSatisfy(code("SQL0042"));
     await expireLeases(t, n);
     const rb = await destroyGroup(t.client, "d.orders", "b", {});
@@ -109,7 +109,7 @@ describe("destroy", () => {
     await slow.register();
     for (let i = 1; i <= 25; i++) await s.produce(i);
     await pollPastFence(fast, () => {}, { drain: true, until: committed("25") });
-    await t.sql(`UPDATE ${S}.message_log_${n} SET created_at = now() - interval '1 minute'`);
+    await t.sql(`UPDATE ${SCHEMA}.message_log_${n} SET created_at = now() - interval '1 minute'`);
     const r1 = await s.maintain();
     expect(r1.partitionsDropped).toBe(0);
     expect(r1.retentionHeldBy?.group).toBe("slow");
@@ -178,12 +178,12 @@ describe("destroy", () => {
     for (let i = 1; i <= 9; i++) await s.produce(i);
     await s.produce(10); // ids 1–9 fill partition 0; 10 opens partition 1
     await pollPastFence(g, () => {}, { drain: true, until: committed("10") });
-    await t.sql(`UPDATE ${S}.message_log_${n} SET created_at = now() - interval '1 minute'`);
+    await t.sql(`UPDATE ${SCHEMA}.message_log_${n} SET created_at = now() - interval '1 minute'`);
     await s.maintain();
     expect(await count(t, `message_log_${n}`)).toBe(1);
-    await t.sql(`DELETE FROM ${S}.message_log_${n}`);
+    await t.sql(`DELETE FROM ${SCHEMA}.message_log_${n}`);
     // A live key lease of a group still blocks.
-    await t.sql(`INSERT INTO ${S}.message_key_lease_${n} VALUES ($1, 'k', gen_random_uuid(), now() + interval '1 minute')`, [await groupIdOf(t, "g")]);
+    await t.sql(`INSERT INTO ${SCHEMA}.message_key_lease_${n} VALUES ($1, 'k', gen_random_uuid(), now() + interval '1 minute')`, [await groupIdOf(t, "g")]);
     await expect(s.destroy()).rejects.toSatisfy(code("SQL0042"));
     await expireLeases(t, n);
     await s.destroy();
@@ -196,7 +196,7 @@ describe("destroy", () => {
     const s = t.client.stream("d.busy");
     await s.register();
     const n = await streamIdOf(t, "d.busy");
-    await whileHeld(t, `SELECT count(*) FROM ${S}.message_log_${n}`, () => expect(s.destroy()).rejects.toSatisfy(code("SQL0042")));
+    await whileHeld(t, `SELECT count(*) FROM ${SCHEMA}.message_log_${n}`, () => expect(s.destroy()).rejects.toSatisfy(code("SQL0042")));
     await s.destroy();
     expect(await count(t, "stream_config", "name = 'd.busy'")).toBe(0);
   });

@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest";
 import { Permanent, type ConsumerConfig, type Handler, type Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants, tableSnapshot } from "../../support/invariants.js";
-import { S, type SetupOptions, type StreamTable, type TestClient, committed, count, cursor, dlRows, eqRows, groupIdOf, latch, makeDue, pollPastFence, setupGroup, table, testClient } from "../../support/streams.js";
+import { SCHEMA, type SetupOptions, type StreamTable, type TestClient, committed, count, cursor, deliveryLogRows, exceptionRows, groupIdOf, latch, makeDue, pollPastFence, setupGroup, table, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 let shared: TestClient | undefined;
@@ -34,13 +34,13 @@ describe("group independence (C16)", () => {
       if (m.payload.n === 5) throw Permanent("g8 rejects 5");
     };
     await pollPastFence(g7, h7 as Handler);
-    const g7Rows = await eqRows(t, sid, gid7);
+    const g7Rows = await exceptionRows(t, sid, gid7);
     await pollPastFence(g8, h8 as Handler);
-    expect(await eqRows(t, sid, gid7)).toEqual(g7Rows);
+    expect(await exceptionRows(t, sid, gid7)).toEqual(g7Rows);
     expect(g7Rows.map(row)).toEqual([{ message_id: "3", status: "ready", attempts: 1, delays: 0, lease_token: null }]);
-    expect((await eqRows(t, sid, gid8)).map(row)).toEqual([{ message_id: "5", status: "dead", attempts: 0, delays: 0, lease_token: null }]);
-    expect((await dlRows(t, sid, gid7)).map((r) => [r.message_id, r.status])).toEqual([["3", "failure"]]);
-    expect((await dlRows(t, sid, gid8)).map((r) => [r.message_id, r.status])).toEqual([["5", "failure"]]);
+    expect((await exceptionRows(t, sid, gid8)).map(row)).toEqual([{ message_id: "5", status: "dead", attempts: 0, delays: 0, lease_token: null }]);
+    expect((await deliveryLogRows(t, sid, gid7)).map((r) => [r.message_id, r.status])).toEqual([["3", "failure"]]);
+    expect((await deliveryLogRows(t, sid, gid8)).map((r) => [r.message_id, r.status])).toEqual([["5", "failure"]]);
     expect(await cursor(t, sid, gid7)).toMatchObject({ claimed: "5", committed: "2" });
     expect(await cursor(t, sid, gid8)).toMatchObject({ claimed: "5", committed: "5" });
     expect((await g7.progress()).exceptions).toMatchObject({ ready: 1, dead: 0 });
@@ -49,17 +49,17 @@ describe("group independence (C16)", () => {
 
     // g8 operations do not touch g7, and g7's retry does not touch g8.
     await g8.redrive({ ids: ["5"] }, { reason: "g8 only" });
-    expect(await eqRows(t, sid, gid7)).toEqual(g7Rows);
+    expect(await exceptionRows(t, sid, gid7)).toEqual(g7Rows);
     await g8.poll(() => {});
-    expect(await eqRows(t, sid, gid8)).toEqual([]);
-    expect(await eqRows(t, sid, gid7)).toEqual(g7Rows);
+    expect(await exceptionRows(t, sid, gid8)).toEqual([]);
+    expect(await exceptionRows(t, sid, gid7)).toEqual(g7Rows);
     await g8.pause();
-    const g8Rows = await dlRows(t, sid, gid8);
+    const g8Rows = await deliveryLogRows(t, sid, gid8);
     await makeDue(t, sid);
     await g7.poll(h7 as Handler);
-    expect(await eqRows(t, sid, gid7)).toEqual([]);
+    expect(await exceptionRows(t, sid, gid7)).toEqual([]);
     expect(await cursor(t, sid, gid7)).toMatchObject({ claimed: "5", committed: "5" });
-    expect(await dlRows(t, sid, gid8)).toEqual(g8Rows);
+    expect(await deliveryLogRows(t, sid, gid8)).toEqual(g8Rows);
     expect((await g8.progress()).paused).toBe(true);
     expect((await g7.progress()).paused).toBe(false);
     await checkInvariants(t, sid);
@@ -69,7 +69,7 @@ describe("group independence (C16)", () => {
 describe("configuration (C29)", () => {
   it("C29: invalid redeclarations are rejected with codes and leave the stored config unchanged", async () => {
     const { t, g, gid } = await setup("c29.invalid", { group: { message: { retry: { maxRetries: 4 } } } });
-    const stored = async () => (await t.sql(`SELECT config, updated_at, paused FROM ${S}.consumer_group_config WHERE id = $1`, [gid]))[0];
+    const stored = async () => (await t.sql(`SELECT config, updated_at, paused FROM ${SCHEMA}.consumer_group_config WHERE id = $1`, [gid]))[0];
     const before = await stored();
     await expect(g.register({ message: { retry: { baseDelay: 5000, maxDelay: 1000 } } })).rejects.toMatchObject({ code: "SQL0014" });
     await expect(g.register({ message: { retry: { maxRetries: 4, bogus: 1 } } } as ConsumerConfig)).rejects.toMatchObject({ code: "SQL0013" });
@@ -92,20 +92,20 @@ describe("configuration (C29)", () => {
       await makeDue(t, sid);
       await g.poll(h);
     }
-    expect((await eqRows(t, sid, gid)).map(row)).toEqual([{ message_id: "1", status: "ready", attempts: 3, delays: 0, lease_token: null }]);
+    expect((await exceptionRows(t, sid, gid)).map(row)).toEqual([{ message_id: "1", status: "ready", attempts: 3, delays: 0, lease_token: null }]);
     await s.produce({}); // a head beyond the cursor: redeclaring with start 'head' must not jump to it
     const before = await cursor(t, sid, gid);
     expect(before).toMatchObject({ claimed: "1", committed: "0" });
     await g.register({ message: { retry: { maxRetries: 5 } }, start: "head" });
     expect(await cursor(t, sid, gid)).toEqual(before);
     for (let i = 0; i < 5; i++) {
-      const e = (await eqRows(t, sid, gid)).find((x) => x.message_id === "1");
+      const e = (await exceptionRows(t, sid, gid)).find((x) => x.message_id === "1");
       if (e?.status === "dead") break;
       await makeDue(t, sid);
       await g.poll(h);
     }
     expect(calls).toEqual([0, 1, 2, 3, 4, 5]);
-    expect((await eqRows(t, sid, gid)).map(row)).toEqual([{ message_id: "1", status: "dead", attempts: 5, delays: 0, lease_token: null }]);
+    expect((await exceptionRows(t, sid, gid)).map(row)).toEqual([{ message_id: "1", status: "dead", attempts: 5, delays: 0, lease_token: null }]);
     await pollPastFence(g, h, { until: committed("2") });
     await checkInvariants(t, sid);
   });
@@ -125,7 +125,7 @@ describe("redrive (C31)", () => {
       await makeDue(x.t, x.sid);
       await x.g.poll(h as Handler);
     }
-    expect((await eqRows(x.t, x.sid, x.gid)).map(row)).toEqual([
+    expect((await exceptionRows(x.t, x.sid, x.gid)).map(row)).toEqual([
       { message_id: "5", status: "dead", attempts: 3, delays: 0, lease_token: null },
       { message_id: "6", status: "dead", attempts: 3, delays: 0, lease_token: null },
     ]);
@@ -135,14 +135,14 @@ describe("redrive (C31)", () => {
 
   it("C31: redrive by ids and by all puts dead rows back with a fresh budget and an audit row; the cursor never moves back", async () => {
     const { t, g, sid, gid, state, h } = await twoDead("c31.redrive");
-    const dead5 = (await eqRows(t, sid, gid))[0];
+    const dead5 = (await exceptionRows(t, sid, gid))[0];
     expect(await g.redrive({ ids: ["5"] }, { reason: "fixed" })).toEqual({ redriven: 1, skipped: 0 });
-    const [r5, r6] = await eqRows(t, sid, gid);
+    const [r5, r6] = await exceptionRows(t, sid, gid);
     expect(row(r5)).toEqual({ message_id: "5", status: "ready", attempts: 0, delays: 0, lease_token: null });
     expect(r5.last_error).toBe(dead5.last_error);
     expect(Math.abs(r5.gap_ms)).toBeLessThanOrEqual(250);
     expect(r6.status).toBe("dead");
-    expect((await dlRows(t, sid, gid, "5")).at(-1)).toEqual({ message_id: "5", attempt: 3, status: "redriven", error: "redriven: fixed" });
+    expect((await deliveryLogRows(t, sid, gid, "5")).at(-1)).toEqual({ message_id: "5", attempt: 3, status: "redriven", error: "redriven: fixed" });
     expect((await g.progress()).exceptions).toMatchObject({ ready: 1, dead: 1 });
     await checkInvariants(t, sid);
 
@@ -151,23 +151,23 @@ describe("redrive (C31)", () => {
     const r = await g.poll(h);
     expect(r).toMatchObject({ started: 1, succeeded: 1 });
     expect(state.seen).toEqual([["5", 0]]);
-    expect((await eqRows(t, sid, gid)).map((x) => x.message_id)).toEqual(["6"]);
+    expect((await exceptionRows(t, sid, gid)).map((x) => x.message_id)).toEqual(["6"]);
     expect((await cursor(t, sid, gid)).committed).toBe("6");
     await checkInvariants(t, sid);
 
     expect(await g.redrive({ all: true })).toEqual({ redriven: 1, skipped: 0 });
-    expect((await dlRows(t, sid, gid, "6")).at(-1)).toEqual({ message_id: "6", attempt: 3, status: "redriven", error: "redriven: no reason given" });
+    expect((await deliveryLogRows(t, sid, gid, "6")).at(-1)).toEqual({ message_id: "6", attempt: 3, status: "redriven", error: "redriven: no reason given" });
     // 6 is no longer dead, 1 has no row, 999 does not exist: all skipped
     expect(await g.redrive({ ids: ["6", 1, 999n] })).toEqual({ redriven: 0, skipped: 3 });
     await checkInvariants(t, sid);
     // A redriven row that fails again starts over with the initial backoff, still below committed.
     state.broken = true;
     await g.poll(h);
-    const [again] = await eqRows(t, sid, gid);
+    const [again] = await exceptionRows(t, sid, gid);
     expect(row(again)).toEqual({ message_id: "6", status: "ready", attempts: 1, delays: 0, lease_token: null });
     expect(Math.abs(again.gap_ms - 5_000)).toBeLessThanOrEqual(250);
     expect((await cursor(t, sid, gid)).committed).toBe("6");
-    expect((await dlRows(t, sid, gid, "6")).map((x) => [x.attempt, x.status])).toEqual([
+    expect((await deliveryLogRows(t, sid, gid, "6")).map((x) => [x.attempt, x.status])).toEqual([
       [0, "failure"], [1, "failure"], [2, "failure"], [3, "failure"], [3, "redriven"], [0, "failure"],
     ]);
     await checkInvariants(t, sid);
@@ -182,12 +182,12 @@ describe("redrive (C31)", () => {
     const [{ now }] = await t.sql<{ now: Date }>(`SELECT now() AS now`);
     expect(await g.redrive({ deadBefore: new Date(now.getTime() - 3_600_000) })).toEqual({ redriven: 0, skipped: 0 });
     expect(await g.redrive({ errorContains: "alpha" }, { reason: "alpha fixed" })).toEqual({ redriven: 1, skipped: 0 });
-    expect((await eqRows(t, sid, gid)).map((x) => [x.message_id, x.status])).toEqual([["1", "ready"], ["2", "dead"], ["3", "dead"]]);
+    expect((await exceptionRows(t, sid, gid)).map((x) => [x.message_id, x.status])).toEqual([["1", "ready"], ["2", "dead"], ["3", "dead"]]);
     expect(await g.redrive({ deadSince: new Date(now.getTime() - 3_600_000), limit: 1 })).toEqual({ redriven: 1, skipped: 0 });
-    expect((await eqRows(t, sid, gid)).map((x) => x.status)).toEqual(["ready", "ready", "dead"]);
-    await t.sql(`DELETE FROM ${S}.message_log_${sid} WHERE id = 3`);
+    expect((await exceptionRows(t, sid, gid)).map((x) => x.status)).toEqual(["ready", "ready", "dead"]);
+    await t.sql(`DELETE FROM ${SCHEMA}.message_log_${sid} WHERE id = 3`);
     expect(await g.redrive({ ids: ["3"] })).toEqual({ redriven: 0, skipped: 1 });
-    expect((await eqRows(t, sid, gid)).map((x) => x.status)).toEqual(["ready", "ready", "dead"]);
+    expect((await exceptionRows(t, sid, gid)).map((x) => x.status)).toEqual(["ready", "ready", "dead"]);
     await checkInvariants(t, sid);
   });
 
@@ -197,17 +197,17 @@ describe("redrive (C31)", () => {
     await pollPastFence(g, () => {
       throw Permanent("no");
     });
-    expect((await eqRows(t, sid, gid)).map((x) => [x.message_id, x.concurrency])).toEqual([["1", "parallel"], ["2", "parallel"]]);
+    expect((await exceptionRows(t, sid, gid)).map((x) => [x.message_id, x.concurrency])).toEqual([["1", "parallel"], ["2", "parallel"]]);
     await g.register({ concurrencyOverride: "exclusive" });
     expect(await g.redrive({ all: true })).toEqual({ redriven: 2, skipped: 0 });
-    expect((await eqRows(t, sid, gid)).map((x) => [x.message_id, x.status, x.concurrency])).toEqual([["1", "ready", "exclusive"], ["2", "ready", "parallel"]]);
+    expect((await exceptionRows(t, sid, gid)).map((x) => [x.message_id, x.status, x.concurrency])).toEqual([["1", "ready", "exclusive"], ["2", "ready", "parallel"]]);
     await checkInvariants(t, sid);
   });
 
   it("C31: mode off redrives without a delivery-log row", async () => {
     const { t, g, sid, gid } = await twoDead("c31.off", "off");
     expect(await g.redrive({ ids: ["5", "6"] }, { reason: "quiet" })).toEqual({ redriven: 2, skipped: 0 });
-    expect((await eqRows(t, sid, gid)).map((x) => [x.status, x.attempts])).toEqual([["ready", 0], ["ready", 0]]);
+    expect((await exceptionRows(t, sid, gid)).map((x) => [x.status, x.attempts])).toEqual([["ready", 0], ["ready", 0]]);
     expect(await count(t, `delivery_log_${sid}`)).toBe(0);
     await checkInvariants(t, sid, { redriven: ["5", "6"] });
   });
@@ -260,7 +260,7 @@ describe("seek (C32)", () => {
     const res = await g.seek({ id: "21" });
     expect(res).toMatchObject({ claimed: "20", committed: "20", previous: { claimed: "51", committed: "51" }, deletedRows: 1 });
     expect(await cursor(t, sid, gid)).toMatchObject({ claimed: "20", committed: "20" });
-    expect((await eqRows(t, sid, gid)).map((x) => [x.message_id, x.status])).toEqual([["10", "dead"]]); // 30 deleted, 10 kept
+    expect((await exceptionRows(t, sid, gid)).map((x) => [x.message_id, x.status])).toEqual([["10", "dead"]]); // 30 deleted, 10 kept
     expect(t.events.some((e) => e.code === "SEEK" && e.stream === "c32.seek")).toBe(true);
     await checkInvariants(t, sid, { afterSeek: true });
     await g.resume();
@@ -271,8 +271,8 @@ describe("seek (C32)", () => {
     await checkInvariants(t, sid);
 
     // By time: the first id created at or after it.
-    const [{ at }] = await t.sql<{ at: Date }>(`SELECT created_at AS at FROM ${S}.message_log_${sid} WHERE id = 35`);
-    const [{ earlier }] = await t.sql<{ earlier: boolean }>(`SELECT created_at < $1 AS earlier FROM ${S}.message_log_${sid} WHERE id = 34`, [at]);
+    const [{ at }] = await t.sql<{ at: Date }>(`SELECT created_at AS at FROM ${SCHEMA}.message_log_${sid} WHERE id = 35`);
+    const [{ earlier }] = await t.sql<{ earlier: boolean }>(`SELECT created_at < $1 AS earlier FROM ${SCHEMA}.message_log_${sid} WHERE id = 34`, [at]);
     expect(earlier).toBe(true);
     expect(await g.seek({ time: at })).toMatchObject({ claimed: "34", committed: "34" });
     await checkInvariants(t, sid, { afterSeek: true });
@@ -298,11 +298,11 @@ describe("seek (C32)", () => {
     await expect(g.seek({ id: "41" })).rejects.toMatchObject({ code: "SQL0028" });
     expect(await g.seek({ id: "41" }, { force: true })).toMatchObject({ claimed: "40", committed: "40" });
     expect(await count(t, `claim_lease_${sid}`, "consumer_group_id = $1", [gid])).toBe(0);
-    const dlBefore = await dlRows(t, sid, gid);
+    const deliveryLogBefore = await deliveryLogRows(t, sid, gid);
     release2.open();
     expect(await old).toMatchObject({ leaseLost: 1, failed: 0 });
-    expect((await eqRows(t, sid, gid)).map((x) => x.message_id)).toEqual(["10"]);
-    expect(await dlRows(t, sid, gid)).toEqual(dlBefore);
+    expect((await exceptionRows(t, sid, gid)).map((x) => x.message_id)).toEqual(["10"]);
+    expect(await deliveryLogRows(t, sid, gid)).toEqual(deliveryLogBefore);
     expect(t.events.some((e) => e.code === "SQL0034" && e.stream === "c32.seek")).toBe(true);
     await checkInvariants(t, sid, { afterSeek: true });
     seen.length = 0;
@@ -318,12 +318,12 @@ describe("seek (C32)", () => {
     await pollPastFence(g, ((m: Message<number>) => {
       if (m.payload < 3) throw new Error("x");
     }) as Handler);
-    await t.sql(`UPDATE ${S}.exception_queue_${sid} SET status = 'inflight', lease_token = gen_random_uuid(), lease_expires_at = now() + interval '1 minute' WHERE message_id = 1`);
-    await t.sql(`UPDATE ${S}.exception_queue_${sid} SET lease_token = gen_random_uuid(), lease_expires_at = now() + interval '1 minute' WHERE message_id = 2`);
-    await t.sql(`INSERT INTO ${S}.message_key_lease_${sid} VALUES ($1, 'k', gen_random_uuid(), now() + interval '1 minute')`, [gid]);
+    await t.sql(`UPDATE ${SCHEMA}.exception_queue_${sid} SET status = 'inflight', lease_token = gen_random_uuid(), lease_expires_at = now() + interval '1 minute' WHERE message_id = 1`);
+    await t.sql(`UPDATE ${SCHEMA}.exception_queue_${sid} SET lease_token = gen_random_uuid(), lease_expires_at = now() + interval '1 minute' WHERE message_id = 2`);
+    await t.sql(`INSERT INTO ${SCHEMA}.message_key_lease_${sid} VALUES ($1, 'k', gen_random_uuid(), now() + interval '1 minute')`, [gid]);
     await expect(g.seek({ id: "3" })).rejects.toMatchObject({ code: "SQL0028" });
     expect(await g.seek({ id: "3" }, { force: true })).toMatchObject({ claimed: "2", committed: "0", deletedRows: 0 });
-    expect((await eqRows(t, sid, gid)).map(row)).toEqual([
+    expect((await exceptionRows(t, sid, gid)).map(row)).toEqual([
       { message_id: "1", status: "ready", attempts: 1, delays: 0, lease_token: null },
       { message_id: "2", status: "ready", attempts: 1, delays: 0, lease_token: null },
     ]);
@@ -345,13 +345,13 @@ describe("pause (C33)", () => {
     await makeDue(t, sid);
     await s.produceBatch([{ payload: 4 }, { payload: 5 }]);
     await g.pause();
-    const [{ paused_at }] = await t.sql<{ paused_at: Date }>(`SELECT paused_at FROM ${S}.consumer_group_config WHERE id = $1`, [gid]);
+    const [{ paused_at }] = await t.sql<{ paused_at: Date }>(`SELECT paused_at FROM ${SCHEMA}.consumer_group_config WHERE id = $1`, [gid]);
     await g.pause(); // idempotent
     await g.register(); // redeclaring keeps paused
     expect((await g.progress()).paused).toBe(true);
     const before = await tableSnapshot(t, sid);
     expect(before.consumer_group_config).toEqual([expect.objectContaining({ paused: true })]);
-    const [{ paused_at: again }] = await t.sql<{ paused_at: Date }>(`SELECT paused_at FROM ${S}.consumer_group_config WHERE id = $1`, [gid]);
+    const [{ paused_at: again }] = await t.sql<{ paused_at: Date }>(`SELECT paused_at FROM ${SCHEMA}.consumer_group_config WHERE id = $1`, [gid]);
     expect(again).toEqual(paused_at);
     seen.length = 0;
     const mark = t.statements.length;
@@ -370,7 +370,7 @@ describe("pause (C33)", () => {
 
     await g.resume();
     await g.resume(); // idempotent
-    const [{ p, pa }] = await t.sql<{ p: boolean; pa: Date | null }>(`SELECT paused AS p, paused_at AS pa FROM ${S}.consumer_group_config WHERE id = $1`, [gid]);
+    const [{ p, pa }] = await t.sql<{ p: boolean; pa: Date | null }>(`SELECT paused AS p, paused_at AS pa FROM ${SCHEMA}.consumer_group_config WHERE id = $1`, [gid]);
     expect([p, pa]).toEqual([false, null]);
     const r2 = await g.poll(h);
     expect(r2.paused).toBe(false);
@@ -408,7 +408,7 @@ describe("inspection (C34)", () => {
     expect((await g.failures({ status: "ready" })).map((f) => [f.messageId, f.attempts])).toEqual([["2", 1]]);
     // The oldest unresolved message is the lowest id above committed or an unresolved row's message,
     // not a newer resolved one (3 succeeded although it is above committed).
-    await t.sql(`UPDATE ${S}.message_log_${sid} SET created_at = now() - CASE id WHEN 2 THEN interval '1 hour' ELSE interval '2 hours' END WHERE id IN (2, 3)`);
+    await t.sql(`UPDATE ${SCHEMA}.message_log_${sid} SET created_at = now() - CASE id WHEN 2 THEN interval '1 hour' ELSE interval '2 hours' END WHERE id IN (2, 3)`);
     expect(Math.abs(((await g.progress()).oldestUnresolvedAgeMs ?? 0) - 3_600_000)).toBeLessThan(60_000);
     await makeDue(t, sid);
     await g.poll(h);
@@ -426,7 +426,7 @@ describe("inspection (C34)", () => {
     const f = await g.failures();
     expect(f).toHaveLength(1);
     const [stored] = await t.sql<{ updated_at: Date; can_run_after: Date; created_at: Date }>(
-      `SELECT e.updated_at, e.can_run_after, m.created_at FROM ${S}.exception_queue_${sid} e JOIN ${S}.message_log_${sid} m ON m.id = e.message_id
+      `SELECT e.updated_at, e.can_run_after, m.created_at FROM ${SCHEMA}.exception_queue_${sid} e JOIN ${SCHEMA}.message_log_${sid} m ON m.id = e.message_id
         WHERE e.consumer_group_id = $1 AND e.message_id = 2`,
       [gid],
     );

@@ -9,7 +9,7 @@ import type { Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants } from "../../support/invariants.js";
 import { type NodeChild, type PollerConfig, spawnPoller } from "../../support/processes.js";
-import { S, setupGroup, testClient } from "../../support/streams.js";
+import { SCHEMA, setupGroup, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -90,7 +90,7 @@ describe("an abandoned run keeps its key until it settles", () => {
     // Past the lease the run was started under (timeout + recordMargin = 400 ms), the key's lease
     // is still live in the database, renewed for the unsettled run.
     while (Date.now() < abandonedStart + 900) await sleep(20);
-    const live = await t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM ${S}.message_key_lease_${sid} WHERE message_key = 'K' AND expires_at > now()`);
+    const live = await t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM ${SCHEMA}.message_key_lease_${sid} WHERE message_key = 'K' AND expires_at > now()`);
     const stillRunning = !abandonedSettled;
     expect(stillRunning, "the abandoned run settled before the check: the machine stalled for over a second").toBe(true);
     expect(live[0].n).toBe(1);
@@ -124,7 +124,7 @@ describe("an abandoned run keeps its key until it settles", () => {
     expect(childDrains.length).toBeGreaterThan(0);
     expect(childDrains.every((x) => x.started === 0)).toBe(true);
     // Once settled, the lease was released (not left to expire).
-    const leases = await t.sql(`SELECT 1 FROM ${S}.message_key_lease_${sid} WHERE expires_at > now()`);
+    const leases = await t.sql(`SELECT 1 FROM ${SCHEMA}.message_key_lease_${sid} WHERE expires_at > now()`);
     expect(leases).toEqual([]);
     await checkInvariants(t, sid);
   });
@@ -157,7 +157,7 @@ describe("an abandoned run keeps its key until it settles", () => {
     expect(Date.now() - started).toBeGreaterThanOrEqual(2_000);
     // The lease then lapses (≤ timeout + recordMargin later) although the run has not settled.
     while (!settled) {
-      const live = await t.sql(`SELECT 1 FROM ${S}.message_key_lease_${sid} WHERE message_key = 'B' AND expires_at > now()`);
+      const live = await t.sql(`SELECT 1 FROM ${SCHEMA}.message_key_lease_${sid} WHERE message_key = 'B' AND expires_at > now()`);
       if (live.length === 0) break;
       await sleep(20);
     }

@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import type { Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants } from "../../support/invariants.js";
-import { S, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, makeDue, pollPastFence, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, count, cursor, deliveryLogRows, exceptionRows, groupIdOf, makeDue, pollPastFence, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -24,7 +24,7 @@ async function setup(t: TestClient, name: string, first: number, config: Record<
 
 async function heads(t: TestClient, n: string) {
   return t.sql<{ compaction_key: string; message_id: string | null; compaction_rank: string | null; schema_version: number | null }>(
-    `SELECT compaction_key, message_id::text, compaction_rank::text, schema_version FROM ${S}.compaction_head_${n} ORDER BY compaction_key`,
+    `SELECT compaction_key, message_id::text, compaction_rank::text, schema_version FROM ${SCHEMA}.compaction_head_${n} ORDER BY compaction_key`,
   );
 }
 
@@ -37,15 +37,15 @@ describe("C20 compaction", () => {
     expect(ids).toEqual(["101", "102", "103"]);
     expect(await heads(t, n)).toEqual([{ compaction_key: "K", message_id: "103", compaction_rank: "0", schema_version: 1 }]);
     const stored = await t.sql<{ id: string; compaction_rank: string | null }>(
-      `SELECT id::text, compaction_rank::text FROM ${S}.message_log_${n} WHERE id > 100 ORDER BY id`,
+      `SELECT id::text, compaction_rank::text FROM ${SCHEMA}.message_log_${n} WHERE id > 100 ORDER BY id`,
     );
     expect(stored.map((r) => r.compaction_rank)).toEqual(["0", "0", "0"]);
     const seen: string[] = [];
     const r = await g.drain((m: Message<{ v: string }>) => void seen.push(`${m.id}:${m.payload.v}`));
     expect(seen).toEqual(["103:c"]);
     expect(r).toMatchObject({ succeeded: 1, superseded: 0 });
-    expect(await eqRows(t, n, gid)).toEqual([]);
-    expect(await dlRows(t, n, gid)).toEqual([]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
+    expect(await deliveryLogRows(t, n, gid)).toEqual([]);
     expect((await cursor(t, n, gid)).committed).toBe("103");
     await checkInvariants(t, n);
   });
@@ -64,7 +64,7 @@ describe("C20 compaction", () => {
     await g.drain((m: Message<{ v: string }>) => void seen.push(m.payload.v));
     expect(seen).toEqual(["plain1", "c2", "plain2", "c3"]);
     expect((await cursor(t, n, gid)).committed).toBe("5");
-    expect(await eqRows(t, n, gid)).toEqual([]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
   });
 
   it("supersede: 201 fails, 202 for the key succeeds, then 201 when due becomes superseded without running", async () => {
@@ -76,7 +76,7 @@ describe("C20 compaction", () => {
       seen.push(`${m.id}@${m.attempt}`);
       throw new Error("fails once");
     });
-    expect((await eqRows(t, n, gid)).map((r) => [r.message_id, r.status, r.attempts])).toEqual([["201", "ready", 1]]);
+    expect((await exceptionRows(t, n, gid)).map((r) => [r.message_id, r.status, r.attempts])).toEqual([["201", "ready", 1]]);
     expect((await s.produce({ v: "new" }, { key: "K", compaction: {} })).id).toBe("202");
     expect(await heads(t, n)).toMatchObject([{ compaction_key: "K", message_id: "202" }]);
     await pollPastFence(g, (m: Message) => void seen.push(`${m.id}@${m.attempt}`));
@@ -88,16 +88,16 @@ describe("C20 compaction", () => {
     const r = await g.poll((m: Message) => void seen.push(`${m.id}@${m.attempt}`));
     expect(seen).toEqual(["201@0", "202@0"]); // handler not called
     expect(r).toMatchObject({ superseded: 1, started: 0, committedAfter: "202" });
-    const exceptionQueue = await eqRows(t, n, gid);
+    const exceptionQueue = await exceptionRows(t, n, gid);
     expect(exceptionQueue.map((x) => [x.message_id, x.status, x.attempts, x.lease_token])).toEqual([["201", "superseded", 1, null]]);
-    expect((await dlRows(t, n, gid, "201")).map((x) => [x.attempt, x.status, x.error])).toEqual([
+    expect((await deliveryLogRows(t, n, gid, "201")).map((x) => [x.attempt, x.status, x.error])).toEqual([
       [0, "failure", expect.stringMatching(/^Error: fails once/)],
       [1, "superseded", "superseded by 202"],
     ]);
     await checkInvariants(t, n);
 
     // Never delivered again: superseded rows are not reservable, and it counts in progress().
-    await t.sql(`UPDATE ${S}.exception_queue_${n} SET can_run_after = now() - interval '1 hour', updated_at = now() - interval '1 hour'`);
+    await t.sql(`UPDATE ${SCHEMA}.exception_queue_${n} SET can_run_after = now() - interval '1 hour', updated_at = now() - interval '1 hour'`);
     const again = await g.drain((m: Message) => void seen.push(`${m.id}@${m.attempt}`));
     expect(again.started + again.superseded).toBe(0);
     expect(seen).toEqual(["201@0", "202@0"]);
@@ -116,9 +116,9 @@ describe("C20 compaction", () => {
     }, { opts: { batchLimit: 2, concurrency: 1 } });
     expect(seen).toEqual(["1:trigger"]);
     expect(r).toMatchObject({ superseded: 1, succeeded: 1 });
-    expect(await eqRows(t, n, gid)).toEqual([]);
-    expect((await dlRows(t, n, gid)).map((x) => [x.message_id, x.attempt, x.status, x.error])).toEqual([["2", 0, "superseded", "superseded by 3"]]);
-    expect(await t.sql(`SELECT 1 FROM ${S}.message_key_lease_${n}`)).toEqual([]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
+    expect((await deliveryLogRows(t, n, gid)).map((x) => [x.message_id, x.attempt, x.status, x.error])).toEqual([["2", 0, "superseded", "superseded by 3"]]);
+    expect(await t.sql(`SELECT 1 FROM ${SCHEMA}.message_key_lease_${n}`)).toEqual([]);
     await g.drain((m: Message<{ v: string }>) => void seen.push(`${m.id}:${m.payload.v}`));
     expect(seen).toEqual(["1:trigger", "3:v2"]);
     expect((await cursor(t, n, gid)).committed).toBe("3");
@@ -130,23 +130,23 @@ describe("C20 compaction", () => {
     const { s, g, n, gid } = await setup(t, "compact.deferred", 1, { concurrencyOverride: "exclusive" });
     await s.produce({ v: "b" }, { key: "K", compaction: {} }); // 1
     // K's lease held by another process (as a crashed poll's would be, until it expires): the
-    // range's member 1 is deferred 'key busy'. (Another poll's open range no longer gets 1 claimed
-    // at all: docs/protocol/ordering.md#ranges-of-several-pollers.)
+    // range's member 1 is deferred 'key busy'. (A key lease row alone, with no open range of another
+    // poll: such a range would keep 1 from being claimed at all, docs/protocol/ordering.md#ranges-of-several-pollers.)
     await t.sql(
-      `INSERT INTO ${S}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at)
+      `INSERT INTO ${SCHEMA}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at)
        VALUES ($1, 'K', gen_random_uuid(), now() + interval '1 hour')`,
       [gid],
     );
     const seen: string[] = [];
     await pollPastFence(g, (m: Message) => void seen.push(m.id), { opts: { batchLimit: 1 } });
-    expect((await eqRows(t, n, gid)).map((x) => [x.message_id, x.status, x.concurrency])).toEqual([["1", "deferred", "exclusive"]]);
+    expect((await exceptionRows(t, n, gid)).map((x) => [x.message_id, x.status, x.concurrency])).toEqual([["1", "deferred", "exclusive"]]);
     await s.produce({ v: "c" }, { key: "K", compaction: {} }); // 2: new head
-    await t.sql(`DELETE FROM ${S}.message_key_lease_${n} WHERE consumer_group_id = $1`, [gid]);
+    await t.sql(`DELETE FROM ${SCHEMA}.message_key_lease_${n} WHERE consumer_group_id = $1`, [gid]);
     const r = await pollPastFence(g, (m: Message) => void seen.push(m.id), { drain: true, until: (x) => x.superseded > 0 });
     expect(seen).toEqual(["2"]);
     expect(r.superseded).toBe(1);
-    expect((await eqRows(t, n, gid)).map((x) => [x.message_id, x.status, x.attempts])).toEqual([["1", "superseded", 0]]);
-    expect((await dlRows(t, n, gid, "1")).map((x) => [x.attempt, x.status, x.error])).toEqual([
+    expect((await exceptionRows(t, n, gid)).map((x) => [x.message_id, x.status, x.attempts])).toEqual([["1", "superseded", 0]]);
+    expect((await deliveryLogRows(t, n, gid, "1")).map((x) => [x.attempt, x.status, x.error])).toEqual([
       [0, "deferred", "deferred: key busy"],
       [0, "superseded", "superseded by 2"],
     ]);
@@ -174,7 +174,7 @@ describe("C20 compaction", () => {
     expect((await s.produce({ v: "negative" }, { key: "K", compaction: { rank: -5 } })).id).toBe("305");
     await g.drain((m: Message) => void seen.push(m.id));
     expect(seen).toEqual(["301", "304"]);
-    expect(await eqRows(t, n, gid)).toEqual([]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
     await checkInvariants(t, n);
   });
 
@@ -235,7 +235,7 @@ describe("C20 compaction", () => {
     const seen1: string[] = [];
     await g.drain(async (m: Message) => {
       seen1.push(m.id);
-      expect(await t.sql(`SELECT 1 FROM ${S}.message_key_lease_${n}`)).toEqual([]);
+      expect(await t.sql(`SELECT 1 FROM ${SCHEMA}.message_key_lease_${n}`)).toEqual([]);
     });
     await s.produce({ v: "b" }, { key: "K", compaction: {} }); // 2
     await g.drain((m: Message) => void seen1.push(m.id));

@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { Delay, Permanent, type Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants } from "../../support/invariants.js";
-import { S, type TestClient, eqRows, groupIdOf, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, exceptionRows, groupIdOf, streamIdOf, testClient } from "../../support/streams.js";
 import { Ledger } from "../../support/keyed.js";
 
 const url = useFreshDatabase();
@@ -52,7 +52,7 @@ describe("per-key ordering: one slow key cannot block the others", () => {
     for (const k of healthy) expect(done.get(k), k).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
     // The slow key ran its first message once and is still waiting; its later ones never started.
     expect(slowRuns).toEqual([0]);
-    const rows = await eqRows(t, n, gid);
+    const rows = await exceptionRows(t, n, gid);
     expect(rows.filter((r) => r.status === "ready").map((r) => r.message_id)).toEqual(["1"]);
     expect(rows.filter((r) => r.status === "deferred")).toHaveLength(9);
     await checkInvariants(t, n);
@@ -134,12 +134,12 @@ describe("per-key ordering: one slow key cannot block the others", () => {
     expect(dieStart).toBeGreaterThanOrEqual(0);
     expect(nextStart).toBeGreaterThan(dieStart);
     // What is left: the stalled key's rows (1 ready, 11 deferred) and the dead letter.
-    const rows = await eqRows(tp, n, gid);
+    const rows = await exceptionRows(tp, n, gid);
     const byStatus = (st: string) => rows.filter((r) => r.status === st).map((r) => BigInt(r.message_id));
     expect(byStatus("dead")).toEqual([dieId]);
     expect(byStatus("ready")).toEqual([idOf.get("stall/0")]);
     expect(byStatus("deferred").sort((a, b) => (a < b ? -1 : 1))).toEqual(Array.from({ length: ROUNDS - 1 }, (_, r) => idOf.get(`stall/${r + 1}`)));
-    expect(await tp.sql(`SELECT 1 FROM ${S}.message_key_lease_${n} WHERE expires_at > now()`)).toEqual([]);
+    expect(await tp.sql(`SELECT 1 FROM ${SCHEMA}.message_key_lease_${n} WHERE expires_at > now()`)).toEqual([]);
     await checkInvariants(tp, n);
   });
 });

@@ -1,8 +1,9 @@
 // Several poller processes on one keyed group (docs/protocol/ordering.md#ranges-of-several-pollers): three
 // real pollers drain an ordered (and an exclusive) group of 50 keys while a producer appends
 // 330 messages a second, in bursts, so that every range holds every key and ranges of different
-// pollers are open at once. A range that met another poll's open range used to be deferred whole
-// (each key's predecessor in that range, or its lease taken), and every later message behind it.
+// pollers are open at once. A claim ends its range before a key another poll's open range holds;
+// a range not cut there would be deferred whole (each key's predecessor in that range, or its
+// lease taken), and every later message behind it.
 // Asserted: few messages written `deferred` (a count of delivery-log rows, not a timing), every
 // message delivered, and the order and exclusivity ledger clean; once with a poller SIGKILLed in
 // the middle of a range.
@@ -12,7 +13,7 @@ import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants } from "../../support/invariants.js";
 import { Ledger } from "../../support/keyed.js";
 import { type ChildMessage, type NodeChild, spawnPoller } from "../../support/processes.js";
-import { S, groupIdOf, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, groupIdOf, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -99,8 +100,8 @@ async function scenario(stream: string, policy: "ordered" | "exclusive", kill: b
   const end = Date.now() + 90_000;
   for (;;) {
     const [r] = await t.sql<{ rows: number; lag: string }>(
-      `SELECT (SELECT count(*)::int FROM ${S}.exception_queue_${n}) AS rows,
-              ((SELECT max(id) FROM ${S}.message_log_${n}) - (SELECT committed FROM ${S}.consumer_group_cursor_${n} WHERE consumer_group_id = $1))::text AS lag`,
+      `SELECT (SELECT count(*)::int FROM ${SCHEMA}.exception_queue_${n}) AS rows,
+              ((SELECT max(id) FROM ${SCHEMA}.message_log_${n}) - (SELECT committed FROM ${SCHEMA}.consumer_group_cursor_${n} WHERE consumer_group_id = $1))::text AS lag`,
       [gid],
     );
     if (succeeded() === MESSAGES && r.rows === 0 && r.lag === "0") break;
@@ -136,7 +137,7 @@ async function scenario(stream: string, policy: "ordered" | "exclusive", kill: b
     } else ledger.end(id, e.key as string, e.ok === true, attempt, String(e.p));
   }
   const [d] = await t.sql<{ deferred: number }>(
-    `SELECT count(*)::int AS deferred FROM ${S}.delivery_log_${n} WHERE consumer_group_id = $1 AND status = 'deferred'`,
+    `SELECT count(*)::int AS deferred FROM ${SCHEMA}.delivery_log_${n} WHERE consumer_group_id = $1 AND status = 'deferred'`,
     [gid],
   );
   await checkInvariants(t, n);

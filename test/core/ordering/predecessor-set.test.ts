@@ -6,7 +6,7 @@
 // (busy), an expired lease (taken over), and an exclusive key (no predecessor check).
 import { describe, expect, it } from "vitest";
 import { useFreshDatabase } from "../../support/db.js";
-import { S, groupIdOf, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, groupIdOf, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -29,24 +29,24 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
     for (const [i, key] of keys.entries()) await s.produce({ i }, { key });
     const n = await streamIdOf(t, "ordered.set");
     const g = await groupIdOf(t, "g", "ordered.set");
-    const ids = await t.sql<{ id: string; message_key: string }>(`SELECT m.id::text AS id, m.message_key FROM ${S}.message_log_${n} m ORDER BY m.id`);
+    const ids = await t.sql<{ id: string; message_key: string }>(`SELECT m.id::text AS id, m.message_key FROM ${SCHEMA}.message_log_${n} m ORDER BY m.id`);
     expect(ids.map((r) => r.message_key)).toEqual(keys);
     const id = (pos: number) => ids[pos - 1].id;
 
     // Claimed up to 15; another poll's live range (10, 15]; the caller's range (20, 30].
-    await t.sql(`UPDATE ${S}.consumer_group_cursor_${n} SET claimed = $2 WHERE consumer_group_id = $1`, [g, id(15)]);
+    await t.sql(`UPDATE ${SCHEMA}.consumer_group_cursor_${n} SET claimed = $2 WHERE consumer_group_id = $1`, [g, id(15)]);
     await t.sql(
-      `INSERT INTO ${S}.claim_lease_${n} (consumer_group_id, token, low, high, expires_at)
+      `INSERT INTO ${SCHEMA}.claim_lease_${n} (consumer_group_id, token, low, high, expires_at)
        VALUES ($1, $2, $3, $4, now() + interval '1 hour'), ($1, $5, $6, $7, now() + interval '1 hour')`,
       [g, OTHER, id(10), id(15), OWN, id(20), id(30)],
     );
     await t.sql(
-      `INSERT INTO ${S}.exception_queue_${n} (consumer_group_id, message_id, status, message_key, concurrency, attempts)
+      `INSERT INTO ${SCHEMA}.exception_queue_${n} (consumer_group_id, message_id, status, message_key, concurrency, attempts)
        VALUES ($1, $2, 'ready', 'eq', 'ordered', 1), ($1, $3, 'dead', 'eqdead', 'ordered', 3)`,
       [g, id(1), id(2)],
     );
     await t.sql(
-      `INSERT INTO ${S}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at)
+      `INSERT INTO ${SCHEMA}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at)
        VALUES ($1, 'busy', $2, now() + interval '1 hour'), ($1, 'expired', $2, now() - interval '1 second')`,
       [g, STRANGER],
     );
@@ -55,7 +55,7 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
       k: keys[pos - 1], id: id(pos), ordered: keys[pos - 1] !== "excl", ms: 60_000,
     }));
     const refused = await t.sql<{ k: string; kind: string; pred_id: string | null }>(
-      `SELECT k, kind, pred_id::text FROM ${S}.take_keys_${n}($1, $2, $3, $4, $5::jsonb) ORDER BY k`,
+      `SELECT k, kind, pred_id::text FROM ${SCHEMA}.take_keys_${n}($1, $2, $3, $4, $5::jsonb) ORDER BY k`,
       [g, OWN, id(20), id(30), JSON.stringify(wanted)],
     );
     expect(refused).toEqual([
@@ -68,7 +68,7 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
     // busy key keeps its holder; keys with a predecessor got no row.
     const leases = await t.sql<{ message_key: string; token: string; secs: number }>(
       `SELECT message_key, token::text, round(extract(epoch FROM expires_at - now()))::int AS secs
-         FROM ${S}.message_key_lease_${n} WHERE consumer_group_id = $1 ORDER BY message_key`,
+         FROM ${SCHEMA}.message_key_lease_${n} WHERE consumer_group_id = $1 ORDER BY message_key`,
       [g],
     );
     expect(leases.map((l) => [l.message_key, l.token])).toEqual([
@@ -78,7 +78,7 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
 
     // The one-key forms are the same rule: ordered_pred_N per key, and take_key_N's typed result.
     for (const w of wanted.filter((x) => x.ordered)) {
-      const [p] = await t.sql<{ pred: string | null }>(`SELECT ${S}.ordered_pred_${n}($1, $2, $3, $4, $5)::text AS pred`, [
+      const [p] = await t.sql<{ pred: string | null }>(`SELECT ${SCHEMA}.ordered_pred_${n}($1, $2, $3, $4, $5)::text AS pred`, [
         g, w.k, w.id, id(20), id(30),
       ]);
       const expected = refused.find((r) => r.k === w.k && r.kind === "pred")?.pred_id ?? null;
@@ -86,7 +86,7 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
     }
     const takeKey = async (pos: number, token: string) => {
       const [r] = await t.sql<{ kind: string; ref: string | null }>(
-        `SELECT kind, ref::text AS ref FROM ${S}.take_key_${n}($1, $2, $3, 60000, $4, true, $5, $6, false)`,
+        `SELECT kind, ref::text AS ref FROM ${SCHEMA}.take_key_${n}($1, $2, $3, 60000, $4, true, $5, $6, false)`,
         [g, keys[pos - 1], token, id(pos), id(20), id(30)],
       );
       return r.kind === "pred" ? `pred ${r.ref}` : r.kind;
@@ -110,23 +110,23 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
     for (const [i, key] of keys.entries()) await s.produce({ i }, { key });
     const n = await streamIdOf(t, "ordered.fast");
     const g = await groupIdOf(t, "g", "ordered.fast");
-    const ids = (await t.sql<{ id: string }>(`SELECT id::text AS id FROM ${S}.message_log_${n} ORDER BY id`)).map((r) => r.id);
+    const ids = (await t.sql<{ id: string }>(`SELECT id::text AS id FROM ${SCHEMA}.message_log_${n} ORDER BY id`)).map((r) => r.id);
     // Claimed up to 7; the caller's range (2, 7]; message 1 ("a") is an unresolved exception row.
-    await t.sql(`UPDATE ${S}.consumer_group_cursor_${n} SET claimed = $2 WHERE consumer_group_id = $1`, [g, ids[6]]);
+    await t.sql(`UPDATE ${SCHEMA}.consumer_group_cursor_${n} SET claimed = $2 WHERE consumer_group_id = $1`, [g, ids[6]]);
     await t.sql(
-      `INSERT INTO ${S}.exception_queue_${n} (consumer_group_id, message_id, status, message_key, concurrency, attempts)
+      `INSERT INTO ${SCHEMA}.exception_queue_${n} (consumer_group_id, message_id, status, message_key, concurrency, attempts)
        VALUES ($1, $2, 'ready', 'a', 'ordered', 1)`,
       [g, ids[0]],
     );
     const wanted = [3, 4, 5, 6, 7].map((pos) => ({ k: keys[pos - 1], id: ids[pos - 1], ordered: true, ms: 60_000 }));
     const take = (token: string) =>
       t.sql<{ k: string; kind: string; pred_id: string | null }>(
-        `SELECT k, kind, pred_id::text FROM ${S}.take_keys_${n}($1, $2, $3, $4, $5::jsonb) ORDER BY k`,
+        `SELECT k, kind, pred_id::text FROM ${SCHEMA}.take_keys_${n}($1, $2, $3, $4, $5::jsonb) ORDER BY k`,
         [g, token, ids[1], ids[6], JSON.stringify(wanted)],
       );
     const leases = async () =>
       (await t.sql<{ k: string; token: string }>(
-        `SELECT message_key AS k, token::text FROM ${S}.message_key_lease_${n} WHERE consumer_group_id = $1 AND expires_at > now() ORDER BY message_key`,
+        `SELECT message_key AS k, token::text FROM ${SCHEMA}.message_key_lease_${n} WHERE consumer_group_id = $1 AND expires_at > now() ORDER BY message_key`,
         [g],
       )).map((l) => `${l.k}:${l.token === OWN ? "own" : l.token === STRANGER ? "stranger" : l.token}`);
 
@@ -140,14 +140,14 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
 
     // Only the last key in key order is held by someone else: the plain INSERT has written "b",
     // "c", "d" before it fails; nothing of that survives but what the upsert takes.
-    await t.sql(`DELETE FROM ${S}.message_key_lease_${n}`);
+    await t.sql(`DELETE FROM ${SCHEMA}.message_key_lease_${n}`);
     await t.sql(
-      `INSERT INTO ${S}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at) VALUES ($1, 'zz', $2, now() + interval '1 hour')`,
+      `INSERT INTO ${SCHEMA}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at) VALUES ($1, 'zz', $2, now() + interval '1 hour')`,
       [g, STRANGER],
     );
     expect(await take(OTHER)).toEqual([{ k: "a", kind: "pred", pred_id: ids[0] }, { k: "zz", kind: "busy", pred_id: null }]);
     expect(await leases()).toEqual(["b:" + OTHER, "c:" + OTHER, "d:" + OTHER, "zz:stranger"]);
-    const [{ rows }] = await t.sql<{ rows: number }>(`SELECT count(*)::int AS rows FROM ${S}.message_key_lease_${n}`);
+    const [{ rows }] = await t.sql<{ rows: number }>(`SELECT count(*)::int AS rows FROM ${SCHEMA}.message_key_lease_${n}`);
     expect(rows).toBe(4);
   });
 
@@ -161,18 +161,18 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
     const g = await groupIdOf(t, "g", "ordered.release");
     const held = async () =>
       (await t.sql<{ k: string; token: string }>(
-        `SELECT message_key AS k, token::text FROM ${S}.message_key_lease_${n} WHERE consumer_group_id = $1 ORDER BY message_key`,
+        `SELECT message_key AS k, token::text FROM ${SCHEMA}.message_key_lease_${n} WHERE consumer_group_id = $1 ORDER BY message_key`,
         [g],
       )).map((l) => `${l.k}:${l.token === OWN ? "own" : l.token === STRANGER ? "stranger" : l.token}`);
     // A recorded range's lease and key leases: three keys under the run's token, one a stranger's.
     const setUp = async () => {
-      await t.sql(`DELETE FROM ${S}.message_key_lease_${n}`);
+      await t.sql(`DELETE FROM ${SCHEMA}.message_key_lease_${n}`);
       await t.sql(
-        `INSERT INTO ${S}.claim_lease_${n} (consumer_group_id, token, low, high, expires_at) VALUES ($1, $2, 0, 4, now() + interval '1 hour')`,
+        `INSERT INTO ${SCHEMA}.claim_lease_${n} (consumer_group_id, token, low, high, expires_at) VALUES ($1, $2, 0, 4, now() + interval '1 hour')`,
         [g, OTHER],
       );
       await t.sql(
-        `INSERT INTO ${S}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at)
+        `INSERT INTO ${SCHEMA}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at)
          VALUES ($1, 'r0', $2, now() + interval '1 hour'), ($1, 'r1', $2, now() + interval '1 hour'),
                 ($1, 'r2', $2, now() + interval '1 hour'), ($1, 'r3', $3, now() + interval '1 hour')`,
         [g, OWN, STRANGER],
@@ -180,7 +180,7 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
     };
     const record = (keys: string | null) =>
       t.sql<{ recorded: boolean | null }>(
-        `SELECT recorded FROM ${S}.record_take_keys_${n}($1, $2, NULL, NULL, $3, $4::jsonb, $5, 4, 4, NULL)`,
+        `SELECT recorded FROM ${SCHEMA}.record_take_keys_${n}($1, $2, NULL, NULL, $3, $4::jsonb, $5, 4, 4, NULL)`,
         [g, OTHER, OWN, keys, STRANGER],
       );
 
@@ -207,14 +207,14 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
     for (let i = 0; i < 3; i++) await s.produce({ i }, { key: `c${i}` });
     const n = await streamIdOf(t, "ordered.cap");
     const g = await groupIdOf(t, "g", "ordered.cap");
-    await t.sql(`UPDATE ${S}.consumer_group_cursor_${n} SET claimed = 3 WHERE consumer_group_id = $1`, [g]);
+    await t.sql(`UPDATE ${SCHEMA}.consumer_group_cursor_${n} SET claimed = 3 WHERE consumer_group_id = $1`, [g]);
     // The caller's range (0, 3] expires in 10 s; c0's lease, passed on from the range before, in an hour.
     await t.sql(
-      `INSERT INTO ${S}.claim_lease_${n} (consumer_group_id, token, low, high, expires_at) VALUES ($1, $2, 0, 3, now() + interval '10 seconds')`,
+      `INSERT INTO ${SCHEMA}.claim_lease_${n} (consumer_group_id, token, low, high, expires_at) VALUES ($1, $2, 0, 3, now() + interval '10 seconds')`,
       [g, OTHER],
     );
     await t.sql(
-      `INSERT INTO ${S}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at) VALUES ($1, 'c0', $2, now() + interval '1 hour')`,
+      `INSERT INTO ${SCHEMA}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at) VALUES ($1, 'c0', $2, now() + interval '1 hour')`,
       [g, OWN],
     );
     const wanted = [
@@ -222,22 +222,22 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
       { k: "c1", id: "2", ordered: true, ms: 60_000 },
       { k: "c2", id: "3", ordered: true, ms: 1_000 },
     ];
-    const refused = await t.sql(`SELECT k, kind FROM ${S}.take_keys_${n}($1, $2, 0, 3, $3::jsonb)`, [g, OWN, JSON.stringify(wanted)]);
+    const refused = await t.sql(`SELECT k, kind FROM ${SCHEMA}.take_keys_${n}($1, $2, 0, 3, $3::jsonb)`, [g, OWN, JSON.stringify(wanted)]);
     expect(refused).toEqual([]);
     const rows = await t.sql<{ k: string; capped: boolean; left_ms: number }>(
       `SELECT k.message_key AS k, k.expires_at = l.expires_at AS capped,
               round(extract(epoch FROM k.expires_at - now()) * 1000)::int AS left_ms
-         FROM ${S}.message_key_lease_${n} k, ${S}.claim_lease_${n} l
+         FROM ${SCHEMA}.message_key_lease_${n} k, ${SCHEMA}.claim_lease_${n} l
         WHERE l.token = $1 ORDER BY k.message_key`,
       [OTHER],
     );
     expect(rows.map((r) => [r.k, r.capped])).toEqual([["c0", true], ["c1", true], ["c2", false]]);
     expect(rows[2].left_ms).toBeLessThanOrEqual(1_000);
     // An exception start passes (0, 0]: no range lease, no cap.
-    const [take] = await t.sql<{ kind: string }>(`SELECT kind FROM ${S}.take_key_${n}($1, 'free', $2, 60000, 3, false, 0, 0, false)`, [g, STRANGER]);
+    const [take] = await t.sql<{ kind: string }>(`SELECT kind FROM ${SCHEMA}.take_key_${n}($1, 'free', $2, 60000, 3, false, 0, 0, false)`, [g, STRANGER]);
     expect(take.kind).toBe("taken");
     const [{ left }] = await t.sql<{ left: number }>(
-      `SELECT round(extract(epoch FROM expires_at - now()))::int AS left FROM ${S}.message_key_lease_${n} WHERE message_key = 'free'`,
+      `SELECT round(extract(epoch FROM expires_at - now()))::int AS left FROM ${SCHEMA}.message_key_lease_${n} WHERE message_key = 'free'`,
     );
     expect(left).toBeGreaterThan(30);
   });

@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest";
 import { Delay, Permanent, type Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants } from "../../support/invariants.js";
-import { S, type TestClient, count, cursor, dlRows, eqRows, groupIdOf, latch, makeDue, pollPastFence, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, count, cursor, deliveryLogRows, exceptionRows, groupIdOf, latch, makeDue, pollPastFence, streamIdOf, testClient } from "../../support/streams.js";
 import { Ledger, claimLeases, keyLeases, snapshot, until } from "../../support/keyed.js";
 
 const url = useFreshDatabase();
@@ -47,7 +47,7 @@ async function ledgerStream(t: TestClient, name: string, opts: { otherGroup?: st
   return { s, g, other, n, gid };
 }
 
-type Row = Awaited<ReturnType<typeof eqRows>>[number];
+type Row = Awaited<ReturnType<typeof exceptionRows>>[number];
 const brief = (r: Row) => [r.message_id, r.status, r.message_key, r.concurrency, r.attempts, r.delays];
 
 describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-four-messages walkthrough", () => {
@@ -79,7 +79,7 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
     expect(d.keys[0].ttl_ms).toBeLessThanOrEqual(32_000);
     expect(r1).toMatchObject({ rangesClaimed: 1, started: 1, failed: 1, deferred: 3, succeeded: 0, committedAfter: "100" });
 
-    const eq1 = await eqRows(t, n, gid);
+    const eq1 = await exceptionRows(t, n, gid);
     expect(eq1.map(brief)).toEqual([
       ["101", "ready", KEY, "ordered", 1, 0],
       ["102", "deferred", KEY, "ordered", 0, 0],
@@ -94,7 +94,7 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
       expect(r.last_error).toBeNull();
       expect(r.can_run_after.getTime()).toBe(eq1[0].updated_at.getTime()); // all written at t1
     }
-    const dl1 = await dlRows(t, n, gid);
+    const dl1 = await deliveryLogRows(t, n, gid);
     expect(dl1.map((r) => [r.message_id, r.attempt, r.status])).toEqual([
       ["101", 0, "failure"], ["102", 0, "deferred"], ["103", 0, "deferred"], ["104", 0, "deferred"],
     ]);
@@ -122,7 +122,7 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
     const left: string[][] = [];
     const r3 = await g.poll(async (m: Message) => {
       r3calls.push(`${m.id}@${m.attempt}`);
-      const rows = await eqRows(t, n, gid);
+      const rows = await exceptionRows(t, n, gid);
       // The rows at and after this one (a later row's record may still be on its way).
       left.push(rows.filter((x) => BigInt(x.message_id) >= BigInt(m.id)).map((x) => `${x.message_id}:${x.status}`));
       if (m.id !== "101") expect(rows.map((x) => x.message_id)).not.toContain("101");
@@ -131,7 +131,7 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
       expect(row?.lease_token).not.toBeNull();
       if (m.id === "101") {
         const lease = await t.sql<{ ms: number }>(
-          `SELECT (EXTRACT(EPOCH FROM (lease_expires_at - updated_at)) * 1000)::float8 AS ms FROM ${S}.exception_queue_${n}
+          `SELECT (EXTRACT(EPOCH FROM (lease_expires_at - updated_at)) * 1000)::float8 AS ms FROM ${SCHEMA}.exception_queue_${n}
             WHERE consumer_group_id = $1 AND message_id = 101`, [gid]);
         expect(lease[0].ms).toBeCloseTo(32_000, 0);
       }
@@ -148,7 +148,7 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
     await checkInvariants(t, n);
     expect((await cursor(t, n, gid)).committed).toBe("104");
     expect(await count(t, `exception_queue_${n}`, "consumer_group_id = $1", [gid])).toBe(0);
-    expect((await dlRows(t, n, gid)).map((r) => [r.message_id, r.status])).toEqual([
+    expect((await deliveryLogRows(t, n, gid)).map((r) => [r.message_id, r.status])).toEqual([
       ["101", "failure"], ["102", "deferred"], ["103", "deferred"], ["104", "deferred"],
     ]);
 
@@ -157,8 +157,8 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
     const seen8: string[] = [];
     await other!.drain((m: Message) => void seen8.push(m.id));
     expect(seen8).toEqual(["101", "102", "103", "104"]);
-    expect(await eqRows(t, n, gid8)).toEqual([]);
-    expect(await dlRows(t, n, gid8)).toEqual([]);
+    expect(await exceptionRows(t, n, gid8)).toEqual([]);
+    expect(await deliveryLogRows(t, n, gid8)).toEqual([]);
     expect((await cursor(t, n, gid8)).committed).toBe("104");
   });
 
@@ -174,7 +174,7 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
     expect(seen).toEqual(["101@1", "102@0", "103@0", "104@0"]);
     expect(r.succeeded).toBe(4);
     expect((await cursor(t, n, gid)).committed).toBe("104");
-    expect(await eqRows(t, n, gid)).toEqual([]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
     await checkInvariants(t, n);
   });
 
@@ -193,17 +193,17 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
     // 101 dead resolves it: its chain, 102–104, runs in the same poll.
     expect(seen).toEqual(["101", "102", "103", "104"]);
     expect(r3).toMatchObject({ dead: 1, succeeded: 3, committedAfter: "104" });
-    const exceptionQueue = await eqRows(t, n, gid);
+    const exceptionQueue = await exceptionRows(t, n, gid);
     expect(exceptionQueue.map(brief)[0]).toEqual(["101", "dead", KEY, "ordered", 1, 0]);
     expect(exceptionQueue[0].last_error?.startsWith("SQL0026 permanent: Error: account closed")).toBe(true);
     expect(exceptionQueue[0].lease_token).toBeNull();
-    const deliveryLog = await dlRows(t, n, gid, "101");
+    const deliveryLog = await deliveryLogRows(t, n, gid, "101");
     expect(deliveryLog.map((r) => [r.attempt, r.status])).toEqual([[0, "failure"], [1, "failure"]]);
     expect(deliveryLog[1].error).toBe(exceptionQueue[0].last_error);
     await checkInvariants(t, n);
 
     expect((await cursor(t, n, gid)).committed).toBe("104");
-    expect((await eqRows(t, n, gid)).map(brief)).toEqual([["101", "dead", KEY, "ordered", 1, 0]]);
+    expect((await exceptionRows(t, n, gid)).map(brief)).toEqual([["101", "dead", KEY, "ordered", 1, 0]]);
     await checkInvariants(t, n);
 
     // C34: progress shows lag 0 with one dead row; failures() and the docs/guide/operations.md#operator-sql query return 101.
@@ -239,13 +239,13 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
       await g.poll(handler);
       await checkInvariants(t, n);
       if (i < 2) {
-        expect((await eqRows(t, n, gid)).map((r) => r.status)).toEqual(["ready", "deferred", "deferred", "deferred"]);
+        expect((await exceptionRows(t, n, gid)).map((r) => r.status)).toEqual(["ready", "deferred", "deferred", "deferred"]);
         expect((await cursor(t, n, gid)).committed).toBe("100");
       }
     }
     // The poll that ends 101 dead runs its chain, 102–104, too.
     expect(seen).toEqual(["101@0", "101@1", "101@2", "101@3", "102@0", "103@0", "104@0"]);
-    expect((await eqRows(t, n, gid)).map(brief)[0]).toEqual(["101", "dead", KEY, "ordered", 3, 0]);
+    expect((await exceptionRows(t, n, gid)).map(brief)[0]).toEqual(["101", "dead", KEY, "ordered", 3, 0]);
     await g.drain(handler);
     expect(seen.slice(4)).toEqual(["102@0", "103@0", "104@0"]);
     expect((await cursor(t, n, gid)).committed).toBe("104");
@@ -266,7 +266,7 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
     });
     expect(seen).toEqual(["101@1"]);
     expect(r3).toMatchObject({ delayed: 1, committedAfter: "100" });
-    const exceptionQueue = await eqRows(t, n, gid);
+    const exceptionQueue = await exceptionRows(t, n, gid);
     expect(exceptionQueue.map(brief)).toEqual([
       ["101", "ready", KEY, "ordered", 2, 1],
       ["102", "deferred", KEY, "ordered", 0, 0],
@@ -275,7 +275,7 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
     ]);
     expect(exceptionQueue[0].gap_ms).toBeCloseTo(60_000, 0);
     expect(exceptionQueue[0].last_error).toBe("SQL0025 delayed: run again in 60000 ms");
-    expect((await dlRows(t, n, gid, "101")).map((r) => [r.attempt, r.status])).toEqual([[0, "failure"], [1, "delayed"]]);
+    expect((await deliveryLogRows(t, n, gid, "101")).map((r) => [r.attempt, r.status])).toEqual([[0, "failure"], [1, "delayed"]]);
     await checkInvariants(t, n);
 
     // While 101 waits, polls run nothing and write nothing.
@@ -292,7 +292,7 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
     await g.drain((m: Message) => void rest.push(`${m.id}@${m.attempt}/${m.delays}`));
     expect(rest).toEqual(["101@2/1", "102@0/0", "103@0/0", "104@0/0"]);
     expect((await cursor(t, n, gid)).committed).toBe("104");
-    expect(await eqRows(t, n, gid)).toEqual([]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
   });
 
   it("cross-range: 102 is not claimed by poll B while 101 is in poll A's open range; it runs after A commits, nothing deferred", async () => {
@@ -318,8 +318,8 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
     expect(rB).toMatchObject({ rangesClaimed: 0, started: 0, deferred: 0 });
     expect(seen).toEqual(["A:101"]);
     expect((await cursor(t, n, gid)).claimed).toBe("101");
-    expect(await eqRows(t, n, gid)).toEqual([]);
-    expect(await dlRows(t, n, gid, "102")).toEqual([]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
+    expect(await deliveryLogRows(t, n, gid, "102")).toEqual([]);
     expect(await claimLeases(t, n, gid)).toMatchObject([{ low: "100", high: "101" }]);
     await checkInvariants(t, n);
 
@@ -336,7 +336,7 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
     await g.drain((m: Message) => void seen.push(`D:${m.id}@${m.attempt}`), { batchLimit: 1 });
     expect(seen).toEqual(["A:101", "D:102@0", "D:103@0", "D:104@0"]);
     expect((await cursor(t, n, gid)).committed).toBe("104");
-    expect(await eqRows(t, n, gid)).toEqual([]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
     await checkInvariants(t, n);
   });
 
@@ -351,13 +351,13 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
     });
     expect(seen).toEqual(["101", "102"]);
     expect(r).toMatchObject({ dead: 1, delayed: 1, deferred: 2 });
-    expect((await eqRows(t, n, gid)).map(brief)).toEqual([
+    expect((await exceptionRows(t, n, gid)).map(brief)).toEqual([
       ["101", "dead", KEY, "ordered", 0, 0],
       ["102", "ready", KEY, "ordered", 1, 1],
       ["103", "deferred", KEY, "ordered", 0, 0],
       ["104", "deferred", KEY, "ordered", 0, 0],
     ]);
-    expect((await dlRows(t, n, gid)).map((x) => [x.message_id, x.status, x.error.split("\n")[0]])).toEqual([
+    expect((await deliveryLogRows(t, n, gid)).map((x) => [x.message_id, x.status, x.error.split("\n")[0]])).toEqual([
       ["101", "failure", "SQL0026 permanent: Error: account closed"],
       ["102", "delayed", "SQL0025 delayed: run again in 1000 ms"],
       ["103", "deferred", "deferred: earlier message 102 of this key in the range did not complete"],
@@ -394,8 +394,8 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
     expect(seen.filter((x) => x.startsWith("a"))).toEqual(["a0", "a1", "a2", "a3", "a4", "a5"]);
     expect(seen.filter((x) => x.startsWith("b"))).toEqual(["b0", "b1", "b2", "b3", "b4", "b5"]);
     expect(seen.filter((x) => x.startsWith("stuck"))).toEqual(["stuck0"]);
-    // (eqRows orders by the text form of the id)
-    expect((await eqRows(t, n, gid)).map((r) => [r.message_id, r.status]).sort((x, y) => Number(x[0]) - Number(y[0]))).toEqual([
+    // (exceptionRows orders by the text form of the id)
+    expect((await exceptionRows(t, n, gid)).map((r) => [r.message_id, r.status]).sort((x, y) => Number(x[0]) - Number(y[0]))).toEqual([
       ["1", "ready"], ["4", "deferred"], ["7", "deferred"], ["10", "deferred"], ["13", "deferred"], ["16", "deferred"],
     ]);
     expect((await cursor(t, n, gid)).committed).toBe("0");
@@ -411,7 +411,7 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
     // without waiting a turn): all three ran, c's in order.
     expect([...seen].sort()).toEqual(["a6", "c0", "c1"]);
     expect(seen.filter((x) => x.startsWith("c"))).toEqual(["c0", "c1"]);
-    expect(await dlRows(t, n, gid, "20")).toEqual([]);
+    expect(await deliveryLogRows(t, n, gid, "20")).toEqual([]);
     expect((await cursor(t, n, gid)).committed).toBe("0");
     await checkInvariants(t, n);
 
@@ -423,7 +423,7 @@ describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-fo
     expect(seen.filter((x) => x.startsWith("stuck"))).toEqual(["stuck0", "stuck1", "stuck2", "stuck3", "stuck4", "stuck5"]);
     expect(seen).not.toContain("a6");
     expect((await cursor(t, n, gid)).committed).toBe("21");
-    expect((await eqRows(t, n, gid)).map((r) => [r.message_id, r.status])).toEqual([["1", "dead"]]);
+    expect((await exceptionRows(t, n, gid)).map((r) => [r.message_id, r.status])).toEqual([["1", "dead"]]);
     await checkInvariants(t, n);
   });
 });
@@ -461,8 +461,8 @@ describe("C18 exclusive", () => {
     await started.promise;
     const rB = await heldBack(t, n, gid, g, handler("B"), "102");
     expect(rB).toMatchObject({ rangesClaimed: 0, started: 0, deferred: 0 });
-    expect(await eqRows(t, n, gid)).toEqual([]);
-    expect(await dlRows(t, n, gid, "102")).toEqual([]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
+    expect(await deliveryLogRows(t, n, gid, "102")).toEqual([]);
     // Another poll while the key is held does not start 102 either.
     expect((await g.poll(handler("C"), { batchLimit: 1 })).started).toBe(0);
     await checkInvariants(t, n);
@@ -471,7 +471,7 @@ describe("C18 exclusive", () => {
     await g.drain(handler("D"), { batchLimit: 1 });
     expect(ledger.events.filter((e) => e.kind === "start").map((e) => `${e.poller}:${e.id}`)).toEqual(["A:101", "D:102"]);
     expect(ledger.overlaps).toEqual([]);
-    expect(await eqRows(t, n, gid)).toEqual([]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
     expect((await cursor(t, n, gid)).committed).toBe("102");
   });
 
@@ -496,7 +496,7 @@ describe("C18 exclusive", () => {
     await heldBack(t, n, gid, g, (m: Message) => void seen.push(`${m.id}@${m.attempt}`), "102");
     hold.open();
     await pollA;
-    expect((await eqRows(t, n, gid)).map((r) => [r.message_id, r.status])).toEqual([["101", "ready"]]);
+    expect((await exceptionRows(t, n, gid)).map((r) => [r.message_id, r.status])).toEqual([["101", "ready"]]);
     await g.drain((m: Message) => void seen.push(`${m.id}@${m.attempt}`));
     expect(seen).toEqual(["101@0", "102@0"]); // 101 is not due yet; 102 did not wait for it
     await makeDue(t, n);
@@ -516,28 +516,28 @@ describe("C18 exclusive", () => {
     });
     expect(seen).toEqual(["101", "102"]);
     expect(r).toMatchObject({ failed: 1, succeeded: 1, deferred: 0 });
-    expect((await eqRows(t, n, gid)).map(brief)).toEqual([["101", "ready", "K", "exclusive", 1, 0]]);
+    expect((await exceptionRows(t, n, gid)).map(brief)).toEqual([["101", "ready", "K", "exclusive", 1, 0]]);
   });
 
   it("a key lease left by a crashed poll blocks the key until it expires, then is taken over", async () => {
     const t = testClient(url());
     const { g, n, gid } = await exclusiveStream(t, "excl.stale");
     await t.sql(
-      `INSERT INTO ${S}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at)
+      `INSERT INTO ${SCHEMA}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at)
        VALUES ($1, 'K', gen_random_uuid(), now() + interval '1 hour')`, [gid]);
     const seen: string[] = [];
     const r1 = await g.drain((m: Message) => void seen.push(m.id));
     expect(seen).toEqual([]);
     expect(r1.deferred).toBe(2);
-    expect((await eqRows(t, n, gid)).map((x) => [x.message_id, x.status])).toEqual([["101", "deferred"], ["102", "deferred"]]);
+    expect((await exceptionRows(t, n, gid)).map((x) => [x.message_id, x.status])).toEqual([["101", "deferred"], ["102", "deferred"]]);
     // Deferred rows are not reserved while the key lease is live.
     const before = await snapshot(t, n, gid);
     expect((await g.poll((m: Message) => void seen.push(m.id))).idle).toBe(true);
     expect(await snapshot(t, n, gid)).toEqual(before);
-    await t.sql(`UPDATE ${S}.message_key_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
+    await t.sql(`UPDATE ${SCHEMA}.message_key_lease_${n} SET expires_at = now() - interval '1 millisecond'`);
     await g.drain((m: Message) => void seen.push(m.id));
     expect(seen).toEqual(["101", "102"]);
-    expect(await eqRows(t, n, gid)).toEqual([]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
     expect(await keyLeases(t, n, gid)).toEqual([]);
     expect((await cursor(t, n, gid)).committed).toBe("102");
   });
@@ -557,7 +557,7 @@ describe("C18 exclusive", () => {
     await pollPastFence(g, () => {
       throw new Error("first delivery fails");
     }, { opts: { batchLimit: 15 } });
-    expect((await eqRows(t, n, gid)).filter((r) => r.status === "ready")).toHaveLength(15);
+    expect((await exceptionRows(t, n, gid)).filter((r) => r.status === "ready")).toHaveLength(15);
     const ran: string[] = [];
     const r = await g.poll((m: Message) => void ran.push(m.id), { batchLimit: 10, concurrency: 2 });
     // The lowest due row of each key first: K's 12 rows must not fill the batch and shut L out.
@@ -646,7 +646,7 @@ describe("C21 ordered and compaction", () => {
     await pollPastFence(g, () => {
       throw new Error("fail all");
     });
-    expect((await eqRows(t, n, gid)).map((r) => [r.message_id, r.message_key, r.concurrency, r.status])).toEqual([
+    expect((await exceptionRows(t, n, gid)).map((r) => [r.message_id, r.message_key, r.concurrency, r.status])).toEqual([
       ["1", "C1", "exclusive", "ready"],
       ["2", "C2", "exclusive", "ready"],
       ["3", "U", "ordered", "ready"],
@@ -688,7 +688,7 @@ describe("concurrency > 1 inside one poll", () => {
 
   it("in the exception phase too: a key's due and deferred rows run as one chain per poll, in order, other keys alongside", async () => {
     const t = testClient(url());
-    const s = t.client.stream<{ i: number }>("ordered.concurrent.eq");
+    const s = t.client.stream<{ i: number }>("ordered.concurrent.exceptions");
     await s.register();
     const g = s.consumer("ord");
     await g.register({ concurrencyOverride: "ordered", exceptionInitialBackoff: 0 });
@@ -697,13 +697,13 @@ describe("concurrency > 1 inside one poll", () => {
     const ids = (await s.produceBatch(items)).map((r) => BigInt(r.id));
     const byKey = new Map<string, bigint[]>();
     items.forEach((it, i) => byKey.set(it.key, [...(byKey.get(it.key) ?? []), ids[i]]));
-    const n = await streamIdOf(t, "ordered.concurrent.eq");
-    const gid = await groupIdOf(t, "ord", "ordered.concurrent.eq");
+    const n = await streamIdOf(t, "ordered.concurrent.exceptions");
+    const gid = await groupIdOf(t, "ord", "ordered.concurrent.exceptions");
     // First delivery: the first message of every key fails, so each key's chain defers the rest.
     await pollPastFence(g, (m: Message) => {
       if (m.attempt === 0 && ["1", "2", "3"].includes(m.id)) throw new Error("first fails");
     }, { opts: { batchLimit: 9, concurrency: 3 } });
-    expect((await eqRows(t, n, gid)).map((r) => [r.message_id, r.status])).toEqual([
+    expect((await exceptionRows(t, n, gid)).map((r) => [r.message_id, r.status])).toEqual([
       ["1", "ready"], ["2", "ready"], ["3", "ready"],
       ["4", "deferred"], ["5", "deferred"], ["6", "deferred"], ["7", "deferred"], ["8", "deferred"], ["9", "deferred"],
     ]);
@@ -788,14 +788,14 @@ describe("concurrency > 1 inside one poll", () => {
     const byKey = new Map<string, bigint[]>();
     items.forEach((it, i) => byKey.set(it.key, [...(byKey.get(it.key) ?? []), ids[i]]));
     // Every write to the lease table, counted by a trigger of the test's own.
-    await t.sql(`CREATE TABLE ${S}.lease_writes_${n} (op TEXT NOT NULL, k TEXT NOT NULL)`);
-    await t.sql(`CREATE FUNCTION ${S}.lease_writes_${n}() RETURNS trigger LANGUAGE plpgsql AS $$
+    await t.sql(`CREATE TABLE ${SCHEMA}.lease_writes_${n} (op TEXT NOT NULL, k TEXT NOT NULL)`);
+    await t.sql(`CREATE FUNCTION ${SCHEMA}.lease_writes_${n}() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN
-        INSERT INTO ${S}.lease_writes_${n} VALUES (TG_OP, COALESCE(NEW.message_key, OLD.message_key));
+        INSERT INTO ${SCHEMA}.lease_writes_${n} VALUES (TG_OP, COALESCE(NEW.message_key, OLD.message_key));
         RETURN NULL;
       END $$`);
-    await t.sql(`CREATE TRIGGER lease_writes AFTER INSERT OR UPDATE OR DELETE ON ${S}.message_key_lease_${n}
-      FOR EACH ROW EXECUTE FUNCTION ${S}.lease_writes_${n}()`);
+    await t.sql(`CREATE TRIGGER lease_writes AFTER INSERT OR UPDATE OR DELETE ON ${SCHEMA}.message_key_lease_${n}
+      FOR EACH ROW EXECUTE FUNCTION ${SCHEMA}.lease_writes_${n}()`);
     const ledger = new Ledger(byKey);
     t.statements.length = 0;
     const r = await g.drain((m: Message<{ i: number }>) => {
@@ -805,12 +805,12 @@ describe("concurrency > 1 inside one poll", () => {
     expect(r.succeeded).toBe(400);
     expect(r.rangesClaimed).toBe(8);
     expect(t.statements.filter((q) => q.includes(`record_take_keys_${n}(`)).length).toBeGreaterThan(0);
-    const writes = await t.sql<{ op: string; n: number }>(`SELECT op, count(*)::int AS n FROM ${S}.lease_writes_${n} GROUP BY op ORDER BY op`);
+    const writes = await t.sql<{ op: string; n: number }>(`SELECT op, count(*)::int AS n FROM ${SCHEMA}.lease_writes_${n} GROUP BY op ORDER BY op`);
     expect(writes).toEqual([{ op: "DELETE", n: 14 }, { op: "INSERT", n: 14 }]);
     expect(ledger.overlaps).toEqual([]);
     expect(ledger.orderViolations).toEqual([]);
     expect(await count(t, `message_key_lease_${n}`)).toBe(0);
-    await t.sql(`DROP TABLE ${S}.lease_writes_${n}`);
+    await t.sql(`DROP TABLE ${SCHEMA}.lease_writes_${n}`);
     await checkInvariants(t, n);
   });
 });

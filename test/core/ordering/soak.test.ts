@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import type { CycleReport, Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants } from "../../support/invariants.js";
-import { S, type TestClient, count, cursor, groupIdOf, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, count, cursor, groupIdOf, streamIdOf, testClient } from "../../support/streams.js";
 import { Ledger, ascending } from "../../support/keyed.js";
 
 const url = useFreshDatabase();
@@ -150,7 +150,7 @@ describe("ordered soak: two concurrent pollers", () => {
     expect((await cursor(tp, n, gid)).committed).toBe(String(MESSAGES));
     expect(await count(tp, `exception_queue_${n}`, "consumer_group_id = $1", [gid])).toBe(0);
     expect(await count(tp, `claim_lease_${n}`, "consumer_group_id = $1", [gid])).toBe(0);
-    expect(await tp.sql(`SELECT 1 FROM ${S}.message_key_lease_${n} WHERE expires_at > now()`)).toEqual([]);
+    expect(await tp.sql(`SELECT 1 FROM ${SCHEMA}.message_key_lease_${n} WHERE expires_at > now()`)).toEqual([]);
     await checkInvariants(tp, n);
   });
 });

@@ -8,7 +8,7 @@ import { Delay, Permanent, defineStream, type Message, type StandardSchema } fro
 import { DatabaseProvider, createPollHandler, localContext } from "@sqlstreams/aws";
 import { useFreshDatabase } from "../../support/db.js";
 import { spawnNode } from "../../support/processes.js";
-import { codedError, count, dlRows, eqRows, expireLeases, groupIdOf, makeDue, streamIdOf, testClient } from "../../support/streams.js";
+import { codedError, count, deliveryLogRows, exceptionRows, expireLeases, groupIdOf, makeDue, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -45,14 +45,14 @@ describe("drainBatch", () => {
     expect(runs.size).toBe(250);
     expect(r).toMatchObject({ succeeded: 247, failed: 1, delayed: 1, dead: 1 });
 
-    const rows = await eqRows(t, n, gid);
+    const rows = await exceptionRows(t, n, gid);
     expect(rows.map((x) => [x.message_id, x.status, x.attempts, x.delays])).toEqual([
       ["7", "ready", 1, 0], ["8", "ready", 1, 1], ["9", "dead", 0, 0],
     ]);
     expect(rows[0].last_error).toContain("bulk API refused 7");
     expect(rows[1].gap_ms).toBeGreaterThan(59_000);
     expect(rows[2].last_error).toMatch(/^SQL0026 permanent: .*9 cannot succeed/);
-    expect((await dlRows(t, n, gid)).map((x) => [x.message_id, x.attempt, x.status])).toEqual([
+    expect((await deliveryLogRows(t, n, gid)).map((x) => [x.message_id, x.attempt, x.status])).toEqual([
       ["7", 0, "failure"], ["8", 0, "delayed"], ["9", 0, "failure"],
     ]);
 
@@ -68,7 +68,7 @@ describe("drainBatch", () => {
     expect(r3.succeeded).toBe(1);
     expect(runs.get("8")).toEqual([0, 1]);
     expect(runs.get("9")).toEqual([0]);
-    expect((await eqRows(t, n, gid)).map((x) => [x.message_id, x.status])).toEqual([["9", "dead"]]);
+    expect((await exceptionRows(t, n, gid)).map((x) => [x.message_id, x.status])).toEqual([["9", "dead"]]);
     expect((await g.progress()).lag).toBe("0");
   });
 
@@ -95,7 +95,7 @@ describe("drainBatch", () => {
     }, { maxBatch: 50 });
     expect(calls).toBe(1);
     expect(r).toMatchObject({ failed: 30, succeeded: 0 });
-    const rows = await eqRows(t, n, gid);
+    const rows = await exceptionRows(t, n, gid);
     expect(rows).toHaveLength(30);
     expect(rows.every((x) => x.status === "ready" && x.attempts === 1 && (x.last_error ?? "").includes("warehouse down"))).toBe(true);
     const seen: string[] = [];
@@ -114,12 +114,12 @@ describe("drainBatch", () => {
     await s.produceBatch(Array.from({ length: 5 }, (_, i) => ({ payload: { n: i } })));
     const r = await g.drainBatch((msgs) => msgs.slice(1).map(() => undefined), { maxBatch: 10 });
     expect(r.failed).toBe(5);
-    const rows = await eqRows(t, n, gid);
+    const rows = await exceptionRows(t, n, gid);
     expect(rows.every((x) => (x.last_error ?? "").includes("SQL0080") && x.last_error?.includes("array of 4 entries for 5 messages"))).toBe(true);
     await makeDue(t, n);
     const r2 = await g.drainBatch((msgs) => msgs.map((m) => (m.id === "2" ? ("nope" as unknown as Error) : undefined)));
     expect(r2).toMatchObject({ succeeded: 4, failed: 1 });
-    const left = await eqRows(t, n, gid);
+    const left = await exceptionRows(t, n, gid);
     expect(left.map((x) => [x.message_id, x.attempts])).toEqual([["2", 2]]);
     expect(left[0].last_error).toContain("SQL0080 the batch handler's entry for message 2 is a string");
   });
@@ -150,7 +150,7 @@ describe("drainBatch", () => {
     // The drain ended at the timeout; the handler, abandoned, finishes later and changes nothing.
     expect(await abortedAll).toBe(true);
     expect(r.failed).toBe(6);
-    const rows = await eqRows(t, n, gid);
+    const rows = await exceptionRows(t, n, gid);
     expect(rows).toHaveLength(6);
     expect(rows.every((x) => x.status === "ready" && (x.last_error ?? "").includes("SQL0027"))).toBe(true);
     expect(rows.filter((x) => x.last_error?.includes("the batch did not finish within the smallest timeout"))).toHaveLength(5);
@@ -236,7 +236,7 @@ describe("typed streams", () => {
     expect(batches).toEqual([[1, 3]]);
     expect(r).toMatchObject({ succeeded: 2, dead: 1 });
     const n = await streamIdOf(t, "batch.typed");
-    const rows = await eqRows(t, n, await groupIdOf(t, "g", "batch.typed"));
+    const rows = await exceptionRows(t, n, await groupIdOf(t, "g", "batch.typed"));
     expect(rows.map((x) => [x.message_id, x.status])).toEqual([["2", "dead"]]);
     expect(rows[0].last_error).toContain("SQL0068");
   });

@@ -3,7 +3,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { useFreshDatabase } from "../../support/db.js";
-import { S, cursor, groupIdOf, latch, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, cursor, groupIdOf, latch, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -25,7 +25,7 @@ describe("disjoint claims (C15)", () => {
     };
     const polls = [g.poll(handler, { batchLimit: 100, concurrency: 50 }), g.poll(handler, { batchLimit: 100, concurrency: 50 })];
     while (entered < 100) await sleep(10);
-    const leases = await t.sql(`SELECT low::text, high::text, reclaims FROM ${S}.claim_lease_${n} ORDER BY low`);
+    const leases = await t.sql(`SELECT low::text, high::text, reclaims FROM ${SCHEMA}.claim_lease_${n} ORDER BY low`);
     expect(leases).toEqual([{ low: "0", high: "100", reclaims: 0 }, { low: "100", high: "200", reclaims: 0 }]);
     gate.open();
     const reports = await Promise.all(polls);

@@ -7,7 +7,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import type { Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants } from "../../support/invariants.js";
-import { S, type TestClient, count, cursor, didWork, dlRows, eqRows, groupIdOf, makeDue, pollPastFence, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, count, cursor, didWork, deliveryLogRows, exceptionRows, groupIdOf, makeDue, pollPastFence, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -23,7 +23,7 @@ const leases = (t: TestClient, n: string) =>
   t.sql<Lease>(
     `SELECT low::text, high::text, reclaims, released, expires_at <= now() AS lapsed,
             (EXTRACT(EPOCH FROM (expires_at - created_at)) * 1000)::float8 AS lease_ms
-       FROM ${S}.claim_lease_${n} ORDER BY low`,
+       FROM ${SCHEMA}.claim_lease_${n} ORDER BY low`,
   );
 
 async function setup(t: TestClient, name: string, config: Record<string, unknown>, k: number) {
@@ -74,16 +74,16 @@ describe("deadline and partial commit", () => {
       if (m.id === "1") throw new Error("one fails");
     }, { until: didWork, opts: () => ({ batchLimit: 4, deadline: Date.now() + 3_700 }) });
     expect(r).toMatchObject({ failed: 1, succeeded: 1, notStarted: 2, rangesPartial: 1 });
-    expect((await eqRows(t, n, gid)).map((e) => [e.message_id, e.status, e.attempts])).toEqual([["1", "ready", 1]]);
-    expect((await dlRows(t, n, gid)).map((d) => [d.message_id, d.attempt, d.status])).toEqual([["1", 0, "failure"]]);
+    expect((await exceptionRows(t, n, gid)).map((e) => [e.message_id, e.status, e.attempts])).toEqual([["1", "ready", 1]]);
+    expect((await deliveryLogRows(t, n, gid)).map((d) => [d.message_id, d.attempt, d.status])).toEqual([["1", 0, "failure"]]);
     // As if this range had already been crash-reclaimed twice: taking back a released range adds none.
-    await t.sql(`UPDATE ${S}.claim_lease_${n} SET reclaims = 2`);
+    await t.sql(`UPDATE ${SCHEMA}.claim_lease_${n} SET reclaims = 2`);
     const seen: string[] = [];
     const next = await g.poll((m) => void seen.push(m.id), { batchLimit: 4 });
     expect(next).toMatchObject({ rangesResumed: 1, rangesQuarantined: 0, succeeded: 2 });
     expect(seen).toEqual(["3", "4"]);
     expect(await leases(t, n)).toEqual([]);
-    expect((await eqRows(t, n, gid)).map((e) => e.message_id)).toEqual(["1"]);
+    expect((await exceptionRows(t, n, gid)).map((e) => e.message_id)).toEqual(["1"]);
     await checkInvariants(t, n);
   });
 
@@ -131,7 +131,7 @@ describe("deadline and partial commit", () => {
       throw new Error("first failure");
     });
     await makeDue(t, n);
-    const dlBefore = (await dlRows(t, n, gid)).length;
+    const deliveryLogBefore = (await deliveryLogRows(t, n, gid)).length;
     const seen: string[] = [];
     const r = await g.poll(async (m) => {
       seen.push(m.id);
@@ -140,9 +140,9 @@ describe("deadline and partial commit", () => {
     expect(seen).toEqual(["1"]);
     expect(r).toMatchObject({ started: 1, succeeded: 1, notStarted: 2 });
     expect(t.events.some((e) => e.code === "SQL0040")).toBe(true);
-    const rows = await eqRows(t, n, gid);
+    const rows = await exceptionRows(t, n, gid);
     expect(rows.map((e) => [e.message_id, e.status, e.attempts, e.lease_token])).toEqual([["2", "ready", 1, null], ["3", "ready", 1, null]]);
-    expect((await dlRows(t, n, gid)).length).toBe(dlBefore);
+    expect((await deliveryLogRows(t, n, gid)).length).toBe(deliveryLogBefore);
     // Released at once: the next poll takes them without waiting for a reservation to expire.
     const next = await g.poll((m) => void seen.push(m.id), { batchLimit: 3 });
     expect(next).toMatchObject({ succeeded: 2 });
@@ -174,7 +174,7 @@ describe("deadline and partial commit", () => {
     }
     expect(invocations).toBeGreaterThan(1);
     for (let i = 1; i <= 30; i++) expect(calls.get(String(i)), `id ${i}`).toBe(i % 7 === 0 ? 2 : 1);
-    expect(await eqRows(t, n, gid)).toEqual([]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
     await checkInvariants(t, n);
   });
 });

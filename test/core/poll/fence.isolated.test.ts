@@ -4,7 +4,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
 import { describe, expect, it } from "vitest";
 import { freshDatabase, useFreshDatabase } from "../../support/db.js";
-import { S, count, cursor, groupIdOf, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, count, cursor, groupIdOf, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -117,7 +117,7 @@ describe("snapshot fence (C14)", () => {
       a.release();
     }
     await g.drain(handler);
-    const head = (await t.sql<{ h: string }>(`SELECT max(id)::text AS h FROM ${S}.message_log_${n}`))[0].h;
+    const head = (await t.sql<{ h: string }>(`SELECT max(id)::text AS h FROM ${SCHEMA}.message_log_${n}`))[0].h;
     const expected = Array.from({ length: Number(head) }, (_, i) => String(i + 1));
     expect(seen).toEqual(expected); // every id once, in order, id 3 included
     expect((await cursor(t, n, gid)).committed).toBe(head);

@@ -2,7 +2,7 @@ import v8 from "node:v8";
 import vm from "node:vm";
 import { describe, expect, it } from "vitest";
 import { useFreshDatabase } from "../../support/db.js";
-import { count, cursor, dlRows, groupIdOf, streamIdOf, testClient } from "../../support/streams.js";
+import { count, cursor, deliveryLogRows, groupIdOf, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -52,7 +52,7 @@ describe("happy path (C1, C2, C17)", () => {
     await g.drain(() => {});
     const sid = await streamIdOf(t, "audit.all");
     const gid = await groupIdOf(t, "g", "audit.all");
-    const deliveryLog = await dlRows(t, sid, gid);
+    const deliveryLog = await deliveryLogRows(t, sid, gid);
     expect(deliveryLog.map((r) => [r.message_id, r.attempt, r.status, r.error])).toEqual([
       ["1", 0, "success", ""], ["2", 0, "success", ""], ["3", 0, "success", ""],
     ]);

@@ -5,7 +5,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { setTimeout as sleep } from "node:timers/promises";
 import { useFreshDatabase } from "../../support/db.js";
 import { spawnNode } from "../../support/processes.js";
-import { S, type TestClient, codeOf, groupIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, codeOf, groupIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 let t: TestClient;
@@ -90,10 +90,10 @@ describe("maxConcurrency", () => {
     // The processes took turns: more than one ran handlers, and polls found the group capped.
     expect(runs.pids).toBeGreaterThan(1);
     expect(done.reduce((a, d) => a + (d.capped as number), 0)).toBeGreaterThan(0);
-    const [flow] = await t.sql<{ capped: string }>(`SELECT capped::text FROM ${S}.group_flow WHERE group_id = $1`, [await groupIdOf(t, "g", "mc1")]);
+    const [flow] = await t.sql<{ capped: string }>(`SELECT capped::text FROM ${SCHEMA}.group_flow WHERE group_id = $1`, [await groupIdOf(t, "g", "mc1")]);
     expect(Number(flow.capped)).toBeGreaterThan(0);
     // Every slot was released at its drain's end; progress() shows the limit and the capped polls.
-    expect(await t.sql(`SELECT slot FROM ${S}.group_slot WHERE token IS NOT NULL`)).toEqual([]);
+    expect(await t.sql(`SELECT slot FROM ${SCHEMA}.group_slot WHERE token IS NOT NULL`)).toEqual([]);
     const p = await t.client.stream("mc1").consumer("g").progress();
     expect(p.concurrency).toEqual({ max: 1, running: 0, capped: Number(flow.capped), perKey: 1 });
   }, 120_000);
@@ -105,7 +105,7 @@ describe("maxConcurrency", () => {
     expect((await k.kill()).signal).toBe("SIGKILL");
     const gid = await groupIdOf(t, "g", "mc-kill");
     const [slot] = await t.sql<{ lease_ms: number }>(
-      `SELECT (extract(epoch FROM expires_at - taken_at) * 1000)::int AS lease_ms FROM ${S}.group_slot WHERE group_id = $1 AND token IS NOT NULL`, [gid]);
+      `SELECT (extract(epoch FROM expires_at - taken_at) * 1000)::int AS lease_ms FROM ${SCHEMA}.group_slot WHERE group_id = $1 AND token IS NOT NULL`, [gid]);
     expect(slot.lease_ms).toBeLessThanOrEqual(15_000);
     const ran: string[] = [];
     const handler = (m: { id: string }) => void ran.push(m.id);
@@ -113,7 +113,7 @@ describe("maxConcurrency", () => {
     expect(first).toMatchObject({ capped: 1, started: 0, rangesClaimed: 0 });
     // Poll until the slot is free again (its lease passed on the database clock).
     for (;;) {
-      const [{ live }] = await t.sql<{ live: boolean }>(`SELECT expires_at > clock_timestamp() AS live FROM ${S}.group_slot WHERE group_id = $1 AND slot = 1`, [gid]);
+      const [{ live }] = await t.sql<{ live: boolean }>(`SELECT expires_at > clock_timestamp() AS live FROM ${SCHEMA}.group_slot WHERE group_id = $1 AND slot = 1`, [gid]);
       const r = await g.poll(handler);
       if (live) {
         expect(r.capped).toBe(1);

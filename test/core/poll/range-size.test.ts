@@ -4,7 +4,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { useFreshDatabase } from "../../support/db.js";
-import { S, cursor, groupIdOf, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, cursor, groupIdOf, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -32,7 +32,7 @@ describe("drain sizes its ranges (real Postgres)", () => {
     expect(r.rangesClaimed).toBeLessThanOrEqual(14);
     const c = await cursor(t, await streamIdOf(t, "sized.default"), await groupIdOf(t, "g", "sized.default"));
     expect(c.committed).toBe(String(N));
-    expect((await t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM ${S}.claim_lease_${await streamIdOf(t, "sized.default")}`))[0].n).toBe(0);
+    expect((await t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM ${SCHEMA}.claim_lease_${await streamIdOf(t, "sized.default")}`))[0].n).toBe(0);
   });
 
   it("an explicit batchLimit caps it, and poll() keeps its fixed batchLimit", async () => {
@@ -74,7 +74,7 @@ describe("drain sizes its ranges (real Postgres)", () => {
     const n = await streamIdOf(t, "sized.lease");
     await s.produceBatch(Array.from({ length: 20 }, (_, i) => ({ payload: i })));
     const leaseLeft = async () =>
-      (await t.sql<{ s: number }>(`SELECT EXTRACT(EPOCH FROM (expires_at - now()))::float8 AS s FROM ${S}.claim_lease_${n}`))[0].s;
+      (await t.sql<{ s: number }>(`SELECT EXTRACT(EPOCH FROM (expires_at - now()))::float8 AS s FROM ${SCHEMA}.claim_lease_${n}`))[0].s;
     let polled = 0;
     await g.poll(async () => {
       polled = polled || (await leaseLeft());

@@ -4,7 +4,7 @@
 // transaction deciding; a trigger on an application table produces on INSERT.
 import { describe, expect, it } from "vitest";
 import { useFreshDatabase } from "../../support/db.js";
-import { S, count, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, count, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -26,31 +26,31 @@ describe("sqlstreams.produce() from SQL", () => {
     const s = t.client.stream("sql.orders");
     await s.register();
     const n = await streamIdOf(t, "sql.orders");
-    const [a] = await t.sql<{ id: string }>(`SELECT ${S}.produce('sql.orders', '{"order": 1}')::text AS id`);
+    const [a] = await t.sql<{ id: string }>(`SELECT ${SCHEMA}.produce('sql.orders', '{"order": 1}')::text AS id`);
     const [b] = await t.sql<{ id: string }>(
-      `SELECT ${S}.produce('sql.orders', '{"order": 2}', key => 'c-1', options => '{"message": {"timeout": 5000, "concurrency": "exclusive"}}')::text AS id`,
+      `SELECT ${SCHEMA}.produce('sql.orders', '{"order": 2}', key => 'c-1', options => '{"message": {"timeout": 5000, "concurrency": "exclusive"}}')::text AS id`,
     );
     expect([a.id, b.id]).toEqual(["1", "2"]);
     // Compaction: the head follows the highest (rank, id).
-    await t.sql(`SELECT ${S}.produce('sql.orders', '{"v": 1}', 'k', NULL, '{"compaction": {"rank": 5}}')`);
-    await t.sql(`SELECT ${S}.produce('sql.orders', '{"v": 2}', 'k', NULL, '{"compaction": {"rank": 1}}')`);
-    expect(await t.sql(`SELECT message_id::text AS id, compaction_rank::text AS rank FROM ${S}.compaction_head_${n}`)).toEqual([{ id: "3", rank: "5" }]);
-    expect(await t.sql(`SELECT message_key, options FROM ${S}.message_log_${n} WHERE id = 2`)).toEqual([
+    await t.sql(`SELECT ${SCHEMA}.produce('sql.orders', '{"v": 1}', 'k', NULL, '{"compaction": {"rank": 5}}')`);
+    await t.sql(`SELECT ${SCHEMA}.produce('sql.orders', '{"v": 2}', 'k', NULL, '{"compaction": {"rank": 1}}')`);
+    expect(await t.sql(`SELECT message_id::text AS id, compaction_rank::text AS rank FROM ${SCHEMA}.compaction_head_${n}`)).toEqual([{ id: "3", rank: "5" }]);
+    expect(await t.sql(`SELECT message_key, options FROM ${SCHEMA}.message_log_${n} WHERE id = 2`)).toEqual([
       { message_key: "c-1", options: { timeout: 5000, concurrency: "exclusive" } },
     ]);
     // An idempotency key is one key whichever side produces it (the same version-5 UUID).
     const lib = await s.produce({ pay: 1 }, { idempotencyKey: "payment:1" });
-    const [dup] = await t.sql<{ id: string }>(`SELECT ${S}.produce('sql.orders', '{"pay": 2}', idempotency_key => 'payment:1')::text AS id`);
+    const [dup] = await t.sql<{ id: string }>(`SELECT ${SCHEMA}.produce('sql.orders', '{"pay": 2}', idempotency_key => 'payment:1')::text AS id`);
     expect(dup.id).toBe(lib.id);
-    const [fromSql] = await t.sql<{ id: string }>(`SELECT ${S}.produce('sql.orders', '{"pay": 3}', idempotency_key => 'ключ 🙂 ${"x".repeat(120)}')::text AS id`);
+    const [fromSql] = await t.sql<{ id: string }>(`SELECT ${SCHEMA}.produce('sql.orders', '{"pay": 3}', idempotency_key => 'ключ 🙂 ${"x".repeat(120)}')::text AS id`);
     expect(await s.produce({ pay: 4 }, { idempotencyKey: `ключ 🙂 ${"x".repeat(120)}` })).toEqual({ id: fromSql.id, duplicate: true });
-    expect(await t.sql(`SELECT ${S}.idempotency_uuid('payment:1')::text AS u, ${S}.idempotency_uuid('3F2504E0-4F89-11D3-9A0C-0305E82C3301')::text AS v`)).toEqual([
+    expect(await t.sql(`SELECT ${SCHEMA}.idempotency_uuid('payment:1')::text AS u, ${SCHEMA}.idempotency_uuid('3F2504E0-4F89-11D3-9A0C-0305E82C3301')::text AS v`)).toEqual([
       { u: "dce973c4-9674-5b83-89bc-5687eb07cb04", v: "3f2504e0-4f89-11d3-9a0c-0305e82c3301" },
     ]);
     expect(await count(t, `idempotency_key_${n}`)).toBe(2);
     // The batch form: ids ascending in item order.
     const batch = await t.sql<{ id: string }>(
-      `SELECT id::text FROM ${S}.produce_batch('sql.orders', '[{"payload": {"i": 1}}, {"payload": {"i": 2}, "key": "c-2"}, {"payload": null}]') AS id`,
+      `SELECT id::text FROM ${SCHEMA}.produce_batch('sql.orders', '[{"payload": {"i": 1}}, {"payload": {"i": 2}, "key": "c-2"}, {"payload": null}]') AS id`,
     );
     const ids = batch.map((r) => Number(r.id));
     expect(ids[0]).toBeGreaterThan(Number(fromSql.id));
@@ -71,25 +71,25 @@ describe("sqlstreams.produce() from SQL", () => {
     await t.client.stream("sql.checks").register({ maxPayloadBytes: 1024 });
     const n = await streamIdOf(t, "sql.checks");
     const cases: [string, string][] = [
-      [`SELECT ${S}.produce('nope', '{}')`, "SQL0009"],
-      [`SELECT ${S}.produce('sql.checks', NULL)`, "SQL0016"],
-      [`SELECT ${S}.produce('sql.checks', '{}', '')`, "SQL0018"],
-      [`SELECT ${S}.produce('sql.checks', '{}', repeat('k', 1025))`, "SQL0018"],
-      [`SELECT ${S}.produce('sql.checks', '{}', NULL, '')`, "SQL0018"],
-      [`SELECT ${S}.produce('sql.checks', to_jsonb(repeat('x', 2000)))`, "SQL0017"],
-      [`SELECT ${S}.produce('sql.checks', '{}', options => '{"message": {"timeout": 0}}')`, "SQL0013"],
-      [`SELECT ${S}.produce('sql.checks', '{}', options => '{"message": {"timeout": 1.5}}')`, "SQL0013"],
-      [`SELECT ${S}.produce('sql.checks', '{}', options => '{"message": {"nope": 1}}')`, "SQL0013"],
-      [`SELECT ${S}.produce('sql.checks', '{}', options => '{"message": {"retry": {"baseDelay": 10, "maxDelay": 5}}}')`, "SQL0014"],
-      [`SELECT ${S}.produce('sql.checks', '{}', options => '{"message": {"concurrency": "ordered"}}')`, "SQL0019"],
-      [`SELECT ${S}.produce('sql.checks', '{}', options => '{"compaction": {}}')`, "SQL0020"],
-      [`SELECT ${S}.produce('sql.checks', '{}', 'k', NULL, '{"compaction": {"rank": 1.5}}')`, "SQL0020"],
-      [`SELECT ${S}.produce('sql.checks', '{}', 'k', NULL, '{"compaction": {}, "message": {"concurrency": "ordered"}}')`, "SQL0021"],
-      [`SELECT ${S}.produce('sql.checks', '{}', options => '{"idempotencyKey": "x"}')`, "SQL0015"],
-      [`SELECT ${S}.produce_batch('sql.checks', '{}')`, "SQL0015"],
-      [`SELECT ${S}.produce_batch('sql.checks', '[{"payload": 1, "idempotency_key": "x"}]')`, "SQL0015"],
-      [`SELECT ${S}.produce_batch('sql.checks', (SELECT jsonb_agg(jsonb_build_object('payload', g)) FROM generate_series(1, 1001) g))`, "SQL0015"],
-      [`SELECT ${S}.produce_batch('sql.checks', '[{"payload": 1}, {"payload": 2, "key": ""}]')`, "SQL0018"],
+      [`SELECT ${SCHEMA}.produce('nope', '{}')`, "SQL0009"],
+      [`SELECT ${SCHEMA}.produce('sql.checks', NULL)`, "SQL0016"],
+      [`SELECT ${SCHEMA}.produce('sql.checks', '{}', '')`, "SQL0018"],
+      [`SELECT ${SCHEMA}.produce('sql.checks', '{}', repeat('k', 1025))`, "SQL0018"],
+      [`SELECT ${SCHEMA}.produce('sql.checks', '{}', NULL, '')`, "SQL0018"],
+      [`SELECT ${SCHEMA}.produce('sql.checks', to_jsonb(repeat('x', 2000)))`, "SQL0017"],
+      [`SELECT ${SCHEMA}.produce('sql.checks', '{}', options => '{"message": {"timeout": 0}}')`, "SQL0013"],
+      [`SELECT ${SCHEMA}.produce('sql.checks', '{}', options => '{"message": {"timeout": 1.5}}')`, "SQL0013"],
+      [`SELECT ${SCHEMA}.produce('sql.checks', '{}', options => '{"message": {"nope": 1}}')`, "SQL0013"],
+      [`SELECT ${SCHEMA}.produce('sql.checks', '{}', options => '{"message": {"retry": {"baseDelay": 10, "maxDelay": 5}}}')`, "SQL0014"],
+      [`SELECT ${SCHEMA}.produce('sql.checks', '{}', options => '{"message": {"concurrency": "ordered"}}')`, "SQL0019"],
+      [`SELECT ${SCHEMA}.produce('sql.checks', '{}', options => '{"compaction": {}}')`, "SQL0020"],
+      [`SELECT ${SCHEMA}.produce('sql.checks', '{}', 'k', NULL, '{"compaction": {"rank": 1.5}}')`, "SQL0020"],
+      [`SELECT ${SCHEMA}.produce('sql.checks', '{}', 'k', NULL, '{"compaction": {}, "message": {"concurrency": "ordered"}}')`, "SQL0021"],
+      [`SELECT ${SCHEMA}.produce('sql.checks', '{}', options => '{"idempotencyKey": "x"}')`, "SQL0015"],
+      [`SELECT ${SCHEMA}.produce_batch('sql.checks', '{}')`, "SQL0015"],
+      [`SELECT ${SCHEMA}.produce_batch('sql.checks', '[{"payload": 1, "idempotency_key": "x"}]')`, "SQL0015"],
+      [`SELECT ${SCHEMA}.produce_batch('sql.checks', (SELECT jsonb_agg(jsonb_build_object('payload', g)) FROM generate_series(1, 1001) g))`, "SQL0015"],
+      [`SELECT ${SCHEMA}.produce_batch('sql.checks', '[{"payload": 1}, {"payload": 2, "key": ""}]')`, "SQL0018"],
     ];
     for (const [sql, code] of cases) {
       const e = await raised(t.sql(sql));
@@ -98,8 +98,8 @@ describe("sqlstreams.produce() from SQL", () => {
     }
     expect(await count(t, `message_log_${n}`)).toBe(0);
     // A missing partition is SQL0022, not a silent failure.
-    await t.sql(`DROP TABLE ${S}.message_log_${n}_0`);
-    const e = await raised(t.sql(`SELECT ${S}.produce('sql.checks', '{}')`));
+    await t.sql(`DROP TABLE ${SCHEMA}.message_log_${n}_0`);
+    const e = await raised(t.sql(`SELECT ${SCHEMA}.produce('sql.checks', '{}')`));
     expect(e.message.startsWith("SQL0022 ")).toBe(true);
   });
 
@@ -120,16 +120,16 @@ describe("sqlstreams.produce() from SQL", () => {
     await s.produce(nest(1000));
     await expect(s.produce(nest(1001))).rejects.toMatchObject({ code: "SQL0016" });
     // SQL: the same boundary, arrays and objects, alone and in a batch.
-    await t.sql(`SELECT ${S}.produce('sql.deep', $1::jsonb)`, [arrays(1000)]);
-    await t.sql(`SELECT ${S}.produce('sql.deep', $1::jsonb)`, [objects(1000)]);
+    await t.sql(`SELECT ${SCHEMA}.produce('sql.deep', $1::jsonb)`, [arrays(1000)]);
+    await t.sql(`SELECT ${SCHEMA}.produce('sql.deep', $1::jsonb)`, [objects(1000)]);
     for (const deep of [arrays(1001), objects(1001), arrays(5000)]) {
-      const e = await raised(t.sql(`SELECT ${S}.produce('sql.deep', $1::jsonb)`, [deep]));
+      const e = await raised(t.sql(`SELECT ${SCHEMA}.produce('sql.deep', $1::jsonb)`, [deep]));
       expect(e.message).toMatch(/^SQL0016 payload cannot be stored as JSON: nesting is deeper than 1000 levels/);
-      const b = await raised(t.sql(`SELECT ${S}.produce_batch('sql.deep', jsonb_build_array(jsonb_build_object('payload', 1), jsonb_build_object('payload', $1::jsonb)))`, [deep]));
+      const b = await raised(t.sql(`SELECT ${SCHEMA}.produce_batch('sql.deep', jsonb_build_array(jsonb_build_object('payload', 1), jsonb_build_object('payload', $1::jsonb)))`, [deep]));
       expect(b.message.startsWith("SQL0016 ")).toBe(true);
     }
     // Wide is not deep: a large flat payload goes.
-    await t.sql(`SELECT ${S}.produce('sql.deep', (SELECT jsonb_agg(jsonb_build_array(g, jsonb_build_object('g', g))) FROM generate_series(1, 5000) g))`);
+    await t.sql(`SELECT ${SCHEMA}.produce('sql.deep', (SELECT jsonb_agg(jsonb_build_array(g, jsonb_build_object('g', g))) FROM generate_series(1, 5000) g))`);
     expect(await count(t, `message_log_${n}`)).toBe(4);
   });
 
@@ -142,7 +142,7 @@ describe("sqlstreams.produce() from SQL", () => {
     await t.sql(`CREATE TABLE app_orders (id int PRIMARY KEY, customer text NOT NULL, total int NOT NULL)`);
     await t.sql(`CREATE FUNCTION app_orders_produce() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN
-        PERFORM ${S}.produce('app.orders', jsonb_build_object('orderId', NEW.id, 'total', NEW.total), key => NEW.customer,
+        PERFORM ${SCHEMA}.produce('app.orders', jsonb_build_object('orderId', NEW.id, 'total', NEW.total), key => NEW.customer,
                              idempotency_key => 'order:' || NEW.id);
         RETURN NEW;
       END $$`);
@@ -169,9 +169,9 @@ describe("sqlstreams.produce() from SQL", () => {
       { orderId: 2, total: 20 },
       { orderId: 3, total: 30 },
     ]);
-    expect(await t.sql(`SELECT message_key FROM ${S}.message_log_${n} ORDER BY id`)).toEqual([{ message_key: "c-2" }, { message_key: "c-2" }]);
+    expect(await t.sql(`SELECT message_key FROM ${SCHEMA}.message_log_${n} ORDER BY id`)).toEqual([{ message_key: "c-2" }, { message_key: "c-2" }]);
     expect(await count(t, `idempotency_key_${n}`)).toBe(2); // the rolled-back order's key is gone
-    expect((await g.progress()).committed).toBe(String(await t.sql<{ m: string }>(`SELECT max(id)::text AS m FROM ${S}.message_log_${n}`).then((r) => r[0].m)));
+    expect((await g.progress()).committed).toBe(String(await t.sql<{ m: string }>(`SELECT max(id)::text AS m FROM ${SCHEMA}.message_log_${n}`).then((r) => r[0].m)));
   });
 
   it("lives in the client's schema", async () => {

@@ -2,7 +2,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { SqlStreams } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
-import { S, codeOf, count, groupIdOf, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, codeOf, count, groupIdOf, streamIdOf, testClient } from "../../support/streams.js";
 import { streamMigrations, systemMigrations } from "../../../packages/core/src/generated/migrations.js";
 
 const url = useFreshDatabase();
@@ -20,11 +20,11 @@ describe("producing (docs/guide/producing.md, C22–C24, C28)", () => {
     expect(a.duplicate).toBe(false);
     expect(b).toEqual({ id: a.id, duplicate: true });
     expect(await count(t, `message_log_${n}`)).toBe(1);
-    expect(await t.sql(`SELECT idempotency_key::text AS k, message_id::text AS id FROM ${S}.idempotency_key_${n}`)).toEqual([
+    expect(await t.sql(`SELECT idempotency_key::text AS k, message_id::text AS id FROM ${SCHEMA}.idempotency_key_${n}`)).toEqual([
       { k: "dce973c4-9674-5b83-89bc-5687eb07cb04", id: a.id },
     ]);
     await s.produce({}, { idempotencyKey: "3F2504E0-4F89-11D3-9A0C-0305E82C3301" });
-    const keys = await t.sql<{ k: string }>(`SELECT idempotency_key::text AS k FROM ${S}.idempotency_key_${n} ORDER BY created_at`);
+    const keys = await t.sql<{ k: string }>(`SELECT idempotency_key::text AS k FROM ${SCHEMA}.idempotency_key_${n} ORDER BY created_at`);
     expect(keys.map((k) => k.k)).toContain("3f2504e0-4f89-11d3-9a0c-0305e82c3301");
     // Concurrent produces of one key insert one message.
     const many = await Promise.all(Array.from({ length: 8 }, () => s.produce({ x: 1 }, { idempotencyKey: "order-42" })));
@@ -63,7 +63,7 @@ describe("producing (docs/guide/producing.md, C22–C24, C28)", () => {
       expect(await count(t, `message_log_${n}`)).toBe(0); // not visible before COMMIT
       await c.query("COMMIT");
       expect(r.id).toBe("2"); // id 1 was drawn by the rolled-back transaction: a gap
-      expect(await t.sql(`SELECT id::text, payload FROM ${S}.message_log_${n}`)).toEqual([{ id: "2", payload: { order: 2 } }]);
+      expect(await t.sql(`SELECT id::text, payload FROM ${SCHEMA}.message_log_${n}`)).toEqual([{ id: "2", payload: { order: 2 } }]);
       expect(await t.sql("SELECT id FROM app_orders")).toEqual([{ id: 2 }]);
 
       expect(await codeOf(s.produceInTx(c, { order: 3 }))).toBe("SQL0015");
@@ -136,7 +136,7 @@ describe("producing (docs/guide/producing.md, C22–C24, C28)", () => {
       await a.query("COMMIT");
       expect(await second).toEqual({ id: first.id, duplicate: true });
       await b.query("COMMIT");
-      expect(await t.sql(`SELECT id::text, payload FROM ${S}.message_log_${n}`)).toEqual([{ id: first.id, payload: { who: "a" } }]);
+      expect(await t.sql(`SELECT id::text, payload FROM ${SCHEMA}.message_log_${n}`)).toEqual([{ id: first.id, payload: { who: "a" } }]);
       expect(await count(t, `idempotency_key_${n}`)).toBe(1);
     } finally {
       a.release();
@@ -153,7 +153,7 @@ describe("producing (docs/guide/producing.md, C22–C24, C28)", () => {
     const r = await s.produceBatch(Array.from({ length: 1000 }, (_, i) => ({ payload: { i }, key: `k${i % 7}` })));
     expect(r.map((x) => Number(x.id))).toEqual(Array.from({ length: 1000 }, (_, i) => i + 1));
     const rows = await t.sql<{ id: string; payload: { i: number }; message_key: string }>(
-      `SELECT m.id::text AS id, payload, message_key FROM ${S}.message_log_${n} m ORDER BY m.id LIMIT 3`,
+      `SELECT m.id::text AS id, payload, message_key FROM ${SCHEMA}.message_log_${n} m ORDER BY m.id LIMIT 3`,
     );
     expect(rows).toEqual([
       { id: "1", payload: { i: 0 }, message_key: "k0" },
@@ -179,7 +179,7 @@ describe("producing (docs/guide/producing.md, C22–C24, C28)", () => {
     const meta = await s.produceBatch(odd.map((v, i) => ({ payload: v, key: v === "" ? "k" : v, ...(i % 2 ? { message: { timeout: 1000 + i } } : {}) })));
     expect(meta.map((x) => Number(x.id))).toEqual(plain.map((x) => Number(x.id) + odd.length));
     const rows = await t.sql<{ payload: unknown; message_key: string | null; options: unknown }>(
-      `SELECT payload, message_key, options FROM ${S}.message_log_${n} ORDER BY id`,
+      `SELECT payload, message_key, options FROM ${SCHEMA}.message_log_${n} ORDER BY id`,
     );
     expect(rows).toEqual([
       ...odd.map((v) => ({ payload: { v, [v]: [v] }, message_key: null, options: null })),
@@ -195,7 +195,7 @@ describe("producing (docs/guide/producing.md, C22–C24, C28)", () => {
     await s.produce({ a: 1 }, { key: "k", message: { timeout: 20000, concurrency: "exclusive", retry: { maxRetries: 5 } } });
     await s.produce({ a: 2 }, { key: "c", compaction: {} });
     await s.produce({ a: 3 });
-    const rows = await t.sql(`SELECT message_key, compaction_rank::text AS rank, routing_key, schema_version, options FROM ${S}.message_log_${n} ORDER BY id`);
+    const rows = await t.sql(`SELECT message_key, compaction_rank::text AS rank, routing_key, schema_version, options FROM ${SCHEMA}.message_log_${n} ORDER BY id`);
     expect(rows).toEqual([
       { message_key: "k", rank: null, routing_key: null, schema_version: 1, options: { timeout: 20000, concurrency: "exclusive", retry: { maxRetries: 5 } } },
       { message_key: "c", rank: "0", routing_key: null, schema_version: 1, options: null },
@@ -210,7 +210,7 @@ describe("producing (docs/guide/producing.md, C22–C24, C28)", () => {
     const n = await streamIdOf(t, "small.parts");
     const parts = async () =>
       (await t.sql<{ name: string }>(
-        `SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = '${S}.message_log_${n}'::regclass ORDER BY 1`,
+        `SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = '${SCHEMA}.message_log_${n}'::regclass ORDER BY 1`,
       )).map((r) => r.name);
     for (let i = 1; i <= 8; i++) await s.produce({ i });
     expect(await parts()).toEqual([`message_log_${n}_0`]);
@@ -219,14 +219,14 @@ describe("producing (docs/guide/producing.md, C22–C24, C28)", () => {
     for (let i = 10; i <= 19; i++) await s.produce({ i });
     expect(await parts()).toContain(`message_log_${n}_2`);
     // An operator drops partition 2 before id 20: the producer recovers.
-    await t.sql(`DROP TABLE ${S}.message_log_${n}_2`);
+    await t.sql(`DROP TABLE ${SCHEMA}.message_log_${n}_2`);
     const fresh = testClient(url()); // a client that never saw partition 2
     const r = await fresh.client.stream("small.parts").produce({ i: 20 });
     // The failed first insert consumed id 20 (a gap the cursor passes); the retry gets the next.
     expect(Number(r.id)).toBeGreaterThanOrEqual(20);
     expect(fresh.events.some((e) => e.code === "SQL0041")).toBe(true);
     // A batch that spans several partitions recovers all of them.
-    await t.sql(`DROP TABLE IF EXISTS ${S}.message_log_${n}_3`);
+    await t.sql(`DROP TABLE IF EXISTS ${SCHEMA}.message_log_${n}_3`);
     const b = await fresh.client.stream("small.parts").produceBatch(Array.from({ length: 25 }, (_, i) => ({ payload: { i } })));
     expect(b.map((x) => Number(x.id) - Number(b[0].id))).toEqual(Array.from({ length: 25 }, (_, i) => i));
     expect(await count(t, `message_log_${n}`)).toBe(20 + 25);
@@ -238,8 +238,8 @@ describe("producing (docs/guide/producing.md, C22–C24, C28)", () => {
     await s.register({ partitionSize: 10 });
     const n = await streamIdOf(t, "tx.parts");
     await s.produceBatch(Array.from({ length: 5 }, (_, i) => ({ payload: { i } })));
-    await t.sql(`SELECT setval('${S}.message_log_${n}_id_seq', 19)`); // the next id needs partition 2
-    await t.sql(`DROP TABLE IF EXISTS ${S}.message_log_${n}_2`);
+    await t.sql(`SELECT setval('${SCHEMA}.message_log_${n}_id_seq', 19)`); // the next id needs partition 2
+    await t.sql(`DROP TABLE IF EXISTS ${SCHEMA}.message_log_${n}_2`);
     const c = await t.pool.connect();
     try {
       await c.query("BEGIN");
@@ -255,8 +255,8 @@ describe("producing (docs/guide/producing.md, C22–C24, C28)", () => {
     const lone = new SqlStreams({ pool: pg1, logger: () => {} });
     const ls = lone.stream("tx.parts");
     await ls.produce({ warm: true }); // the client knows the stream before its one connection is taken
-    await t.sql(`SELECT setval('${S}.message_log_${n}_id_seq', 39)`); // the next id needs partition 4
-    await t.sql(`DROP TABLE IF EXISTS ${S}.message_log_${n}_4`);
+    await t.sql(`SELECT setval('${SCHEMA}.message_log_${n}_id_seq', 39)`); // the next id needs partition 4
+    await t.sql(`DROP TABLE IF EXISTS ${SCHEMA}.message_log_${n}_4`);
     const only = await pg1.connect();
     try {
       await only.query("BEGIN");
@@ -278,7 +278,7 @@ describe("producing (docs/guide/producing.md, C22–C24, C28)", () => {
     const s = t.client.stream("settings");
     await s.register({ partitionSize: 100, retention: 60_000, deliveryLog: "all" });
     await s.register({ partitionSize: 100 });
-    expect(await t.sql(`SELECT partition_size::text AS p, retention_ms::text AS r, delivery_log_mode AS m FROM ${S}.stream_config WHERE name = 'settings'`)).toEqual([
+    expect(await t.sql(`SELECT partition_size::text AS p, retention_ms::text AS r, delivery_log_mode AS m FROM ${SCHEMA}.stream_config WHERE name = 'settings'`)).toEqual([
       { p: "100", r: "0", m: "failures" },
     ]);
     expect(await codeOf(s.register({ partitionSize: 200 }))).toBe("SQL0011");

@@ -16,7 +16,7 @@ import { drizzleExecutor } from "@sqlstreams/core/drizzle";
 import { kyselyExecutor } from "@sqlstreams/core/kysely";
 import { PrismaClient } from "../../prisma/generated/client.js";
 import { useFreshDatabase } from "../../support/db.js";
-import { S, codeOf, count, streamIdOf, testClient, type TestClient } from "../../support/streams.js";
+import { SCHEMA, codeOf, count, streamIdOf, testClient, type TestClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -216,9 +216,9 @@ describe.each(adapters)("produce inside a %s transaction", (name, make) => {
     });
     expect(await appRows(base + 2)).toBe(1);
     expect(await count(t, `message_log_${n}`)).toBe(5);
-    expect(await t.sql(`SELECT message_id::text AS id FROM ${S}.idempotency_key_${n}`)).toEqual([{ id: first }]);
+    expect(await t.sql(`SELECT message_id::text AS id FROM ${SCHEMA}.idempotency_key_${n}`)).toEqual([{ id: first }]);
     expect(await consumeAll(s, "g")).toEqual([{ order: base + 2 }, { line: 1 }, { line: 2 }, { q: 'a"b\\{,}' }, "NULL"]);
-    expect(await t.sql(`SELECT message_key FROM ${S}.message_log_${n} ORDER BY id DESC LIMIT 1`)).toEqual([{ message_key: 'k"\\' }]);
+    expect(await t.sql(`SELECT message_key FROM ${SCHEMA}.message_log_${n} ORDER BY id DESC LIMIT 1`)).toEqual([{ message_key: 'k"\\' }]);
     // The rolled-back key was never stored, the committed one dedupes a later produce.
     expect((await s.produce({ x: 1 }, { idempotencyKey: `${name}:1` })).duplicate).toBe(false);
     expect(await s.produce({ x: 2 }, { idempotencyKey: `${name}:2` })).toEqual({ id: first, duplicate: true });

@@ -5,7 +5,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { Permanent } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { spawnNode } from "../../support/processes.js";
-import { S, type TestClient, committed, groupIdOf, pollPastFence, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, committed, groupIdOf, pollPastFence, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 let t: TestClient;
@@ -74,19 +74,19 @@ describe("progress history", () => {
     const other = await groupIdOf(t, "other", "hist.pruned");
     // 6 000 samples a minute apart for g (the oldest ~4 days back), and 3 samples of 8 days ago for other.
     await t.sql(
-      `INSERT INTO ${S}.progress_history_${n} (consumer_group_id, sampled_at, head, committed, lag)
+      `INSERT INTO ${SCHEMA}.progress_history_${n} (consumer_group_id, sampled_at, head, committed, lag)
        SELECT $1, now() - i * interval '1 minute', 0, 0, 0 FROM generate_series(1, 6000) i`,
       [gid],
     );
     await t.sql(
-      `INSERT INTO ${S}.progress_history_${n} (consumer_group_id, sampled_at, head, committed, lag)
+      `INSERT INTO ${SCHEMA}.progress_history_${n} (consumer_group_id, sampled_at, head, committed, lag)
        SELECT $1, now() - interval '8 days' - i * interval '1 minute', 0, 0, 0 FROM generate_series(1, 3) i`,
       [other],
     );
     await s.maintain();
     const rows = await t.sql<{ g: string; n: number; oldest: Date; newest: Date }>(
       `SELECT consumer_group_id::text AS g, count(*)::int AS n, min(sampled_at) AS oldest, max(sampled_at) AS newest
-         FROM ${S}.progress_history_${n} GROUP BY 1`,
+         FROM ${SCHEMA}.progress_history_${n} GROUP BY 1`,
     );
     const byGroup = new Map(rows.map((r) => [r.g, r]));
     expect(byGroup.get(gid)?.n).toBe(5_000);
@@ -95,7 +95,7 @@ describe("progress history", () => {
     expect(byGroup.get(other)?.n).toBe(1); // only this run's sample: the 8-day-old ones are gone
 
     await s.consumer("g").destroy();
-    const left = await t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM ${S}.progress_history_${n} WHERE consumer_group_id = $1`, [gid]);
+    const left = await t.sql<{ n: number }>(`SELECT count(*)::int AS n FROM ${SCHEMA}.progress_history_${n} WHERE consumer_group_id = $1`, [gid]);
     expect(left[0].n).toBe(0);
   });
 });

@@ -4,7 +4,7 @@
 import { describe, expect, it } from "vitest";
 import { Permanent, isSqlStreamsError } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
-import { S, committed, count, partitions, pollPastFence, precreate, progressIs, range, streamIdOf, testClient, whileHeld } from "../../support/streams.js";
+import { SCHEMA, committed, count, partitions, pollPastFence, precreate, progressIs, range, streamIdOf, testClient, whileHeld } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -24,7 +24,7 @@ describe("maintain() (docs/protocol/retention.md)", () => {
     const r2 = await s.maintain();
     expect(r2.partitionsCreated).toBe(1);
     expect(await partitions(t, n)).toEqual([0, 1, 2]);
-    await t.sql(`DROP TABLE ${S}.message_log_${n}_2`);
+    await t.sql(`DROP TABLE ${SCHEMA}.message_log_${n}_2`);
     const r3 = await s.maintain();
     expect(r3.partitionsCreated).toBe(1);
     expect(await partitions(t, n)).toEqual([0, 1, 2]);
@@ -44,7 +44,7 @@ describe("maintain() (docs/protocol/retention.md)", () => {
     // A maintain() before the TTL keeps both keys.
     expect((await s.maintain()).idempotencyKeysDeleted).toBe(0);
     // "After 1 s": age payment:1 only.
-    await t.sql(`UPDATE ${S}.idempotency_key_${n} SET created_at = created_at - interval '1001 milliseconds' WHERE message_id = $1`, [a.id]);
+    await t.sql(`UPDATE ${SCHEMA}.idempotency_key_${n} SET created_at = created_at - interval '1001 milliseconds' WHERE message_id = $1`, [a.id]);
     const r = await s.maintain();
     expect(r.idempotencyKeysDeleted).toBe(1);
     expect(await count(t, `idempotency_key_${n}`)).toBe(1);
@@ -60,13 +60,13 @@ describe("maintain() (docs/protocol/retention.md)", () => {
     await s.register();
     const n = await streamIdOf(t, "leases");
     await t.sql(
-      `INSERT INTO ${S}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at) VALUES
+      `INSERT INTO ${SCHEMA}.message_key_lease_${n} (consumer_group_id, message_key, token, expires_at) VALUES
          (7, 'old', gen_random_uuid(), now() - interval '1 second'),
          (7, 'live', gen_random_uuid(), now() + interval '1 minute'),
          (8, 'old', gen_random_uuid(), now() - interval '1 hour')`,
     );
     await t.sql(
-      `INSERT INTO ${S}.compaction_head_${n} (compaction_key, message_id, compaction_rank, schema_version, updated_at) VALUES
+      `INSERT INTO ${SCHEMA}.compaction_head_${n} (compaction_key, message_id, compaction_rank, schema_version, updated_at) VALUES
          ('empty-old', NULL, NULL, NULL, now() - interval '61 minutes'),
          ('empty-young', NULL, NULL, NULL, now() - interval '59 minutes'),
          ('set-old', 1, 0, 1, now() - interval '2 hours')`,
@@ -75,8 +75,8 @@ describe("maintain() (docs/protocol/retention.md)", () => {
     expect(r.errors).toEqual([]);
     expect(r.keyLeasesDeleted).toBe(2);
     expect(r.emptyHeadsDeleted).toBe(1);
-    expect((await t.sql<{ k: string }>(`SELECT message_key AS k FROM ${S}.message_key_lease_${n}`)).map((x) => x.k)).toEqual(["live"]);
-    expect((await t.sql<{ k: string }>(`SELECT compaction_key AS k FROM ${S}.compaction_head_${n} ORDER BY 1`)).map((x) => x.k)).toEqual([
+    expect((await t.sql<{ k: string }>(`SELECT message_key AS k FROM ${SCHEMA}.message_key_lease_${n}`)).map((x) => x.k)).toEqual(["live"]);
+    expect((await t.sql<{ k: string }>(`SELECT compaction_key AS k FROM ${SCHEMA}.compaction_head_${n} ORDER BY 1`)).map((x) => x.k)).toEqual([
       "empty-young",
       "set-old",
     ]);
@@ -88,7 +88,7 @@ describe("maintain() (docs/protocol/retention.md)", () => {
     await s.register({ idempotencyKeyTtl: 1000 });
     const n = await streamIdOf(t, "idem.many");
     await t.sql(
-      `INSERT INTO ${S}.idempotency_key_${n} (idempotency_key, message_id, created_at)
+      `INSERT INTO ${SCHEMA}.idempotency_key_${n} (idempotency_key, message_id, created_at)
        SELECT gen_random_uuid(), g, now() - interval '1 day' FROM generate_series(1, 2500) g`,
     );
     const before = t.statements.length;
@@ -102,8 +102,8 @@ describe("maintain() (docs/protocol/retention.md)", () => {
     const s = t.client.stream("broken.step");
     await s.register();
     const n = await streamIdOf(t, "broken.step");
-    await t.sql(`INSERT INTO ${S}.message_key_lease_${n} VALUES (1, 'k', gen_random_uuid(), now() - interval '1 second')`);
-    await t.sql(`ALTER TABLE ${S}.idempotency_key_${n} RENAME TO idempotency_key_${n}_gone`);
+    await t.sql(`INSERT INTO ${SCHEMA}.message_key_lease_${n} VALUES (1, 'k', gen_random_uuid(), now() - interval '1 second')`);
+    await t.sql(`ALTER TABLE ${SCHEMA}.idempotency_key_${n} RENAME TO idempotency_key_${n}_gone`);
     try {
       const r = await s.maintain();
       expect(r.errors).toHaveLength(1);
@@ -112,7 +112,7 @@ describe("maintain() (docs/protocol/retention.md)", () => {
       expect(r.keyLeasesDeleted).toBe(1);
       expect(t.events.some((e) => e.level === "error" && e.step === "idempotencyKeys")).toBe(true);
     } finally {
-      await t.sql(`ALTER TABLE ${S}.idempotency_key_${n}_gone RENAME TO idempotency_key_${n}`);
+      await t.sql(`ALTER TABLE ${SCHEMA}.idempotency_key_${n}_gone RENAME TO idempotency_key_${n}`);
     }
   });
 
@@ -122,7 +122,7 @@ describe("maintain() (docs/protocol/retention.md)", () => {
     await s.register({ partitionSize: 10, retention: 1000, idempotencyKeyTtl: 1000 });
     const n = await streamIdOf(t, "late.run");
     await s.produce(1, { idempotencyKey: "x" });
-    await t.sql(`UPDATE ${S}.idempotency_key_${n} SET created_at = now() - interval '1 day'`);
+    await t.sql(`UPDATE ${SCHEMA}.idempotency_key_${n} SET created_at = now() - interval '1 day'`);
     const before = t.statements.length;
     const r = await s.maintain({ deadline: Date.now() + 1500 });
     expect(r.deadlineReached).toBe(true);
@@ -184,9 +184,9 @@ describe("maintain() (docs/protocol/retention.md)", () => {
     const n = await streamIdOf(t, "locked.log");
     await precreate(t, n, 10, 3);
     await s.produceBatch(range(1, 25).map((i) => ({ payload: i })));
-    await t.sql(`UPDATE ${S}.message_log_${n} SET created_at = now() - interval '1 minute'`);
+    await t.sql(`UPDATE ${SCHEMA}.message_log_${n} SET created_at = now() - interval '1 minute'`);
     // A long reader holds the log (as a slow failures() query or a produceInTx would).
-    await whileHeld(t, `SELECT count(*) FROM ${S}.message_log_${n}`, async () => {
+    await whileHeld(t, `SELECT count(*) FROM ${SCHEMA}.message_log_${n}`, async () => {
       const started = Date.now();
       const r = await s.maintain();
       const took = Date.now() - started;
@@ -216,10 +216,10 @@ describe("maintain() (docs/protocol/retention.md)", () => {
     await g.register();
     await s.produceBatch(range(1, 25).map((i) => ({ payload: i })));
     await pollPastFence(g, () => {}, { drain: true, until: committed("25") });
-    await t.sql(`UPDATE ${S}.message_log_${n} SET created_at = now() - interval '1 minute'`);
+    await t.sql(`UPDATE ${SCHEMA}.message_log_${n} SET created_at = now() - interval '1 minute'`);
     // Another deleter (a second maintain() on the same partition, say) holds one audit row of
     // partition 0. Waiting on it while holding others is how two deleters deadlock.
-    await whileHeld(t, `SELECT 1 FROM ${S}.delivery_log_${n} WHERE message_id = 5 FOR UPDATE`, async () => {
+    await whileHeld(t, `SELECT 1 FROM ${SCHEMA}.delivery_log_${n} WHERE message_id = 5 FOR UPDATE`, async () => {
       const r = await s.maintain();
       expect(r.errors).toEqual([]);
       expect(r.partitionsDropped).toBe(0);
@@ -248,8 +248,8 @@ describe("maintain() (docs/protocol/retention.md)", () => {
     await pollPastFence(lag, () => {}, { drain: true, until: committed("13") });
     await s.produceBatch(range(14, 25).map((i) => ({ payload: i })));
     await pollPastFence(g, (m) => (m.id === "11" ? Permanent(new Error("dead")) : undefined), { drain: true, until: committed("25") });
-    await t.sql(`UPDATE ${S}.message_log_${n} SET created_at = now() - interval '1 minute'`);
-    await whileHeld(t, `SELECT 1 FROM ${S}.exception_queue_${n} WHERE message_id = 11 FOR UPDATE`, async () => {
+    await t.sql(`UPDATE ${SCHEMA}.message_log_${n} SET created_at = now() - interval '1 minute'`);
+    await whileHeld(t, `SELECT 1 FROM ${SCHEMA}.exception_queue_${n} WHERE message_id = 11 FOR UPDATE`, async () => {
       const r = await s.maintain();
       expect(r.errors).toEqual([]);
       expect(r.partitionsDropped).toBe(1); // partition 0; partition 1 lies above the floor 13
@@ -273,7 +273,7 @@ describe("maintain() (docs/protocol/retention.md)", () => {
     await precreate(t, n, 100, 31);
     for (let b = 0; b < 30; b++) await s.produceBatch(range(1, 100).map((i) => ({ payload: i })));
     await pollPastFence(g, () => {}, { drain: true, until: committed("3000"), opts: { batchLimit: 500 } });
-    await t.sql(`UPDATE ${S}.message_log_${n} SET created_at = now() - interval '1 minute'`);
+    await t.sql(`UPDATE ${SCHEMA}.message_log_${n} SET created_at = now() - interval '1 minute'`);
     const others = Array.from({ length: 3 }, () => testClient(url()));
     let producing = true;
     const producer = (async () => {

@@ -7,17 +7,17 @@ import { Permanent, type SqlStreams } from "@sqlstreams/core";
 // Internal (not exported by the package): the retention floor, read from the built library.
 import { floorOf, retentionStatus } from "../../../packages/core/dist/maintain/floor.js";
 import { useFreshDatabase } from "../../support/db.js";
-import { S, type TestClient, committed, count, cursor, groupIdOf, partitions, pollPastFence, precreate, progressIs, range, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, committed, count, cursor, groupIdOf, partitions, pollPastFence, precreate, progressIs, range, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
 async function ids(t: TestClient, n: string): Promise<number[]> {
-  return (await t.sql<{ id: string }>(`SELECT id FROM ${S}.message_log_${n} ORDER BY id`)).map((r) => Number(r.id));
+  return (await t.sql<{ id: string }>(`SELECT id FROM ${SCHEMA}.message_log_${n} ORDER BY id`)).map((r) => Number(r.id));
 }
 
 /** Ages every message of the stream by `ms` (instead of waiting). */
 async function age(t: TestClient, n: string, ms: number, where = "TRUE"): Promise<void> {
-  await t.sql(`UPDATE ${S}.message_log_${n} SET created_at = created_at - $1::bigint * interval '1 millisecond' WHERE ${where}`, [ms]);
+  await t.sql(`UPDATE ${SCHEMA}.message_log_${n} SET created_at = created_at - $1::bigint * interval '1 millisecond' WHERE ${where}`, [ms]);
 }
 
 /** Every message id above the floor must still exist after maintain() (I11). */
@@ -217,7 +217,7 @@ describe("retention (docs/protocol/retention.md, C27)", () => {
     expect(r.partitionsDropped).toBe(1);
     expect(r.rowsSwept).toBe(4);
     const heads = await t.sql<{ compaction_key: string; message_id: string | null; compaction_rank: string | null }>(
-      `SELECT compaction_key, message_id::text, compaction_rank::text FROM ${S}.compaction_head_${n} ORDER BY compaction_key`,
+      `SELECT compaction_key, message_id::text, compaction_rank::text FROM ${SCHEMA}.compaction_head_${n} ORDER BY compaction_key`,
     );
     expect(heads).toEqual([
       { compaction_key: "a", message_id: null, compaction_rank: null },
@@ -225,11 +225,11 @@ describe("retention (docs/protocol/retention.md, C27)", () => {
       { compaction_key: "c", message_id: null, compaction_rank: null },
     ]);
     // Empty heads younger than an hour stay; older ones are deleted.
-    await t.sql(`UPDATE ${S}.compaction_head_${n} SET updated_at = now() - interval '61 minutes' WHERE compaction_key = 'b'`);
+    await t.sql(`UPDATE ${SCHEMA}.compaction_head_${n} SET updated_at = now() - interval '61 minutes' WHERE compaction_key = 'b'`);
     const r2 = await s.maintain();
     expect(r2.emptyHeadsDeleted).toBe(1);
     const { id } = await s.produce({ v: 2 }, { key: "a", compaction: { rank: -5 } });
-    const head = await t.sql<{ message_id: string }>(`SELECT message_id::text FROM ${S}.compaction_head_${n} WHERE compaction_key = 'a'`);
+    const head = await t.sql<{ message_id: string }>(`SELECT message_id::text FROM ${SCHEMA}.compaction_head_${n} WHERE compaction_key = 'a'`);
     expect(head[0].message_id).toBe(id);
   });
 

@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import { Permanent, type MaintainReport } from "@sqlstreams/core";
 import { floorOf } from "../../../packages/core/dist/maintain/floor.js";
 import { useFreshDatabase } from "../../support/db.js";
-import { S, type TestClient, count, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, count, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -34,16 +34,16 @@ interface Sizes {
 async function sizes(t: TestClient, n: string): Promise<Sizes> {
   const r = await t.sql<Record<string, string>>(
     `SELECT (SELECT count(*) FROM pg_partition_tree($1::regclass) WHERE isleaf)::text AS partitions,
-            (SELECT count(*) FROM ${S}.message_log_${n})::text AS messages,
+            (SELECT count(*) FROM ${SCHEMA}.message_log_${n})::text AS messages,
             (SELECT COALESCE(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree($1::regclass))::text AS log_bytes,
-            (SELECT count(*) FROM ${S}.exception_queue_${n})::text AS eq_rows,
-            pg_total_relation_size('${S}.exception_queue_${n}')::text AS eq_bytes,
-            (SELECT count(*) FROM ${S}.delivery_log_${n})::text AS dl_rows,
-            pg_total_relation_size('${S}.delivery_log_${n}')::text AS dl_bytes,
-            (pg_total_relation_size('${S}.compaction_head_${n}') + pg_total_relation_size('${S}.idempotency_key_${n}')
-             + pg_total_relation_size('${S}.claim_lease_${n}') + pg_total_relation_size('${S}.message_key_lease_${n}')
-             + pg_total_relation_size('${S}.consumer_group_cursor_${n}'))::text AS other_bytes`,
-    [`${S}.message_log_${n}`],
+            (SELECT count(*) FROM ${SCHEMA}.exception_queue_${n})::text AS eq_rows,
+            pg_total_relation_size('${SCHEMA}.exception_queue_${n}')::text AS eq_bytes,
+            (SELECT count(*) FROM ${SCHEMA}.delivery_log_${n})::text AS dl_rows,
+            pg_total_relation_size('${SCHEMA}.delivery_log_${n}')::text AS dl_bytes,
+            (pg_total_relation_size('${SCHEMA}.compaction_head_${n}') + pg_total_relation_size('${SCHEMA}.idempotency_key_${n}')
+             + pg_total_relation_size('${SCHEMA}.claim_lease_${n}') + pg_total_relation_size('${SCHEMA}.message_key_lease_${n}')
+             + pg_total_relation_size('${SCHEMA}.consumer_group_cursor_${n}'))::text AS other_bytes`,
+    [`${SCHEMA}.message_log_${n}`],
   );
   const x = r[0];
   return {
@@ -186,7 +186,7 @@ describe("retention soak", () => {
     const vacuumer = (async () => {
       while (vacuuming) {
         await sleep(1000);
-        await observer.sql(`VACUUM ${S}.delivery_log_${n}, ${S}.exception_queue_${n}`);
+        await observer.sql(`VACUUM ${SCHEMA}.delivery_log_${n}, ${SCHEMA}.exception_queue_${n}`);
       }
     })();
 
@@ -212,7 +212,7 @@ describe("retention soak", () => {
     const before = await sizes(observer, n);
     // Every message is old enough now (the clock is moved, not waited for): the final run leaves
     // only the active partition and the ones ahead of it.
-    await t.sql(`UPDATE ${S}.message_log_${n} SET created_at = created_at - interval '1 hour'`);
+    await t.sql(`UPDATE ${SCHEMA}.message_log_${n} SET created_at = created_at - interval '1 hour'`);
     const final = await s.maintain();
     expect(final.errors).toEqual([]);
     const after = await sizes(observer, n);
@@ -243,11 +243,11 @@ describe("retention soak", () => {
     expect(after.partitions).toBeLessThanOrEqual(3);
     expect(after.messages).toBeLessThanOrEqual(PARTITION);
     expect(
-      await count(t, `exception_queue_${n}`, `NOT EXISTS (SELECT 1 FROM ${S}.message_log_${n} m WHERE m.id = message_id)`),
+      await count(t, `exception_queue_${n}`, `NOT EXISTS (SELECT 1 FROM ${SCHEMA}.message_log_${n} m WHERE m.id = message_id)`),
     ).toBe(0);
-    expect(await count(t, `delivery_log_${n}`, `NOT EXISTS (SELECT 1 FROM ${S}.message_log_${n} m WHERE m.id = message_id)`)).toBe(0);
+    expect(await count(t, `delivery_log_${n}`, `NOT EXISTS (SELECT 1 FROM ${SCHEMA}.message_log_${n} m WHERE m.id = message_id)`)).toBe(0);
     expect(
-      await count(t, `compaction_head_${n}`, `message_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ${S}.message_log_${n} m WHERE m.id = message_id)`),
+      await count(t, `compaction_head_${n}`, `message_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ${SCHEMA}.message_log_${n} m WHERE m.id = message_id)`),
     ).toBe(0);
 
     const p = peak as unknown as Sizes;

@@ -11,7 +11,7 @@ import { SqlStreams, type Message } from "@sqlstreams/core";
 import { DatabaseProvider, createMigrateHandler, localContext } from "@sqlstreams/aws";
 import { useFreshDatabase } from "../../support/db.js";
 import { spawnNode } from "../../support/processes.js";
-import { S } from "../../support/streams.js";
+import { SCHEMA } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 const tag = randomBytes(5).toString("hex");
@@ -58,7 +58,7 @@ async function raised(p: Promise<unknown>): Promise<{ message: string; code: str
 }
 
 async function streamId(name: string): Promise<string> {
-  return (await owner.query<{ id: string }>(`SELECT id::text FROM ${S}.stream_config WHERE name = $1`, [name])).rows[0].id;
+  return (await owner.query<{ id: string }>(`SELECT id::text FROM ${SCHEMA}.stream_config WHERE name = $1`, [name])).rows[0].id;
 }
 
 beforeAll(async () => {
@@ -89,38 +89,38 @@ describe("grant_produce: producers need no table privilege", () => {
   it("a granted role produces to its stream and is refused every other stream, table and function", async () => {
     const p = as(PRODUCER);
     // Before any grant: PUBLIC has no EXECUTE on the schema's functions.
-    expect((await raised(p.query(`SELECT ${S}.produce('a', '{"n": 0}')`))).code).toBe("42501");
+    expect((await raised(p.query(`SELECT ${SCHEMA}.produce('a', '{"n": 0}')`))).code).toBe("42501");
 
-    await owner.query(`SELECT ${S}.grant_produce($1, 'a')`, [PRODUCER]);
-    await owner.query(`SELECT ${S}.grant_produce($1, 'a')`, [PRODUCER]); // idempotent
-    const one = await p.query<{ id: string }>(`SELECT ${S}.produce('a', '{"n": 1}', key => 'k')::text AS id`);
+    await owner.query(`SELECT ${SCHEMA}.grant_produce($1, 'a')`, [PRODUCER]);
+    await owner.query(`SELECT ${SCHEMA}.grant_produce($1, 'a')`, [PRODUCER]); // idempotent
+    const one = await p.query<{ id: string }>(`SELECT ${SCHEMA}.produce('a', '{"n": 1}', key => 'k')::text AS id`);
     expect(Number(one.rows[0].id)).toBeGreaterThan(1);
-    const batch = await p.query(`SELECT ${S}.produce_batch('a', '[{"payload": 1}, {"payload": 2}]')`);
+    const batch = await p.query(`SELECT ${SCHEMA}.produce_batch('a', '[{"payload": 1}, {"payload": 2}]')`);
     expect(batch.rowCount).toBe(2);
     const a = await streamId("a");
     const b = await streamId("b");
-    expect((await owner.query(`SELECT count(*)::int AS n FROM ${S}.message_log_${a}`)).rows[0].n).toBe(4);
+    expect((await owner.query(`SELECT count(*)::int AS n FROM ${SCHEMA}.message_log_${a}`)).rows[0].n).toBe(4);
 
     // Another stream, or one that does not exist: the same refusal, with the fix.
     for (const stream of ["b", "nope"]) {
-      const e = await raised(p.query(`SELECT ${S}.produce($1, '{"n": 1}')`, [stream]));
+      const e = await raised(p.query(`SELECT ${SCHEMA}.produce($1, '{"n": 1}')`, [stream]));
       expect(e.code).toBe("42501");
       expect(e.message).toContain(`SQL0095 role ${PRODUCER} may not produce to stream "${stream}"`);
       expect(e.message).toContain(`grant_produce('${PRODUCER}', '${stream}')`);
     }
-    expect((await raised(p.query(`SELECT ${S}.produce_batch('b', '[{"payload": 1}]')`))).message).toMatch(/^SQL0095 /);
-    expect((await owner.query(`SELECT count(*)::int AS n FROM ${S}.message_log_${b}`)).rows[0].n).toBe(1);
+    expect((await raised(p.query(`SELECT ${SCHEMA}.produce_batch('b', '[{"payload": 1}]')`))).message).toMatch(/^SQL0095 /);
+    expect((await owner.query(`SELECT count(*)::int AS n FROM ${SCHEMA}.message_log_${b}`)).rows[0].n).toBe(1);
 
     // No table: forging an id, moving a cursor, granting itself another stream.
     const writes = [
-      `INSERT INTO ${S}.message_log_${a} (id, payload) VALUES (500, '{}')`,
-      `INSERT INTO ${S}.message_log_${b} (payload) VALUES ('{}')`,
-      `UPDATE ${S}.message_log_${a} SET payload = '{}'`,
-      `DELETE FROM ${S}.message_log_${a}`,
-      `UPDATE ${S}.stream_config SET max_payload_bytes = 1`,
-      `INSERT INTO ${S}.produce_grant (stream_id, role_oid) SELECT ${b}, oid FROM pg_roles WHERE rolname = current_user`,
-      `SELECT * FROM ${S}.message_log_${a}`,
-      `SELECT setval('${S}.message_log_${a}_id_seq', 1000)`,
+      `INSERT INTO ${SCHEMA}.message_log_${a} (id, payload) VALUES (500, '{}')`,
+      `INSERT INTO ${SCHEMA}.message_log_${b} (payload) VALUES ('{}')`,
+      `UPDATE ${SCHEMA}.message_log_${a} SET payload = '{}'`,
+      `DELETE FROM ${SCHEMA}.message_log_${a}`,
+      `UPDATE ${SCHEMA}.stream_config SET max_payload_bytes = 1`,
+      `INSERT INTO ${SCHEMA}.produce_grant (stream_id, role_oid) SELECT ${b}, oid FROM pg_roles WHERE rolname = current_user`,
+      `SELECT * FROM ${SCHEMA}.message_log_${a}`,
+      `SELECT setval('${SCHEMA}.message_log_${a}_id_seq', 1000)`,
     ];
     for (const w of writes) {
       const e = await p.query(w).then(() => ({ code: "none (it ran)" }), (err: { code: string }) => err);
@@ -134,7 +134,7 @@ describe("grant_produce: producers need no table privilege", () => {
          LEFT JOIN LATERAL unnest(p.proargtypes::oid[]) WITH ORDINALITY AS x(t, i) ON true
         WHERE n.nspname = $1 AND p.proname NOT IN ('produce', 'produce_batch') AND p.prokind = 'f'
         GROUP BY p.oid, p.proname ORDER BY 1`,
-      [S, PRODUCER],
+      [SCHEMA, PRODUCER],
     );
     const names = fns.rows.map((f) => f.name);
     expect(names).toEqual(expect.arrayContaining(["grant_produce", "revoke_produce", "setup_roles", `claim_${a}`, `advance_${a}`, "raise_coded"]));
@@ -142,7 +142,7 @@ describe("grant_produce: producers need no table privilege", () => {
       expect(f.may, f.name).toBe(false);
       // A STRICT function called with NULLs is folded to NULL by the planner, never called.
       if (f.strict) continue;
-      const e = await p.query(`SELECT ${S}.${f.name}(${f.args})`).then(() => ({ code: "none (it ran)", message: "" }), (err: { code: string; message: string }) => err);
+      const e = await p.query(`SELECT ${SCHEMA}.${f.name}(${f.args})`).then(() => ({ code: "none (it ran)", message: "" }), (err: { code: string; message: string }) => err);
       expect(e.code, f.name).toBe("42501");
       expect(e.message, f.name).toContain("permission denied for function");
     }
@@ -150,13 +150,13 @@ describe("grant_produce: producers need no table privilege", () => {
 
   it("a login role produces through its membership in a granted role, also after SET ROLE", async () => {
     const p = as(APP);
-    await owner.query(`SELECT ${S}.grant_produce($1, 'a')`, [PRODUCER]);
-    await p.query(`SELECT ${S}.produce('a', '{"via": "membership"}')`);
+    await owner.query(`SELECT ${SCHEMA}.grant_produce($1, 'a')`, [PRODUCER]);
+    await p.query(`SELECT ${SCHEMA}.produce('a', '{"via": "membership"}')`);
     const c = await p.connect();
     try {
       await c.query(`SET ROLE ${PRODUCER}`);
-      await c.query(`SELECT ${S}.produce('a', '{"via": "set role"}')`);
-      expect((await raised(c.query(`SELECT ${S}.produce('b', '{}')`))).message).toMatch(/^SQL0095 role /);
+      await c.query(`SELECT ${SCHEMA}.produce('a', '{"via": "set role"}')`);
+      expect((await raised(c.query(`SELECT ${SCHEMA}.produce('b', '{}')`))).message).toMatch(/^SQL0095 role /);
     } finally {
       c.release();
     }
@@ -164,46 +164,46 @@ describe("grant_produce: producers need no table privilege", () => {
 
   it("only the owner grants and revokes; revoke takes the stream back", async () => {
     const p = as(PRODUCER);
-    await owner.query(`SELECT ${S}.grant_produce($1, 'a')`, [PRODUCER]);
-    await owner.query(`SELECT ${S}.grant_produce($1, 'b')`, [PRODUCER]);
-    await p.query(`SELECT ${S}.produce('b', '{}')`);
-    expect((await raised(p.query(`SELECT ${S}.grant_produce($1, 'b')`, [OTHER]))).code).toBe("42501");
+    await owner.query(`SELECT ${SCHEMA}.grant_produce($1, 'a')`, [PRODUCER]);
+    await owner.query(`SELECT ${SCHEMA}.grant_produce($1, 'b')`, [PRODUCER]);
+    await p.query(`SELECT ${SCHEMA}.produce('b', '{}')`);
+    expect((await raised(p.query(`SELECT ${SCHEMA}.grant_produce($1, 'b')`, [OTHER]))).code).toBe("42501");
 
-    await owner.query(`SELECT ${S}.revoke_produce($1, 'b')`, [PRODUCER]);
-    expect((await raised(p.query(`SELECT ${S}.produce('b', '{}')`))).message).toMatch(/^SQL0095 /);
-    await p.query(`SELECT ${S}.produce('a', '{}')`); // a is still granted
-    await owner.query(`SELECT ${S}.revoke_produce($1, 'a')`, [PRODUCER]);
-    await owner.query(`SELECT ${S}.revoke_produce($1, 'a')`, [PRODUCER]); // idempotent
+    await owner.query(`SELECT ${SCHEMA}.revoke_produce($1, 'b')`, [PRODUCER]);
+    expect((await raised(p.query(`SELECT ${SCHEMA}.produce('b', '{}')`))).message).toMatch(/^SQL0095 /);
+    await p.query(`SELECT ${SCHEMA}.produce('a', '{}')`); // a is still granted
+    await owner.query(`SELECT ${SCHEMA}.revoke_produce($1, 'a')`, [PRODUCER]);
+    await owner.query(`SELECT ${SCHEMA}.revoke_produce($1, 'a')`, [PRODUCER]); // idempotent
     // No stream left: EXECUTE is gone too.
-    expect((await raised(p.query(`SELECT ${S}.produce('a', '{}')`))).message).toContain("permission denied for function produce");
+    expect((await raised(p.query(`SELECT ${SCHEMA}.produce('a', '{}')`))).message).toContain("permission denied for function produce");
 
-    const missingRole = await raised(owner.query(`SELECT ${S}.grant_produce('no_such_role_${tag}', 'a')`));
+    const missingRole = await raised(owner.query(`SELECT ${SCHEMA}.grant_produce('no_such_role_${tag}', 'a')`));
     expect(missingRole.message).toMatch(/^SQL0096 role "no_such_role_/);
-    expect((await raised(owner.query(`SELECT ${S}.grant_produce($1, 'nope')`, [PRODUCER]))).message).toMatch(/^SQL0009 /);
+    expect((await raised(owner.query(`SELECT ${SCHEMA}.grant_produce($1, 'nope')`, [PRODUCER]))).message).toMatch(/^SQL0009 /);
   });
 
   it("the grants of a dropped role are removed at the next grant or revoke", async () => {
     const gone = role("gone");
     await owner.query(`CREATE ROLE ${gone} LOGIN`);
-    await owner.query(`SELECT ${S}.grant_produce($1, 'a')`, [gone]);
+    await owner.query(`SELECT ${SCHEMA}.grant_produce($1, 'a')`, [gone]);
     const oid = (await owner.query<{ oid: string }>(`SELECT oid::text FROM pg_roles WHERE rolname = $1`, [gone])).rows[0].oid;
     await owner.query(`DROP OWNED BY ${gone}; DROP ROLE ${gone}`);
-    expect((await owner.query(`SELECT 1 FROM ${S}.produce_grant WHERE role_oid = $1`, [oid])).rowCount).toBe(1);
-    await owner.query(`SELECT ${S}.grant_produce($1, 'a')`, [PRODUCER]);
-    expect((await owner.query(`SELECT 1 FROM ${S}.produce_grant WHERE role_oid = $1`, [oid])).rowCount).toBe(0);
+    expect((await owner.query(`SELECT 1 FROM ${SCHEMA}.produce_grant WHERE role_oid = $1`, [oid])).rowCount).toBe(1);
+    await owner.query(`SELECT ${SCHEMA}.grant_produce($1, 'a')`, [PRODUCER]);
+    expect((await owner.query(`SELECT 1 FROM ${SCHEMA}.produce_grant WHERE role_oid = $1`, [oid])).rowCount).toBe(0);
   });
 
   it("a migration that re-creates produce() keeps the grants and gives PUBLIC nothing", async () => {
-    await owner.query(`SELECT ${S}.grant_produce($1, 'a')`, [PRODUCER]);
-    await owner.query(`UPDATE ${S}.function_version SET hash = 'stale' WHERE stream_id IS NULL AND name IN ('produce', 'produce_batch', 'raise_coded')`);
+    await owner.query(`SELECT ${SCHEMA}.grant_produce($1, 'a')`, [PRODUCER]);
+    await owner.query(`UPDATE ${SCHEMA}.function_version SET hash = 'stale' WHERE stream_id IS NULL AND name IN ('produce', 'produce_batch', 'raise_coded')`);
     await ownerClient.migrate();
-    await as(PRODUCER).query(`SELECT ${S}.produce('a', '{"after": "migrate"}')`);
-    const e = await raised(as(OTHER).query(`SELECT ${S}.produce('a', '{}')`));
+    await as(PRODUCER).query(`SELECT ${SCHEMA}.produce('a', '{"after": "migrate"}')`);
+    const e = await raised(as(OTHER).query(`SELECT ${SCHEMA}.produce('a', '{}')`));
     expect(e.code).toBe("42501");
     const open = await owner.query(
       `SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
         WHERE n.nspname = $1 AND has_function_privilege('public', p.oid, 'EXECUTE')`,
-      [S],
+      [SCHEMA],
     );
     expect(open.rows).toEqual([]);
   });
@@ -223,26 +223,26 @@ async function cli(args: string[], user = "postgres"): Promise<{ code: number | 
 
 describe("sqlstreams grant-produce / revoke-produce", () => {
   it("grants and revokes as the owner; a non-owner gets SQL0095, an unknown role SQL0096", async () => {
-    await owner.query(`SELECT ${S}.revoke_produce($1, 'b')`, [OTHER]);
+    await owner.query(`SELECT ${SCHEMA}.revoke_produce($1, 'b')`, [OTHER]);
     const g = await cli(["grant-produce", OTHER, "b"]);
     expect(g.stderr).toBe("");
     expect(g.code).toBe(0);
     expect(g.stdout).toContain(`role ${OTHER} may produce to b`);
-    await as(OTHER).query(`SELECT ${S}.produce('b', '{"cli": true}')`);
+    await as(OTHER).query(`SELECT ${SCHEMA}.produce('b', '{"cli": true}')`);
     const json = await cli(["revoke-produce", OTHER, "b", "--json"]);
     expect(JSON.parse(json.stdout)).toEqual({ role: OTHER, stream: "b", produce: false });
-    expect((await raised(as(OTHER).query(`SELECT ${S}.produce('b', '{}')`))).code).toBe("42501");
+    expect((await raised(as(OTHER).query(`SELECT ${SCHEMA}.produce('b', '{}')`))).code).toBe("42501");
 
     const unknown = await cli(["grant-produce", `nobody_${tag}`, "b"]);
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toContain("SQL0096");
     // A role that may execute every function (as the worker may) still cannot grant.
-    await owner.query(`GRANT USAGE ON SCHEMA ${S} TO ${OTHER}; GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA ${S} TO ${OTHER}`);
+    await owner.query(`GRANT USAGE ON SCHEMA ${SCHEMA} TO ${OTHER}; GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA ${SCHEMA} TO ${OTHER}`);
     const notOwner = await cli(["grant-produce", OTHER, "b"], OTHER);
     expect(notOwner.code).toBe(1);
     expect(notOwner.stderr).toContain("SQL0095");
     expect(notOwner.stderr).toContain("only the owner of schema");
-    await owner.query(`REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA ${S} FROM ${OTHER}`);
+    await owner.query(`REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA ${SCHEMA} FROM ${OTHER}`);
     const usage = await cli(["grant-produce", OTHER]);
     expect(usage.code).toBe(1);
   });
@@ -250,8 +250,8 @@ describe("sqlstreams grant-produce / revoke-produce", () => {
 
 describe("setup_roles: a worker and a reader", () => {
   it("the worker drains a stream registered after the setup and creates no table; the reader reads and writes nothing", async () => {
-    await owner.query(`SELECT ${S}.setup_roles(worker => $1, reader => $2)`, [WORKER, READER]);
-    await owner.query(`SELECT ${S}.setup_roles(worker => $1, reader => $2)`, [WORKER, READER]); // idempotent
+    await owner.query(`SELECT ${SCHEMA}.setup_roles(worker => $1, reader => $2)`, [WORKER, READER]);
+    await owner.query(`SELECT ${SCHEMA}.setup_roles(worker => $1, reader => $2)`, [WORKER, READER]); // idempotent
     await givePassword(WORKER, READER);
     await ownerClient.stream("late").register();
     await ownerClient.maintain({ streams: ["late"] }); // partitions are DDL: the owner's
@@ -270,9 +270,9 @@ describe("setup_roles: a worker and a reader", () => {
       });
       expect(seen.sort()).toEqual([1, 2, 3]);
       const wp = as(WORKER);
-      expect((await raised(wp.query(`CREATE TABLE ${S}.planted (x int)`))).code).toBe("42501");
-      expect((await raised(wp.query(`SELECT ${S}.grant_produce($1, 'late')`, [WORKER]))).message).toMatch(/^SQL0095 /);
-      expect((await raised(wp.query(`INSERT INTO ${S}.produce_grant (stream_id, role_oid) VALUES (1, 1)`))).code).toBe("42501");
+      expect((await raised(wp.query(`CREATE TABLE ${SCHEMA}.planted (x int)`))).code).toBe("42501");
+      expect((await raised(wp.query(`SELECT ${SCHEMA}.grant_produce($1, 'late')`, [WORKER]))).message).toMatch(/^SQL0095 /);
+      expect((await raised(wp.query(`INSERT INTO ${SCHEMA}.produce_grant (stream_id, role_oid) VALUES (1, 1)`))).code).toBe("42501");
     } finally {
       await worker.close();
     }
@@ -289,9 +289,9 @@ describe("setup_roles: a worker and a reader", () => {
       expect((await raised(reader.stream("late").produce({ n: 9 }))).message).toMatch(/read-only|permission denied/);
       const n = await streamId("late");
       for (const w of [
-        `INSERT INTO ${S}.message_log_${n} (payload) VALUES ('{}')`,
-        `UPDATE ${S}.consumer_group_cursor_${n} SET committed = 0`,
-        `BEGIN READ WRITE; UPDATE ${S}.consumer_group_cursor_${n} SET committed = 0`,
+        `INSERT INTO ${SCHEMA}.message_log_${n} (payload) VALUES ('{}')`,
+        `UPDATE ${SCHEMA}.consumer_group_cursor_${n} SET committed = 0`,
+        `BEGIN READ WRITE; UPDATE ${SCHEMA}.consumer_group_cursor_${n} SET committed = 0`,
       ]) {
         const e = await raised(rp.query(w));
         expect(["25006", "42501"], w).toContain(e.code);
@@ -345,8 +345,8 @@ describe("createMigrateHandler with roles", () => {
       await migrate({}, localContext(60_000)); // idempotent
       await givePassword(M_PRODUCER, M_WORKER, M_READER);
       await ownerClient.maintain({ streams: ["deploy"] });
-      await as(M_PRODUCER).query(`SELECT ${S}.produce('deploy', '{"from": "sql"}')`);
-      expect((await raised(as(M_PRODUCER).query(`SELECT ${S}.produce('a', '{}')`))).message).toMatch(/^SQL0095 /);
+      await as(M_PRODUCER).query(`SELECT ${SCHEMA}.produce('deploy', '{"from": "sql"}')`);
+      expect((await raised(as(M_PRODUCER).query(`SELECT ${SCHEMA}.produce('a', '{}')`))).message).toMatch(/^SQL0095 /);
       const worker = new SqlStreams({ pool: as(M_WORKER) });
       try {
         let n = 0;
@@ -357,7 +357,7 @@ describe("createMigrateHandler with roles", () => {
       } finally {
         await worker.close();
       }
-      expect((await raised(as(M_READER).query(`DELETE FROM ${S}.stream_config`))).code).toMatch(/^(25006|42501)$/);
+      expect((await raised(as(M_READER).query(`DELETE FROM ${SCHEMA}.stream_config`))).code).toMatch(/^(25006|42501)$/);
 
       const iamEnv = { ...env, SQLSTREAMS_DB_ROLES: JSON.stringify({ worker: M_WORKER, iam: true }) };
       const iam = createMigrateHandler({ groups, database, env: iamEnv, log: () => {} });

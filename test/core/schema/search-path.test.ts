@@ -13,7 +13,7 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Delay, Permanent, SqlStreams, type Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
-import { S, makeDue } from "../../support/streams.js";
+import { SCHEMA, makeDue } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 const attacker = `atk_${randomBytes(6).toString("hex")}`;
@@ -106,7 +106,7 @@ afterAll(async () => {
 });
 
 /** A call stack (PG_CONTEXT) that passes through one of the library's functions. */
-const INSIDE = `stack ~ '(function ${S}\\.[a-z_]+\\(|SQL function "[a-z_]+(_[0-9]+)?")'`;
+const INSIDE = `stack ~ '(function ${SCHEMA}\\.[a-z_]+\\(|SQL function "[a-z_]+(_[0-9]+)?")'`;
 
 /**
  * The planted calls so far: the count (which includes calls whose statement failed and rolled
@@ -134,7 +134,7 @@ async function drainAll<T>(g: ReturnType<ReturnType<SqlStreams["stream"]>["consu
     const r = await g.drain(h as (m: Message) => unknown, { batchLimit: 10 });
     await makeDue({ sql: async (text: string) => (await owner.query(text)).rows } as never, sid);
     if (r.started === 0 && r.idle) {
-      const due = await owner.query(`SELECT 1 FROM ${S}.exception_queue_${sid} WHERE status IN ('ready', 'deferred', 'inflight')`);
+      const due = await owner.query(`SELECT 1 FROM ${SCHEMA}.exception_queue_${sid} WHERE status IN ('ready', 'deferred', 'inflight')`);
       if (due.rowCount === 0) return;
     }
   }
@@ -188,20 +188,20 @@ describe.each([
     await s.register();
     await resetTripwire();
     const q = (text: string) => victim.pool.query(text);
-    await q(`SELECT ${S}.produce('${prefix}.sql', '{"a": 1}')`);
-    await q(`SELECT ${S}.produce('${prefix}.sql', '{"a": 2}', key => 'k', idempotency_key => 'idem-1',
+    await q(`SELECT ${SCHEMA}.produce('${prefix}.sql', '{"a": 1}')`);
+    await q(`SELECT ${SCHEMA}.produce('${prefix}.sql', '{"a": 2}', key => 'k', idempotency_key => 'idem-1',
              options => '{"message": {"timeout": 5000, "concurrency": "exclusive", "retry": {"maxRetries": 2, "baseDelay": 10}}}')`);
-    await q(`SELECT ${S}.produce('${prefix}.sql', '{"a": 3}', key => 'k', idempotency_key => 'idem-1')`);
-    await q(`SELECT ${S}.produce('${prefix}.sql', '{"a": 4}', 'c', NULL, '{"compaction": {"rank": 3}}')`);
-    await q(`SELECT ${S}.produce('${prefix}.sql', '{"a": 5}', idempotency_key => '3F2504E0-4F89-11D3-9A0C-0305E82C3301')`);
-    await q(`SELECT ${S}.produce_batch('${prefix}.sql', '[{"payload": {"b": 1}}, {"payload": {"b": 2}, "key": "k2", "options": {"message": {"concurrency": "ordered"}}}]')`);
+    await q(`SELECT ${SCHEMA}.produce('${prefix}.sql', '{"a": 3}', key => 'k', idempotency_key => 'idem-1')`);
+    await q(`SELECT ${SCHEMA}.produce('${prefix}.sql', '{"a": 4}', 'c', NULL, '{"compaction": {"rank": 3}}')`);
+    await q(`SELECT ${SCHEMA}.produce('${prefix}.sql', '{"a": 5}', idempotency_key => '3F2504E0-4F89-11D3-9A0C-0305E82C3301')`);
+    await q(`SELECT ${SCHEMA}.produce_batch('${prefix}.sql', '[{"payload": {"b": 1}}, {"payload": {"b": 2}, "key": "k2", "options": {"message": {"concurrency": "ordered"}}}]')`);
     const refusals = [
-      `SELECT ${S}.produce('${prefix}.sql', '{}', options => '{"message": {"timeout": -1}}')`,
-      `SELECT ${S}.produce('${prefix}.sql', '{}', options => '{"message": {"retry": {"baseDelay": 100, "maxDelay": 10}}}')`,
-      `SELECT ${S}.produce('${prefix}.sql', '{}', options => '{"bogus": 1}')`,
-      `SELECT ${S}.produce('${prefix}.sql', '{}', key => '')`,
-      `SELECT ${S}.produce('nope', '{}')`,
-      `SELECT ${S}.produce_batch('${prefix}.sql', '[{"payload": 1, "bogus": 2}]')`,
+      `SELECT ${SCHEMA}.produce('${prefix}.sql', '{}', options => '{"message": {"timeout": -1}}')`,
+      `SELECT ${SCHEMA}.produce('${prefix}.sql', '{}', options => '{"message": {"retry": {"baseDelay": 100, "maxDelay": 10}}}')`,
+      `SELECT ${SCHEMA}.produce('${prefix}.sql', '{}', options => '{"bogus": 1}')`,
+      `SELECT ${SCHEMA}.produce('${prefix}.sql', '{}', key => '')`,
+      `SELECT ${SCHEMA}.produce('nope', '{}')`,
+      `SELECT ${SCHEMA}.produce_batch('${prefix}.sql', '[{"payload": 1, "bogus": 2}]')`,
     ];
     for (const r of refusals) await expect(q(r)).rejects.toThrow(/^SQL00/);
     // Each statement here is a call of produce or produce_batch: any planted call ran inside one.
@@ -214,7 +214,7 @@ describe.each([
     await s.register();
     const g = s.consumer("g");
     await g.register({ message: { retry: { maxRetries: 2, baseDelay: 10, maxDelay: 20 } }, exceptionInitialBackoff: 10 });
-    const sid = (await owner.query<{ id: string }>(`SELECT id::text FROM ${S}.stream_config WHERE name = $1`, [`${prefix}.lib`])).rows[0].id;
+    const sid = (await owner.query<{ id: string }>(`SELECT id::text FROM ${SCHEMA}.stream_config WHERE name = $1`, [`${prefix}.lib`])).rows[0].id;
     await s.produce({ i: 0 });
     await s.produce({ i: 1 }, { idempotencyKey: "once" });
     await s.produce({ i: 1 }, { idempotencyKey: "once" });
@@ -239,7 +239,7 @@ describe.each([
       return undefined;
     };
     await drainAll(g, sid, h);
-    const dead = await owner.query(`SELECT message_id FROM ${S}.exception_queue_${sid} WHERE status = 'dead'`);
+    const dead = await owner.query(`SELECT message_id FROM ${SCHEMA}.exception_queue_${sid} WHERE status = 'dead'`);
     expect(dead.rowCount).toBe(2);
     expect(await found()).toEqual([]);
 

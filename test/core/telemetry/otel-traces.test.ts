@@ -9,7 +9,7 @@ import { Delay, Permanent } from "@sqlstreams/core";
 // Internal hooks, read from the build the package exports.
 import { startProduce, tracedHandler } from "../../../packages/core/dist/otel.js";
 import { useFreshDatabase } from "../../support/db.js";
-import { S, committed, makeDue, pollPastFence, progressIs, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, committed, makeDue, pollPastFence, progressIs, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 const exporter = new InMemorySpanExporter();
@@ -31,7 +31,7 @@ const spans = (name: string): ReadableSpan[] => exporter.getFinishedSpans().filt
 const parentOf = (s: ReadableSpan): string | undefined => s.parentSpanContext?.spanId;
 async function storedOptions(stream: string, id: string): Promise<Record<string, unknown> | null> {
   const n = await streamIdOf(t, stream);
-  const r = await t.sql<{ options: Record<string, unknown> | null }>(`SELECT options FROM ${S}.message_log_${n} WHERE id = $1`, [id]);
+  const r = await t.sql<{ options: Record<string, unknown> | null }>(`SELECT options FROM ${SCHEMA}.message_log_${n} WHERE id = $1`, [id]);
   return r[0].options;
 }
 

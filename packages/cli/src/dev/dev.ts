@@ -13,7 +13,7 @@ import { resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import type pg from "pg";
 import type { LocalContext } from "@sqlstreams/aws";
-import type { Ctx, Values } from "../context.js";
+import type { CommandContext, Values } from "../context.js";
 import { describeError } from "../errors.js";
 import { maskUrl } from "../format.js";
 import { type Deployment, loadDeployment } from "./app.js";
@@ -26,7 +26,7 @@ import { View, rel, snapshot, summary } from "./view.js";
 import { listenForWakes } from "./wake.js";
 import { DueWakes } from "./due.js";
 
-export async function dev(ctx: Ctx, v: Values): Promise<number> {
+export async function dev(ctx: CommandContext, v: Values): Promise<number> {
   const run = new DevRun(ctx, devOptions(v));
   // The deployment, before anything starts: a missing or bad declaration or handler fails fast.
   await run.load();
@@ -42,7 +42,7 @@ const SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
 
 /** One `sqlstreams dev` session: the steps of the header comment over one shared state. */
 class DevRun {
-  private readonly io: Ctx["io"];
+  private readonly io: CommandContext["io"];
   private readonly started = Date.now();
   private readonly secrets: (string | undefined)[] = [];
   private readonly view: View;
@@ -70,7 +70,7 @@ class DevRun {
   private refreshing = false;
 
   constructor(
-    private readonly ctx: Ctx,
+    private readonly ctx: CommandContext,
     private readonly o: DevOptions,
   ) {
     this.io = ctx.io;

@@ -1,7 +1,7 @@
 // What `sqlstreams dev` shows: one line per event for a person (or a JSON line with --json), a
 // live table of every group on a terminal (plain lines otherwise), and the final summary.
 import { resolvedDeclaration } from "@sqlstreams/aws";
-import type { Ctx } from "../context.js";
+import type { CommandContext } from "../context.js";
 import { age, bar, clip, table } from "../format.js";
 import type { LogCapture } from "./logs.js";
 import type { DevOptions } from "./options.js";
@@ -65,7 +65,7 @@ export class View {
   private drawnLines = 0;
 
   constructor(
-    private readonly io: Ctx["io"],
+    private readonly io: CommandContext["io"],
     readonly json: boolean,
     readonly live: boolean,
     private readonly o: DevOptions,
@@ -212,7 +212,7 @@ function plainLine(g: GroupRow): string {
 }
 
 export function summary(
-  io: Ctx["io"],
+  io: CommandContext["io"],
   json: boolean,
   s: Snapshot,
   code: number,

@@ -3,7 +3,9 @@
 // messages.
 import type pg from "pg";
 import { type Db, query, transaction } from "../db.js";
-import { partitionName, table } from "../sql/names.js";
+import { dropTable, localLockTimeout, relationExists } from "../sql/catalog.js";
+import * as MaintainSql from "../sql/maintain.js";
+import { partitionName, tables } from "../sql/names.js";
 import { floorOf, retentionLockKey, tryXactLock } from "./floor.js";
 import { BATCH, LOCK_FAILURES, LOCK_TIMEOUT, type MaintainRun } from "./run.js";
 
@@ -93,17 +95,7 @@ async function dropPartition(run: MaintainRun, j: bigint): Promise<"dropped" | "
  */
 async function partitionExpired(db: Db, streamId: string, k: bigint, retentionMs: bigint): Promise<boolean> {
   const p = partitionName(db.q, streamId, k);
-  const r = await query<{ expired: boolean }>(
-    db,
-    db.pool,
-    `WITH cut AS (SELECT now() - $1::bigint * interval '1 millisecond' AS t)
-     SELECT CASE
-              WHEN EXISTS (SELECT 1 FROM (SELECT m.created_at FROM ${p} m ORDER BY m.id DESC LIMIT 1) top, cut
-                            WHERE top.created_at >= cut.t) THEN false
-              ELSE NOT EXISTS (SELECT 1 FROM ${p} m, cut WHERE m.created_at >= cut.t)
-            END AS expired`,
-    [String(retentionMs)],
-  );
+  const r = await query<{ expired: boolean }>(db, db.pool, MaintainSql.partitionExpired(p), [String(retentionMs)]);
   return r.rows[0].expired;
 }
 
@@ -114,14 +106,7 @@ async function partitionExpired(db: Db, streamId: string, k: bigint, retentionMs
  * waited for: two deleters that each wait on rows the other locked first deadlock.
  */
 async function deleteDeliveryLogBatch(db: Db, streamId: string, lo: bigint, hi: bigint): Promise<number> {
-  const deliveryLog = table(db.q, streamId, "delivery_log");
-  const r = await query(
-    db,
-    db.pool,
-    `DELETE FROM ${deliveryLog} WHERE id IN (
-       SELECT d.id FROM ${deliveryLog} d WHERE d.message_id >= $1 AND d.message_id < $2 LIMIT ${BATCH} FOR UPDATE SKIP LOCKED)`,
-    [String(lo), String(hi)],
-  );
+  const r = await MaintainSql.deleteDeliveryLogBatch.query(db, db.pool, tables(db.q, streamId), { lo: String(lo), hi: String(hi) });
   return r.rowCount ?? 0;
 }
 
@@ -151,44 +136,22 @@ async function dropPartitionTx(
 ): Promise<{ outcome: DropOutcome; exceptionRows: number; deliveryLogRows: number; headsEmptied: number }> {
   const none = { exceptionRows: 0, deliveryLogRows: 0, headsEmptied: 0 };
   const p = partitionName(db.q, streamId, k);
-  const messageLog = table(db.q, streamId, "message_log");
-  const exceptionQueue = table(db.q, streamId, "exception_queue");
-  const deliveryLog = table(db.q, streamId, "delivery_log");
-  const compactionHead = table(db.q, streamId, "compaction_head");
+  const t = tables(db.q, streamId);
   const lo = k * partitionSize;
   const hi = (k + 1n) * partitionSize;
-  await query(db, c, `SET LOCAL lock_timeout = '${LOCK_TIMEOUT}'`);
+  await query(db, c, localLockTimeout(LOCK_TIMEOUT));
   if (!(await tryXactLock(db, c, retentionLockKey(db, streamId)))) return { outcome: "busy", ...none };
-  await query(db, c, `LOCK TABLE ONLY ${messageLog} IN ACCESS EXCLUSIVE MODE`);
+  await MaintainSql.lockLogOnly.query(db, c, t, {});
   // Checked only now: taking a table lock makes this backend read the catalog changes other
   // sessions committed (a partition another maintain() dropped a moment ago).
-  const exists = await query<{ ok: boolean }>(db, c, "SELECT to_regclass($1) IS NOT NULL AS ok", [p]);
+  const exists = await relationExists.query(db, c, t, { name: p });
   if (!exists.rows[0].ok) return { outcome: "gone", ...none };
-  const groups = await query<{ ids: string[] | null }>(
-    db,
-    c,
-    `SELECT array_agg(id::text) AS ids FROM ${db.q}.consumer_group_config WHERE stream_id = $1`,
-    [streamId],
-  );
-  const del = await query<{ exception_rows: string; delivery_rows: string; heads_emptied: string }>(
-    db,
-    c,
-    `WITH e AS (
-       DELETE FROM ${exceptionQueue} WHERE consumer_group_id = ANY($3::bigint[]) AND message_id >= $1 AND message_id < $2
-          AND status IN ('dead', 'superseded', 'expired') RETURNING 1
-     ), d AS (
-       DELETE FROM ${deliveryLog} WHERE message_id >= $1 AND message_id < $2 RETURNING 1
-     ), h AS (
-       UPDATE ${compactionHead} SET message_id = NULL, compaction_rank = NULL, updated_at = now()
-        WHERE message_id >= $1 AND message_id < $2 RETURNING 1
-     )
-     SELECT (SELECT count(*) FROM e)::text AS exception_rows, (SELECT count(*) FROM d)::text AS delivery_rows, (SELECT count(*) FROM h)::text AS heads_emptied`,
-    [String(lo), String(hi), groups.rows[0].ids ?? []],
-  );
+  const groups = await MaintainSql.groupIds.query(db, c, t, { streamId });
+  const del = await MaintainSql.deletePartitionRows.query(db, c, t, { lo: String(lo), hi: String(hi), groupIds: groups.rows[0].ids ?? [] });
   const f = await floorOf(db, streamId, c);
   // A redrive or a seek moved the floor below this partition since it was chosen: roll back.
   if (hi - 1n > f.floor) throw new FloorMoved();
-  await query(db, c, `DROP TABLE ${p}`);
+  await query(db, c, dropTable(p));
   return {
     outcome: "dropped",
     exceptionRows: Number(del.rows[0].exception_rows),

@@ -1,8 +1,10 @@
 // The retention floor (docs/protocol/retention.md#the-floor): which messages every group has resolved, who
 // holds it back, and retention as operators see it. Read by maintain(), progress() and destroy.
 import type pg from "pg";
-import { type Db, type Queryable, query } from "../db.js";
-import { table } from "../sql/names.js";
+import type { Db, Queryable } from "../db.js";
+import { tryAdvisoryXactLock } from "../sql/catalog.js";
+import * as MaintainSql from "../sql/maintain.js";
+import { schemaNames, tables } from "../sql/names.js";
 
 /** Who holds the retention floor (docs/protocol/retention.md#the-floor). */
 export interface FloorHolder {
@@ -32,39 +34,7 @@ export interface Floor {
  * One read-only statement.
  */
 export async function floorOf(db: Db, streamId: string, on: Queryable = db.pool): Promise<Floor> {
-  const messageLog = table(db.q, streamId, "message_log");
-  const exceptionQueue = table(db.q, streamId, "exception_queue");
-  const groupCursor = table(db.q, streamId, "consumer_group_cursor");
-  const r = await query<{
-    head: string;
-    groups: string[] | null;
-    id: string | null;
-    name: string | null;
-    paused: boolean | null;
-    committed: string | null;
-    unresolved: string | null;
-    floor: string | null;
-  }>(
-    db,
-    on,
-    `WITH g AS (
-       SELECT cfg.id, cfg.name, cfg.paused, COALESCE(c.committed, 0) AS committed,
-              (SELECT min(e.message_id) FROM ${exceptionQueue} e
-                WHERE e.consumer_group_id = cfg.id AND e.status IN ('ready', 'inflight', 'deferred')) AS unresolved
-         FROM ${db.q}.consumer_group_config cfg
-         LEFT JOIN ${groupCursor} c ON c.consumer_group_id = cfg.id
-        WHERE cfg.stream_id = $1
-     )
-     SELECT (SELECT COALESCE(max(m.id), 0) FROM ${messageLog} m)::text AS head,
-            (SELECT array_agg(g.id::text ORDER BY g.id) FROM g) AS groups,
-            f.id::text, f.name, f.paused, f.committed::text, f.unresolved::text, f.floor::text
-       FROM (SELECT 1) one
-       LEFT JOIN LATERAL (
-         SELECT g.*, LEAST(g.committed, g.unresolved - 1) AS floor FROM g
-          ORDER BY LEAST(g.committed, g.unresolved - 1), g.id LIMIT 1
-       ) f ON true`,
-    [streamId],
-  );
+  const r = await MaintainSql.floor.query(db, on, tables(db.q, streamId), { streamId });
   const row = r.rows[0];
   const head = BigInt(row.head);
   if (row.id === null) return { floor: head, head, heldBy: null, groupIds: [] };
@@ -86,14 +56,9 @@ export async function floorOf(db: Db, streamId: string, on: Queryable = db.pool)
 
 /** Whether the lowest message above the floor (and below `below`) is already past retention. */
 export async function expiredAboveFloor(db: Db, streamId: string, floor: bigint, below: bigint, retentionMs: bigint): Promise<boolean> {
-  const messageLog = table(db.q, streamId, "message_log");
-  const r = await query<{ expired: boolean }>(
-    db,
-    db.pool,
-    `SELECT COALESCE((SELECT m.created_at < now() - $3::bigint * interval '1 millisecond'
-                        FROM ${messageLog} m WHERE m.id > $1 AND m.id < $2 ORDER BY m.id LIMIT 1), false) AS expired`,
-    [String(floor), String(below), String(retentionMs)],
-  );
+  const r = await MaintainSql.expiredAboveFloor.query(db, db.pool, tables(db.q, streamId), {
+    floor: String(floor), below: String(below), retentionMs: String(retentionMs),
+  });
   return r.rows[0].expired;
 }
 
@@ -115,16 +80,7 @@ export interface RetentionStatus {
 /** Two read-only statements. */
 export async function retentionStatus(db: Db, streamId: string, on: Queryable = db.pool): Promise<RetentionStatus> {
   const f = await floorOf(db, streamId, on);
-  const messageLog = table(db.q, streamId, "message_log");
-  const r = await query<{ retention_ms: string; over_ms: number | null }>(
-    db,
-    on,
-    `SELECT s.retention_ms::text,
-            (SELECT EXTRACT(EPOCH FROM (now() - s.retention_ms * interval '1 millisecond' - m.created_at)) * 1000
-               FROM ${messageLog} m WHERE m.id > $2 ORDER BY m.id LIMIT 1)::float8 AS over_ms
-       FROM ${db.q}.stream_config s WHERE s.id = $1`,
-    [streamId, String(f.floor)],
-  );
+  const r = await MaintainSql.retentionOverrun.query(db, on, tables(db.q, streamId), { streamId, floor: String(f.floor) });
   const retentionMs = BigInt(r.rows[0]?.retention_ms ?? "0");
   const over = r.rows[0]?.over_ms ?? null;
   const held = retentionMs > 0n && f.heldBy !== null && over !== null && over > 0;
@@ -137,6 +93,6 @@ export function retentionLockKey(db: Db, streamId: string): string {
 }
 
 export async function tryXactLock(db: Db, c: pg.PoolClient, key: string): Promise<boolean> {
-  const r = await query<{ ok: boolean }>(db, c, "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)) AS ok", [key]);
+  const r = await tryAdvisoryXactLock.query(db, c, schemaNames(db.q), { lockKey: key });
   return r.rows[0].ok;
 }

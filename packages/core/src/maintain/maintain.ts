@@ -5,10 +5,11 @@
 // partitions.ts (1), drop.ts (2), sweep.ts (3), held.ts (the floor's report), sweeps.ts (4–6);
 // run.ts holds what the steps share.
 import type { Runtime } from "../runtime.js";
-import { type Db, query } from "../db.js";
+import type { Db } from "../db.js";
 import { SqlStreamsError } from "../errors.js";
 import * as History from "../sql/history.js";
-import { tables } from "../sql/names.js";
+import * as MaintainSql from "../sql/maintain.js";
+import { schemaNames, tables } from "../sql/names.js";
 import { MOVE_LIMIT, moveScheduled } from "../sql/scheduled.js";
 import { validateStreamName } from "../validate.js";
 import { monotonicDeadline } from "../clock.js";
@@ -26,21 +27,12 @@ export interface MaintainOptions {
   deadline?: number;
 }
 
-interface StreamRow {
-  id: string;
-  name: string;
-  partition_size: string;
-  retention_ms: string;
-  idempotency_key_ttl_ms: string;
-}
-
 /** The maintenance settings of every stream, or of the named ones (unknown names are left out). */
 async function loadStreams(db: Db, names?: string[]): Promise<MaintainedStream[]> {
-  const cols = `id::text, name, partition_size::text, retention_ms::text, idempotency_key_ttl_ms::text`;
   const r =
     names === undefined
-      ? await query<StreamRow>(db, db.pool, `SELECT ${cols} FROM ${db.q}.stream_config ORDER BY id`)
-      : await query<StreamRow>(db, db.pool, `SELECT ${cols} FROM ${db.q}.stream_config WHERE name = ANY($1::text[]) ORDER BY id`, [names]);
+      ? await MaintainSql.allStreamSettings.query(db, db.pool, schemaNames(db.q), {})
+      : await MaintainSql.streamSettingsByName.query(db, db.pool, schemaNames(db.q), { names });
   return r.rows.map((x) => ({
     id: x.id,
     name: x.name,
@@ -120,7 +112,7 @@ async function maintainOne(client: Runtime, s: MaintainedStream, deadline: numbe
   // (docs/protocol/data-model.md#progress-history). A deadlock with another maintain()'s partition DDL is
   // repeated by step(), like every step's.
   await run.step("history", async () => {
-    r.progressSampled = (await query(db, db.pool, History.sampleProgress(db.q, s.id), [s.id])).rowCount ?? 0;
+    r.progressSampled = (await History.sampleProgress.query(db, db.pool, tables(db.q, s.id), { streamId: s.id })).rowCount ?? 0;
   });
   return r;
 }

@@ -1,7 +1,8 @@
 // Step 1 of maintain() (docs/protocol/retention.md#maintain): partitions K and K+1 of the id the sequence
 // hands out next, created ahead of the producers.
-import { type Db, query } from "../db.js";
-import { table } from "../sql/names.js";
+import type { Db } from "../db.js";
+import * as MaintainSql from "../sql/maintain.js";
+import { tables } from "../sql/names.js";
 import { ensurePartition } from "../sql/partitions.js";
 import type { MaintainRun } from "./run.js";
 
@@ -14,15 +15,8 @@ interface PartitionState {
 
 /** Sequence position and existing partitions, in one statement. */
 async function partitionState(db: Db, streamId: string): Promise<PartitionState> {
-  const messageLog = table(db.q, streamId, "message_log");
-  const r = await query<{ next: string; parts: string[] | null }>(
-    db,
-    db.pool,
-    `SELECT (SELECT CASE WHEN s.is_called THEN s.last_value + 1 ELSE s.last_value END FROM ${messageLog}_id_seq s)::text AS next,
-            ARRAY(SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-                   WHERE i.inhparent = to_regclass($1)) AS parts`,
-    [messageLog],
-  );
+  const t = tables(db.q, streamId);
+  const r = await MaintainSql.partitionState.query(db, db.pool, t, { log: t.messageLog });
   const prefix = `message_log_${streamId}_`;
   const partitions = (r.rows[0].parts ?? [])
     .filter((n) => n.startsWith(prefix) && /^[0-9]+$/.test(n.slice(prefix.length)))

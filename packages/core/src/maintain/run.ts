@@ -5,10 +5,11 @@ import type { Runtime } from "../runtime.js";
 import { type Db, RETRY_PAUSES } from "../db.js";
 import { SqlStreamsError } from "../errors.js";
 import { now } from "../clock.js";
+import { BATCH } from "../sql/maintain.js";
 import type { Floor } from "./floor.js";
 
-/** Rows per batch of every deleting step (docs/protocol/retention.md#maintain). */
-export const BATCH = 1000;
+/** Rows per batch of every deleting step (docs/protocol/retention.md#maintain): defined beside the statements. */
+export { BATCH };
 /** Lock timeout of the drop and sweep transactions (docs/protocol/retention.md#maintain step 2). */
 export const LOCK_TIMEOUT = "2000ms";
 /** A lock not had within LOCK_TIMEOUT, or a deadlock: the work is left to the next run. */

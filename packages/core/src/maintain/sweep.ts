@@ -3,9 +3,11 @@
 // rows; the partition the producers write into is never swept.
 import type pg from "pg";
 import { type Db, query, transaction } from "../db.js";
-import { table } from "../sql/names.js";
+import { localLockTimeout } from "../sql/catalog.js";
+import * as MaintainSql from "../sql/maintain.js";
+import { tables } from "../sql/names.js";
 import { floorOf, retentionLockKey, tryXactLock } from "./floor.js";
-import { BATCH, LOCK_FAILURES, LOCK_TIMEOUT, type MaintainRun } from "./run.js";
+import { LOCK_FAILURES, LOCK_TIMEOUT, type MaintainRun } from "./run.js";
 
 /** 3. Sweep expired rows at or below the floor, lowest id first, one batch per transaction. */
 export async function sweep(run: MaintainRun): Promise<void> {
@@ -51,15 +53,9 @@ interface SweepWindow {
 }
 
 async function sweepWindow(db: Db, streamId: string, after: bigint, limit: bigint, retentionMs: bigint): Promise<SweepWindow> {
-  const messageLog = table(db.q, streamId, "message_log");
-  const r = await query<{ id: string; message_key: string | null; compacted: boolean; expired: boolean }>(
-    db,
-    db.pool,
-    `SELECT m.id::text, m.message_key, m.compaction_rank IS NOT NULL AS compacted,
-            m.created_at < now() - $3::bigint * interval '1 millisecond' AS expired
-       FROM ${messageLog} m WHERE m.id > $1 AND m.id <= $2 ORDER BY m.id LIMIT ${BATCH}`,
-    [String(after), String(limit), String(retentionMs)],
-  );
+  const r = await MaintainSql.sweepWindow.query(db, db.pool, tables(db.q, streamId), {
+    after: String(after), limit: String(limit), retentionMs: String(retentionMs),
+  });
   if (r.rows.length === 0) return { last: null, expired: [] };
   return {
     last: BigInt(r.rows[r.rows.length - 1].id),
@@ -80,24 +76,13 @@ async function sweepBatchTx(
   streamId: string,
   candidates: SweepWindow["expired"],
 ): Promise<{ messages: number; exceptionRows: number; deliveryLogRows: number; headsEmptied: number } | null> {
-  const messageLog = table(db.q, streamId, "message_log");
-  const exceptionQueue = table(db.q, streamId, "exception_queue");
-  const deliveryLog = table(db.q, streamId, "delivery_log");
-  const compactionHead = table(db.q, streamId, "compaction_head");
-  await query(db, c, `SET LOCAL lock_timeout = '${LOCK_TIMEOUT}'`);
+  const t = tables(db.q, streamId);
+  await query(db, c, localLockTimeout(LOCK_TIMEOUT));
   if (!(await tryXactLock(db, c, retentionLockKey(db, streamId)))) return null;
   const ids = candidates.map((x) => x.id);
   // Lock the exception rows of the candidates in a fixed order; the locked versions are current,
   // so a row that a redrive has put back to ready shows as ready here and keeps its message.
-  const rows = await query<{ message_id: string; status: string }>(
-    db,
-    c,
-    `SELECT e.message_id::text, e.status FROM ${exceptionQueue} e
-      WHERE e.consumer_group_id IN (SELECT id FROM ${db.q}.consumer_group_config WHERE stream_id = $1)
-        AND e.message_id = ANY($2::bigint[])
-      ORDER BY e.consumer_group_id, e.message_id FOR UPDATE OF e`,
-    [streamId, ids],
-  );
+  const rows = await MaintainSql.lockSweepRows.query(db, c, t, { streamId, ids });
   const keep = new Set<string>();
   for (const row of rows.rows) if (row.status !== "dead" && row.status !== "superseded" && row.status !== "expired") keep.add(row.message_id);
   // Compaction heads that point at a candidate: lock them without waiting; a head a producer is
@@ -105,21 +90,7 @@ async function sweepBatchTx(
   const compacted = candidates.filter((x) => x.compacted && x.key !== null && !keep.has(x.id));
   let headKeys: string[] = [];
   if (compacted.length > 0) {
-    const heads = await query<{ message_id: string; compaction_key: string; locked: boolean }>(
-      db,
-      c,
-      `WITH h AS (
-         SELECT compaction_key, message_id FROM ${compactionHead}
-          WHERE compaction_key = ANY($1::text[]) AND message_id = ANY($2::bigint[])
-       ), l AS MATERIALIZED (
-         SELECT compaction_key FROM ${compactionHead}
-          WHERE compaction_key = ANY($1::text[]) AND message_id = ANY($2::bigint[])
-          ORDER BY compaction_key FOR UPDATE SKIP LOCKED
-       )
-       SELECT h.message_id::text, h.compaction_key, l.compaction_key IS NOT NULL AS locked
-         FROM h LEFT JOIN l ON l.compaction_key = h.compaction_key`,
-      [compacted.map((x) => x.key), compacted.map((x) => x.id)],
-    );
+    const heads = await MaintainSql.lockSweepHeads.query(db, c, t, { keys: compacted.map((x) => x.key), ids: compacted.map((x) => x.id) });
     for (const h of heads.rows) {
       if (h.locked) headKeys.push(h.compaction_key);
       else keep.add(h.message_id);
@@ -128,25 +99,7 @@ async function sweepBatchTx(
   const doomed = ids.filter((id) => !keep.has(id));
   if (doomed.length === 0) return { messages: 0, exceptionRows: 0, deliveryLogRows: 0, headsEmptied: 0 };
   headKeys = headKeys.filter((k, i, a) => a.indexOf(k) === i);
-  const r = await query<{ m: string; e: string; d: string; h: string }>(
-    db,
-    c,
-    `WITH m AS (
-       DELETE FROM ${messageLog} WHERE id = ANY($2::bigint[]) RETURNING 1
-     ), e AS (
-       DELETE FROM ${exceptionQueue}
-        WHERE consumer_group_id IN (SELECT id FROM ${db.q}.consumer_group_config WHERE stream_id = $1)
-          AND message_id = ANY($2::bigint[]) AND status IN ('dead', 'superseded', 'expired') RETURNING 1
-     ), d AS (
-       DELETE FROM ${deliveryLog} WHERE message_id = ANY($2::bigint[]) RETURNING 1
-     ), h AS (
-       UPDATE ${compactionHead} SET message_id = NULL, compaction_rank = NULL, updated_at = now()
-        WHERE compaction_key = ANY($3::text[]) AND message_id = ANY($2::bigint[]) RETURNING 1
-     )
-     SELECT (SELECT count(*) FROM m)::text AS m, (SELECT count(*) FROM e)::text AS e,
-            (SELECT count(*) FROM d)::text AS d, (SELECT count(*) FROM h)::text AS h`,
-    [streamId, doomed, headKeys],
-  );
+  const r = await MaintainSql.sweepRows.query(db, c, t, { streamId, ids: doomed, headKeys });
   const x = r.rows[0];
   return { messages: Number(x.m), exceptionRows: Number(x.e), deliveryLogRows: Number(x.d), headsEmptied: Number(x.h) };
 }

@@ -1,6 +1,6 @@
 // The consumer group an operator call acts on: its lookups and its registration.
 import { type ConsumerConfig, validateConsumerConfig } from "../config.js";
-import { query, transaction } from "../db.js";
+import { transaction } from "../db.js";
 import { groupNotRegistered } from "../errors.js";
 import type { Runtime } from "../runtime.js";
 import * as Admin from "../sql/admin.js";
@@ -21,7 +21,7 @@ export async function streamTables(ref: GroupRef): Promise<{ id: string; t: Tabl
 /** The group's id and stored config (SQL0010 when it is not registered). */
 export async function lookupGroup(ref: GroupRef): Promise<{ streamId: string; t: Tables; groupId: string; config: ConsumerConfig }> {
   const { id, t } = await streamTables(ref);
-  const r = await query<{ id: string; config: ConsumerConfig }>(ref.client.db, ref.client.db.pool, Admin.groupId(ref.client.db.q), [id, ref.group]);
+  const r = await Admin.groupId.query(ref.client.db, ref.client.db.pool, t, { streamId: id, group: ref.group });
   if (r.rowCount === 0) throw groupNotRegistered(ref.stream, ref.group);
   return { streamId: id, t, groupId: r.rows[0].id, config: r.rows[0].config };
 }
@@ -32,7 +32,7 @@ export async function registerGroup(ref: GroupRef, config: ConsumerConfig): Prom
   const db = ref.client.db;
   const { id, t } = await streamTables(ref);
   await transaction(db, async (c) => {
-    const g = await query<{ id: string }>(db, c, Admin.upsertGroup(db.q), [id, ref.group, JSON.stringify(cfg)]);
-    await query(db, c, Admin.createCursor(t), [g.rows[0].id, cfg.start === "head"]);
+    const g = await Admin.upsertGroup.query(db, c, t, { streamId: id, group: ref.group, config: JSON.stringify(cfg) });
+    await Admin.createCursor.query(db, c, t, { groupId: g.rows[0].id, atHead: cfg.start === "head" });
   });
 }

@@ -1,6 +1,5 @@
 // The operator's view of one message: the message itself and, for every consumer group of its
 // stream, where it stands and its delivery_log timeline (docs/guide/operations.md#inspect).
-import { query } from "../db.js";
 import { SqlStreamsError } from "../errors.js";
 import type { Runtime } from "../runtime.js";
 import { tables } from "../sql/cycle.js";
@@ -86,9 +85,7 @@ export async function inspectMessages<T>(rt: Runtime, stream: string, target: In
   const info = await rt.streamInfo(stream);
   const db = rt.db;
   const t = tables(db.q, info.id);
-  const msgs = await query<{
-    id: string; message_key: string | null; compaction_rank: string | null; payload: T; options: Record<string, unknown> | null; created_at: Date;
-  }>(db, db.pool, OperatorSql.messagesById(t), [id, key, id !== null ? 1 : limit]);
+  const msgs = await OperatorSql.messagesById.query(db, db.pool, t, { id, key, limit: id !== null ? 1 : limit });
   // A key's messages still waiting for their due time come first: they are the key's latest.
   const waiting = key === null ? [] : (await readScheduled<T>(rt, stream, { key, limit })).map((m) => scheduledView(stream, m));
   if (msgs.rows.length === 0 && waiting.length === 0) {
@@ -100,15 +97,11 @@ export async function inspectMessages<T>(rt: Runtime, stream: string, target: In
   }
   const out: InspectedMessage<T>[] = waiting;
   for (const m of msgs.rows) {
-    const groups = await query<{
-      group_id: string; name: string; paused: boolean; claimed: string; committed: string; status: ExceptionStatus | null;
-      attempts: number; delays: number; can_run_after: Date; last_error: string | null; lease_expires_at: Date | null;
-      concurrency: string; row_created_at: Date; row_updated_at: Date;
-    }>(db, db.pool, OperatorSql.groupStates(db.q, t), [info.id, m.id]);
-    const log = await query<{ group_id: string; attempt: number; status: string; error: string; attempted_at: Date }>(db, db.pool, OperatorSql.timeline(t), [m.id]);
+    const groups = await OperatorSql.groupStates.query(db, db.pool, t, { streamId: info.id, messageId: m.id });
+    const log = await OperatorSql.timeline.query(db, db.pool, t, { messageId: m.id });
     const mid = BigInt(m.id);
     out.push({
-      stream, id: m.id, key: m.message_key, compactionRank: m.compaction_rank, payload: m.payload, options: m.options, createdAt: m.created_at,
+      stream, id: m.id, key: m.message_key, compactionRank: m.compaction_rank, payload: m.payload as T, options: m.options, createdAt: m.created_at,
       groups: groups.rows.map((g) => ({
         group: g.name,
         paused: g.paused,

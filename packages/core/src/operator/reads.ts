@@ -1,6 +1,5 @@
 // The operator reads of a consumer group (docs/guide/operations.md): progress(), history(), failures().
 import { rateLimitOf } from "../config.js";
-import { queryRetry, query } from "../db.js";
 import { SqlStreamsError, groupNotRegistered } from "../errors.js";
 import { retentionStatus } from "../maintain/floor.js";
 import * as Admin from "../sql/admin.js";
@@ -8,19 +7,14 @@ import * as History from "../sql/history.js";
 import * as OperatorSql from "../sql/operator.js";
 import * as Scheduled from "../sql/scheduled.js";
 import { type GroupRef, lookupGroup, streamTables } from "./group.js";
-import type { BlockedKey, ExceptionStatus, FailureFilter, FailureRow, Progress, ProgressSample } from "./types.js";
+import type { BlockedKey, FailureFilter, FailureRow, Progress, ProgressSample } from "./types.js";
 import { validateFailureFilter } from "./validate.js";
 
 /** Where the group stands (docs/guide/operations.md#progress). */
 export async function progress(ref: GroupRef): Promise<Progress> {
   const db = ref.client.db;
   const { id, t } = await streamTables(ref);
-  const r = await queryRetry<{
-    paused: boolean; claimed: string; committed: string; head: string; open_leases: number; expired_leases: number;
-    counts: Partial<Record<ExceptionStatus, number>>; oldest_ms: number | null;
-    max_concurrency: number | null; key_concurrency: number; drains_running: number; capped: number; blocked_keys: number;
-    rate_limit: unknown; rate_limited: number; rate_limited_at: Date | null;
-  }>(db, Admin.progress(db.q, t), [id, ref.group]);
+  const r = await Admin.progress.retry(db, t, { streamId: id, group: ref.group });
   if (r.rowCount === 0) throw groupNotRegistered(ref.stream, ref.group);
   const x = r.rows[0];
   const ret = await retentionStatus(db, id);
@@ -60,12 +54,9 @@ export async function history(ref: GroupRef, opts: { since?: Date | string | num
     since = opts.since instanceof Date ? opts.since : new Date(opts.since);
     if (Number.isNaN(since.getTime())) throw new SqlStreamsError("SQL0015", `history({ since }) must be a Date, an ISO time or epoch ms, got ${String(opts.since)}`, { path: "since" });
   }
-  const { streamId, groupId } = await lookupGroup(ref);
+  const { t, groupId } = await lookupGroup(ref);
   const db = ref.client.db;
-  const r = await query<{
-    sampled_at: Date; head: string; committed: string; lag: string; ready: number; deferred: number; inflight: number;
-    dead: number; superseded: number; expired: number; oldest_unresolved_ms: number | null;
-  }>(db, db.pool, History.readProgress(db.q, streamId), [groupId, since, limit]);
+  const r = await History.readProgress.query(db, db.pool, t, { groupId, since, limit });
   return r.rows.map((x) => ({
     sampledAt: x.sampled_at, head: x.head, committed: x.committed, lag: x.lag,
     exceptions: { ready: x.ready, deferred: x.deferred, inflight: x.inflight, dead: x.dead, superseded: x.superseded, expired: x.expired },
@@ -78,14 +69,12 @@ export async function failures<T>(ref: GroupRef, opts: FailureFilter): Promise<F
   const f = validateFailureFilter(opts);
   const { t, groupId } = await lookupGroup(ref);
   const k = f.keyset;
-  const r = await queryRetry<{
-    message_id: string; message_key: string | null; status: ExceptionStatus; payload: T; attempts: number; delays: number;
-    last_error: string | null; can_run_after: Date; created_at: Date; updated_at: Date; cursor: string;
-  }>(ref.client.db, OperatorSql.filteredRows(t, k?.dir ?? null), [
-    groupId, f.status, f.limit, f.errorContains, f.key, f.since, f.before, f.payload, f.offset, ...(k ? [k.updatedAt, k.id] : []),
-  ]);
+  const filter = { groupId, status: f.status, errorContains: f.errorContains, key: f.key, since: f.since, before: f.before, payload: f.payload, limit: f.limit, offset: f.offset };
+  const r = k === null
+    ? await OperatorSql.failureRows.page.retry(ref.client.db, t, filter)
+    : await OperatorSql.failureRows[k.dir].retry(ref.client.db, t, { ...filter, cursorUpdatedAt: k.updatedAt, cursorId: k.id });
   const rows = r.rows.map((x) => ({
-    messageId: x.message_id, key: x.message_key, status: x.status, payload: x.payload, attempts: x.attempts, delays: x.delays,
+    messageId: x.message_id, key: x.message_key, status: x.status, payload: x.payload as T, attempts: x.attempts, delays: x.delays,
     lastError: x.last_error, canRunAfter: x.can_run_after, createdAt: x.created_at, updatedAt: x.updated_at, cursor: x.cursor,
   }));
   // The page before a cursor is read oldest first from the index; it is shown newest first like any other.
@@ -103,7 +92,9 @@ export async function countFailures(ref: GroupRef, opts: Omit<FailureFilter, "li
   if (!Number.isInteger(cap) || cap < 1 || cap > COUNT_CAP) throw new SqlStreamsError("SQL0015", `countFailures() cap must be an integer 1 … ${COUNT_CAP}, got ${String(cap)}`);
   const f = validateFailureFilter(opts);
   const { t, groupId } = await lookupGroup(ref);
-  const r = await queryRetry<{ n: number }>(ref.client.db, OperatorSql.countRows(t), [groupId, f.status, f.errorContains, f.key, f.since, f.before, f.payload, cap + 1]);
+  const r = await OperatorSql.countRows.retry(ref.client.db, t, {
+    groupId, status: f.status, errorContains: f.errorContains, key: f.key, since: f.since, before: f.before, payload: f.payload, cap: cap + 1,
+  });
   return r.rows[0].n;
 }
 
@@ -118,9 +109,7 @@ export async function blockedKeys(ref: GroupRef, opts: { limit?: number }): Prom
     throw new SqlStreamsError("SQL0015", `blockedKeys({ limit }) must be an integer 1 … 1000, got ${String(limit)}`, { path: "limit" });
   }
   const { t, groupId } = await lookupGroup(ref);
-  const r = await queryRetry<{
-    key: string; message_id: string; status: BlockedKey["status"]; since: Date; can_run_after: Date; attempts: number; waiting: string;
-  }>(ref.client.db, OperatorSql.blockedKeys(t), [groupId, limit]);
+  const r = await OperatorSql.blockedKeys.retry(ref.client.db, t, { groupId, limit });
   return r.rows.map((x) => ({
     key: x.key, blockingId: x.message_id, status: x.status, since: x.since,
     runsAfter: x.status === "inflight" ? null : x.can_run_after, attempts: x.attempts, waiting: Number(x.waiting),

@@ -1,8 +1,8 @@
 // The operator writes on a consumer group (docs/guide/operations.md): pause/resume, seek(), redrive()
 // and discard().
 import type { PoolClient } from "pg";
-import { groupResolution, resolveMessage, type MessageOptions } from "../config.js";
-import { query, transaction } from "../db.js";
+import { groupResolution, resolveMessage } from "../config.js";
+import { transaction } from "../db.js";
 import { SqlStreamsError, groupNotRegistered } from "../errors.js";
 import * as Admin from "../sql/admin.js";
 import { type Tables, insertDeliveryLog } from "../sql/cycle.js";
@@ -13,20 +13,11 @@ import { type GroupRef, lookupGroup, streamTables } from "./group.js";
 import type { BatchOptions, DeadSelector, RedriveSelector, SeekTarget } from "./types.js";
 import { type Batch, type Selector, asId, asTime, validateBatch, validateSelector } from "./validate.js";
 
-interface DeadRow {
-  message_id: string;
-  attempts: number;
-  message_key: string | null;
-  exists: boolean;
-  options: MessageOptions | null;
-  compacted: boolean | null;
-}
-
 
 /** While paused, every poll returns at once with paused: true and writes nothing. */
 export async function setPaused(ref: GroupRef, paused: boolean): Promise<void> {
-  const { id } = await streamTables(ref);
-  const r = await query(ref.client.db, ref.client.db.pool, Admin.setPaused(ref.client.db.q), [id, ref.group, paused]);
+  const { id, t } = await streamTables(ref);
+  const r = await Admin.setPaused.query(ref.client.db, ref.client.db.pool, t, { streamId: id, group: ref.group, paused });
   if (r.rowCount === 0) throw groupNotRegistered(ref.stream, ref.group);
 }
 
@@ -43,26 +34,26 @@ export async function seek(ref: GroupRef, to: SeekTarget, opts: { force?: boolea
   const db = ref.client.db;
   const { t, groupId } = await lookupGroup(ref);
   const out = await transaction(db, async (c) => {
-    const groupCursor = await query<{ claimed: string; committed: string }>(db, c, Admin.lockCursor(t), [groupId]);
-    const head = BigInt((await query<{ head: string }>(db, c, Admin.visibleHead(t))).rows[0].head);
+    const groupCursor = await Admin.lockCursor.query(db, c, t, { groupId });
+    const head = BigInt((await Admin.visibleHead.query(db, c, t, {})).rows[0].head);
     let p: bigint;
     if (byId !== null) {
       const want = BigInt(byId);
       if (want < 0n || want > head) throw new SqlStreamsError("SQL0029", `seek id ${want} is outside the log (0 … head ${head})`, { id: byId, head: head.toString() });
-      const f = (await query<{ id: string | null }>(db, c, Admin.firstIdAtOrAfter(t), [byId])).rows[0].id;
+      const f = (await Admin.firstIdAtOrAfter.query(db, c, t, { id: byId })).rows[0].id;
       p = f === null ? head : BigInt(f) - 1n;
     } else {
-      const f = (await query<{ id: string | null }>(db, c, Admin.firstIdAtOrAfterTime(t), [byTime])).rows[0].id;
+      const f = (await Admin.firstIdAtOrAfterTime.query(db, c, t, { time: byTime as Date })).rows[0].id;
       p = f === null ? head : BigInt(f) - 1n;
     }
     if (p < 0n || p > head) throw new SqlStreamsError("SQL0029", `seek position ${p} is outside the log (0 … head ${head})`, { head: head.toString() });
-    const open = (await query<{ ranges: boolean; rows: boolean }>(db, c, Admin.openLeases(t), [groupId])).rows[0];
+    const open = (await Admin.openLeases.query(db, c, t, { groupId })).rows[0];
     if ((open.ranges || open.rows) && !opts.force) {
       throw new SqlStreamsError("SQL0028", `seek of ${ref.stream}/${ref.group} refused: the group has open leases; pause it and wait for them to end, or pass { force: true }`, { ranges: open.ranges, rows: open.rows });
     }
-    if (opts.force) for (const s of Admin.forceRelease(t)) await query(db, c, s, [groupId]);
-    const del = await query(db, c, Admin.deleteRowsAbove(t), [groupId, p.toString()]);
-    const r = await query<{ claimed: string; committed: string }>(db, c, Admin.seekCursor(t), [groupId, p.toString()]);
+    if (opts.force) for (const s of Admin.forceRelease) await s.query(db, c, t, { groupId });
+    const del = await Admin.deleteRowsAbove.query(db, c, t, { groupId, position: p.toString() });
+    const r = await Admin.seekCursor.query(db, c, t, { groupId, position: p.toString() });
     return { ...r.rows[0], previous: groupCursor.rows[0], deletedRows: del.rowCount ?? 0 };
   });
   db.events.emit({
@@ -82,7 +73,7 @@ export async function redrive(ref: GroupRef, selector: RedriveSelector, opts: Ba
   const db = ref.client.db;
   const { t, groupId, config, streamId } = await lookupGroup(ref);
   const g = groupResolution(config ?? {});
-  const modeRow = await query<{ mode: string }>(db, db.pool, Registry.deliveryLogMode(db.q), [streamId]);
+  const modeRow = await Registry.deliveryLogMode.query(db, db.pool, t, { streamId });
   const mode = modeRow.rows[0].mode;
   const r = await onDead(ref, t, groupId, sel, b, async (c, rows) => {
     const live = rows.filter((x) => x.exists);
@@ -91,9 +82,9 @@ export async function redrive(ref: GroupRef, selector: RedriveSelector, opts: Ba
         message_id: x.message_id,
         concurrency: resolveMessage(g, x.options, x.message_key !== null, x.compacted === true).resolved.concurrency,
       }));
-      await query(db, c, Admin.redriveRows(t), [groupId, JSON.stringify(upd)]);
+      await Admin.redriveRows.query(db, c, t, { groupId, rows: JSON.stringify(upd) });
       const lowest = live.map((x) => BigInt(x.message_id)).reduce((a, v) => (v < a ? v : a));
-      await query(db, c, Admin.lowerRedriveFloor(t), [groupId, lowest.toString()]);
+      await Admin.lowerRedriveFloor.query(db, c, t, { groupId, floor: lowest.toString() });
       if (mode !== "off") {
         const logs = live.map((x) => ({ message_id: x.message_id, attempt: x.attempts, status: "redriven", error: `redriven: ${b.reason}` }));
         await insertDeliveryLog.query(db, c, t, { groupId, rows: JSON.stringify(logs) });
@@ -115,14 +106,14 @@ export async function discard(ref: GroupRef, selector: DeadSelector, opts: Batch
   const db = ref.client.db;
   const { t, groupId } = await lookupGroup(ref);
   const r = await onDead(ref, t, groupId, sel, b, async (c, rows) => {
-    const gone = await query(db, c, OperatorSql.discardRows(t), [groupId, rows.map((x) => x.message_id), b.reason]);
+    const gone = await OperatorSql.discardRows.query(db, c, t, { groupId, ids: rows.map((x) => x.message_id), reason: b.reason });
     return gone.rowCount ?? 0;
   });
   return { discarded: r.done, skipped: r.skipped, ...(b.rate === null ? {} : { batches: r.batches }) };
 }
 
 /** Selects dead rows (all at once, or in paced batches walking up the ids) and applies `apply` to each selection in its transaction. */
-async function onDead(ref: GroupRef,  t: Tables, groupId: string, sel: Selector, b: Batch, apply: (c: PoolClient, rows: DeadRow[]) => Promise<number>, ): Promise<{ done: number; skipped: number; batches: number }> {
+async function onDead(ref: GroupRef, t: Tables, groupId: string, sel: Selector, b: Batch, apply: (c: PoolClient, rows: OperatorSql.DeadRow[]) => Promise<number>): Promise<{ done: number; skipped: number; batches: number }> {
   const db = ref.client.db;
   const size = b.rate === null ? Number.MAX_SAFE_INTEGER : b.batchSize;
   const chunks: string[][] = [];
@@ -144,8 +135,10 @@ async function onDead(ref: GroupRef,  t: Tables, groupId: string, sel: Selector,
     const want = sel.ids ? chunks[i].length : Math.min(size, remaining);
     const r = await transaction(db, async (c) => {
       const rows = sel.ids
-        ? (await query<DeadRow>(db, c, OperatorSql.selectDead(t, true), [groupId, chunks[i]])).rows
-        : (await query<DeadRow>(db, c, OperatorSql.selectDead(t, false), [groupId, sel.errorContains, sel.deadSince, sel.deadBefore, want, sel.key, sel.payload, after, sel.status])).rows;
+        ? (await OperatorSql.selectDeadByIds.query(db, c, t, { groupId, ids: chunks[i] })).rows
+        : (await OperatorSql.selectDeadByFilter.query(db, c, t, {
+            groupId, errorContains: sel.errorContains, since: sel.deadSince, before: sel.deadBefore, limit: want, key: sel.key, payload: sel.payload, after, status: sel.status,
+          })).rows;
       const done = rows.length === 0 ? 0 : await apply(c, rows);
       return { rows, done };
     });

@@ -1,10 +1,10 @@
 // The four produce paths (docs/guide/producing.md): one message or a batch, in its own transaction or
 // inside the caller's; each validated first (prepare.ts), traced when tracing is on, then sent (send.ts).
 import type { Runtime, StreamInfo } from "../runtime.js";
-import { query } from "../db.js";
 import { compareIds } from "../ids.js";
 import { type ProduceTrace, startProduce, withTraceparent } from "../otel.js";
 import type { TxExecutor } from "../executor.js";
+import { tables } from "../sql/names.js";
 import * as ProduceSql from "../sql/produce.js";
 import { tables } from "../sql/names.js";
 import { produceScheduled } from "../sql/scheduled.js";
@@ -50,13 +50,15 @@ async function inSpan<R extends ProduceResult | ProduceResult[]>(trace: ProduceT
 }
 
 function singleStatement(q: string, info: StreamInfo, p: Prepared): { text: string; values: unknown[] } {
+  const t = tables(q, info.id);
   if (p.schedule) {
     const params = { key: p.key, rank: p.rank, payload: p.payload, options: p.options, idempotency: p.idempotency, ...p.schedule };
-    return { text: produceScheduled.sql(tables(q, info.id)), values: produceScheduled.values(params) };
+    return { text: produceScheduled.sql(t), values: produceScheduled.values(params) };
   }
-  const values: unknown[] = [p.key, p.rank, p.payload, p.options];
-  if (p.idempotency) values.push(p.idempotency);
-  return { text: p.idempotency ? ProduceSql.produceIdempotent(q, info.id) : ProduceSql.produceOne(q, info.id), values };
+  const message = { key: p.key, rank: p.rank, payload: p.payload, options: p.options };
+  if (p.idempotency === null) return { text: ProduceSql.produceOne.sql(t), values: ProduceSql.produceOne.values(message) };
+  const guarded = { ...message, idempotencyKey: p.idempotency };
+  return { text: ProduceSql.produceIdempotent.sql(t), values: ProduceSql.produceIdempotent.values(guarded) };
 }
 
 type SingleRow = { id: string; duplicate: boolean; scheduled?: boolean; due_at?: Date | null };
@@ -107,7 +109,7 @@ export function produceOne(target: ProduceTarget, p: Prepared): Promise<ProduceR
     let result: ProduceResult;
     if (rows.length === 0) {
       // The key's first produce committed after this statement's snapshot: read it now.
-      const again = await query<{ id: string }>(db, db.pool, ProduceSql.idempotencyLookup(db.q, info.id), [p.idempotency]);
+      const again = await ProduceSql.idempotencyLookup.query(db, db.pool, tables(db.q, info.id), { idempotencyKey: p.idempotency });
       result = resultOf({ id: again.rows[0].id, duplicate: true });
     } else {
       result = resultOf(rows[0]);
@@ -150,7 +152,8 @@ export function produceOneInTx(target: ProduceTarget, ex: TxExecutor, p: Prepare
     }
     if (rows.length === 0) {
       // The key's first produce committed after this statement's snapshot: read it now.
-      const again = await sendOn<{ id: string }>(db, ex, ProduceSql.idempotencyLookup(db.q, info.id), [p.idempotency]);
+      const lookup = ProduceSql.idempotencyLookup;
+      const again = await sendOn<{ id: string }>(db, ex, lookup.sql(tables(db.q, info.id)), lookup.values({ idempotencyKey: p.idempotency }));
       return resultOf({ id: again[0].id, duplicate: true });
     }
     return resultOf(rows[0]);

@@ -2,9 +2,10 @@
 // family, under the migration lock; on an existing stream its settings are replaced.
 import type { Runtime } from "../runtime.js";
 import { type StreamOptions, validateStreamOptions } from "../config.js";
-import { query, transaction } from "../db.js";
+import { transaction } from "../db.js";
 import { SqlStreamsError } from "../errors.js";
 import { asPermissionError, lockMigrations, migrateStream } from "../sql/migrate.js";
+import { schemaNames } from "../sql/names.js";
 import * as Registry from "../sql/register.js";
 
 const DEFAULT_PARTITION_SIZE = 1_000_000;
@@ -15,11 +16,12 @@ export async function registerStream(client: Runtime, name: string, opts: Stream
   const db = client.db;
   if ((await client.controlPlaneVersion()) === 0) await client.migrate();
   else await client.ready();
-  const settings = [o.retentionMs, o.deliveryLog, o.idempotencyKeyTtlMs, o.maxPayloadBytes];
+  const settings = { retentionMs: o.retentionMs, deliveryLog: o.deliveryLog, idempotencyKeyTtlMs: o.idempotencyKeyTtlMs, maxPayloadBytes: o.maxPayloadBytes };
+  const names = schemaNames(db.q);
   try {
     await transaction(db, async (c) => {
       await lockMigrations(db, c);
-      const found = await query<{ id: string; partition_size: string }>(db, c, Registry.lockStreamByName(db.q), [name]);
+      const found = await Registry.lockStreamByName.query(db, c, names, { name });
       let id: string;
       let size: string;
       if (found.rowCount) {
@@ -31,10 +33,10 @@ export async function registerStream(client: Runtime, name: string, opts: Stream
             given: o.partitionSize,
           });
         }
-        await query(db, c, Registry.updateStreamSettings(db.q), [id, ...settings]);
+        await Registry.updateStreamSettings.query(db, c, names, { id, ...settings });
       } else {
         size = String(o.partitionSize ?? DEFAULT_PARTITION_SIZE);
-        const ins = await query<{ id: string }>(db, c, Registry.insertStream(db.q), [name, size, ...settings]);
+        const ins = await Registry.insertStream.query(db, c, names, { name, partitionSize: size, ...settings });
         id = ins.rows[0].id;
       }
       await migrateStream(db, c, id, size);

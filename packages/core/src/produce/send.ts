@@ -6,6 +6,7 @@ import type { StreamInfo } from "../runtime.js";
 import { type Db, RETRY_PAUSES, connect, isPoolerAuthMessage, isPoolerNotSent, isTransient, query } from "../db.js";
 import { SqlStreamsError, isSqlStreamsError } from "../errors.js";
 import { type Row, type TxExecutor, sqlState } from "../executor.js";
+import { tables } from "../sql/names.js";
 import * as ProduceSql from "../sql/produce.js";
 import { tables } from "../sql/names.js";
 import { produceMixedBatch } from "../sql/scheduled.js";
@@ -43,10 +44,11 @@ function unknownOutcome(e: unknown): SqlStreamsError {
 
 /** The one statement of a batch: a JSON document reduced in SQL with compaction, else an insert from JSON arrays. */
 export function batchStatement(q: string, streamId: string, prepared: Prepared[]): { text: string; values: unknown[] } {
+  const t = tables(q, streamId);
   if (prepared.some((p) => p.schedule !== null)) {
     // Some wait for their due time (docs/guide/producing.md#scheduled-delivery): both kinds in one statement.
     const parts = prepared.map((p) => `{"p":${p.payload},"k":${p.key === null ? "null" : JSON.stringify(p.key)},"r":${p.rank ?? "null"},"o":${p.options ?? "null"},"s":${p.schedule ? JSON.stringify(p.schedule) : "null"}}`);
-    return { text: produceMixedBatch.sql(tables(q, streamId)), values: [`[${parts.join(",")}]`] };
+    return { text: produceMixedBatch.sql(t), values: [`[${parts.join(",")}]`] };
   }
   if (prepared.some((p) => p.rank !== null)) {
     // Compaction needs the batch's winners per key: one JSON document, reduced in SQL.
@@ -54,14 +56,16 @@ export function batchStatement(q: string, streamId: string, prepared: Prepared[]
     for (const p of prepared) {
       parts.push(`{"p":${p.payload},"k":${p.key === null ? "null" : JSON.stringify(p.key)},"r":${p.rank ?? "null"},"o":${p.options ?? "null"}}`);
     }
-    return { text: ProduceSql.produceBatch(q, streamId), values: [`[${parts.join(",")}]`] };
+    return { text: ProduceSql.produceBatch.sql(t), values: ProduceSql.produceBatch.values({ items: `[${parts.join(",")}]` }) };
   }
-  const meta = prepared.some((p) => p.key !== null || p.options !== null);
   const payloads = ProduceSql.jsonArray(prepared.map((p) => p.payload));
-  const values = meta
-    ? [payloads, ProduceSql.jsonArray(prepared.map((p) => (p.key === null ? null : JSON.stringify(p.key)))), ProduceSql.jsonArray(prepared.map((p) => p.options))]
-    : [payloads];
-  return { text: ProduceSql.produceBatchArrays(q, streamId, meta), values };
+  if (!prepared.some((p) => p.key !== null || p.options !== null)) {
+    const { payloadsOnly } = ProduceSql.produceBatchArrays;
+    return { text: payloadsOnly.sql(t), values: payloadsOnly.values({ payloads }) };
+  }
+  const { withMeta } = ProduceSql.produceBatchArrays;
+  const keys = ProduceSql.jsonArray(prepared.map((p) => (p.key === null ? null : JSON.stringify(p.key))));
+  return { text: withMeta.sql(t), values: withMeta.values({ payloads, keys, options: ProduceSql.jsonArray(prepared.map((p) => p.options)) }) };
 }
 
 /**

@@ -28,21 +28,6 @@ export interface ClaimedMessageRow extends MessageRow {
   payload: string;
 }
 
-/** The messages of (low, high] a group would deliver (the compaction read filter). */
-const deliverable = (t: { messageLog: string; compactionHead: string }, low: string, high: string): string => `FROM ${t.messageLog} m
-           WHERE m.id > ${low} AND m.id <= ${high}
-             AND (m.compaction_rank IS NULL OR EXISTS (
-                   SELECT 1 FROM ${t.compactionHead} h WHERE h.compaction_key = m.message_key AND h.message_id = m.id))`;
-
-/*
- * The rules of what is due, said once for the statements here (claim_N and reserve_exceptions_N
- * state them again in SQL): a range lease that expired, an inflight run whose lease expired, an
- * exception row due to run (ready and past its can_run_after, or deferred; not reserved).
- */
-const rangeExpired = (l: string): string => `${l}.expires_at < now()`;
-const runExpired = (e: string): string => `${e}.status = 'inflight' AND ${e}.lease_expires_at < now()`;
-const rowDue = (e: string): string => `((${e}.status = 'ready' AND ${e}.can_run_after <= now()) OR ${e}.status = 'deferred')
-                  AND (${e}.lease_expires_at IS NULL OR ${e}.lease_expires_at < now())`;
 
 export interface LoadRow {
   group_id: string;
@@ -74,10 +59,7 @@ export const load = defineStatement<{ streamId: string; group: string }, LoadRow
        c.claimed::text, c.committed::text, c.settled_head::text, c.pending_head::text,
        h.head::text AS head,
        c.consumer_group_id IS NOT NULL AS has_cursor,
-       EXISTS (SELECT 1 FROM ${t.claimLease} l WHERE l.consumer_group_id = g.id AND ${rangeExpired("l")}) AS reclaimable,
-       EXISTS (SELECT 1 FROM ${t.exceptionQueue} e WHERE e.consumer_group_id = g.id AND ${runExpired("e")}) AS expirable,
-       EXISTS (SELECT 1 FROM ${t.exceptionQueue} e WHERE e.consumer_group_id = g.id
-                  AND ${rowDue("e")}) AS reservable,
+       f.reclaimable, f.expirable, f.reservable,
        ${t.fn("cursor_target")}(g.id)::text AS target,
        EXISTS (SELECT 1 FROM ${t.scheduledMessage} sm WHERE sm.due_at <= now()) AS scheduled_due,
        (CASE WHEN g.paused OR c.consumer_group_id IS NULL
@@ -86,6 +68,7 @@ export const load = defineStatement<{ streamId: string; group: string }, LoadRow
   FROM ${t.schema}.stream_config s
   JOIN ${t.schema}.consumer_group_config g ON g.stream_id = s.id AND g.name = ${p.group}
   LEFT JOIN ${t.groupCursor} c ON c.consumer_group_id = g.id
+  CROSS JOIN LATERAL ${t.fn("group_flags")}(g.id) f
   CROSS JOIN LATERAL (SELECT COALESCE(max(m.id), 0) AS head FROM ${t.messageLog} m) h
  WHERE s.id = ${p.streamId}`);
 
@@ -182,15 +165,18 @@ export const claim = defineStatement<ClaimParams, ClaimRow>([
  * Payloads as JSON text and creation times as epoch ms, as claim_N's rows. A range spans at most
  * batchLimit ids, so the LIMIT never cuts it; it makes the planner read the id index in order even
  * on a partition without statistics yet (default estimates choose a bitmap scan and a sort of the
- * range's payloads, twice the time).
+ * range's payloads, twice the time). The lease's bounds reach deliverable_N as the columns of a
+ * subquery: written as its arguments, subqueries would keep the planner from inlining it, and a
+ * join with the lease row would lose the bounds as index conditions; this way each is one init plan.
  */
 export const claimRead = defineStatement<{ groupId: string; token: string; batchLimit: number }, ClaimedMessageRow>(
   ["groupId", "token", "batchLimit"], (t, p) =>
     `SELECT m.id::text AS id, m.message_key, m.compaction_rank::text AS compaction_rank, m.payload::text AS payload,
                  m.options, date_part('epoch', m.created_at) * 1000 AS created_at,
                  ${t.fn("expires_in")}(m.options, m.created_at) AS expires_in
-            ${deliverable(t, `(SELECT l.low FROM ${t.claimLease} l WHERE l.consumer_group_id = ${p.groupId} AND l.token = ${p.token})`,
-    `(SELECT l.high FROM ${t.claimLease} l WHERE l.consumer_group_id = ${p.groupId} AND l.token = ${p.token})`)}
+            FROM (SELECT (SELECT l.low FROM ${t.claimLease} l WHERE l.consumer_group_id = ${p.groupId} AND l.token = ${p.token}) AS low,
+                         (SELECT l.high FROM ${t.claimLease} l WHERE l.consumer_group_id = ${p.groupId} AND l.token = ${p.token}) AS high) b
+           CROSS JOIN LATERAL ${t.fn("deliverable")}(b.low, b.high) m
            ORDER BY m.id
            LIMIT ${p.batchLimit}`);
 
@@ -301,14 +287,14 @@ export interface LeaseRow {
 
 export const lockExpiredRange = defineStatement<{ groupId: string }, LeaseRow>(["groupId"], (t, p) =>
   `SELECT l.token::text, l.low::text, l.high::text, l.reclaims, l.released FROM ${t.claimLease} l
-           WHERE l.consumer_group_id = ${p.groupId} AND ${rangeExpired("l")}
+           WHERE l.consumer_group_id = ${p.groupId} AND ${t.fn("lease_expired")}(l.expires_at)
            ORDER BY l.low LIMIT 1 FOR UPDATE SKIP LOCKED`);
 
 /** The messages of (low, high] this group would deliver (the compaction read filter). */
 export const readRange = defineStatement<{ low: string; high: string }, MessageRow>(["low", "high"], (t, p) =>
   `SELECT m.id::text AS id, m.message_key, m.compaction_rank::text AS compaction_rank, m.payload, m.options, m.created_at,
                  ${t.fn("expires_in")}(m.options, m.created_at) AS expires_in
-            ${deliverable(t, p.low, p.high)}
+            FROM ${t.fn("deliverable")}(${p.low}, ${p.high}) m
            ORDER BY m.id`);
 
 /**
@@ -324,7 +310,7 @@ export const leaseByToken = defineStatement<{ groupId: string; token: string }, 
 /** The ids (and what the lease and quarantine need) of (low, high], without payloads. */
 export const readRangeIds = defineStatement<{ low: string; high: string }, Omit<MessageRow, "payload" | "created_at">>(["low", "high"], (t, p) =>
   `SELECT m.id::text AS id, m.message_key, m.compaction_rank::text AS compaction_rank, m.options
-            ${deliverable(t, p.low, p.high)}
+            FROM ${t.fn("deliverable")}(${p.low}, ${p.high}) m
            ORDER BY m.id`);
 
 /**
@@ -354,11 +340,9 @@ export const quarantineRows = defineStatement<{ groupId: string; rows: string; e
           ON CONFLICT DO NOTHING
           RETURNING message_id::text`);
 
-/** Delivery-log rows: `rows` is a JSON array of {message_id, attempt, status, error}. */
+/** Delivery-log rows (write_outcome_rows_N): `rows` is a JSON array of {message_id, attempt, status, error}. */
 export const insertDeliveryLog = defineStatement<{ groupId: string; rows: string }>(["groupId", "rows"], (t, p) =>
-  `INSERT INTO ${t.deliveryLog} (consumer_group_id, message_id, attempt, status, error)
-          SELECT ${p.groupId}, r.message_id, r.attempt, r.status, r.error
-            FROM jsonb_to_recordset(${p.rows}::jsonb) AS r(message_id BIGINT, attempt INTEGER, status TEXT, error TEXT)`);
+  `SELECT ${t.fn("write_outcome_rows")}(${p.groupId}, NULL, ${p.rows}::jsonb)`);
 
 /** An inflight run whose lease expired, with what its resolution needs. */
 export interface ExpiredRunRow {
@@ -382,7 +366,7 @@ export const lockExpiredRuns = defineStatement<{ groupId: string }, ExpiredRunRo
                       AND o.message_id < e.message_id AND o.concurrency <> 'parallel'
                       AND o.lease_token = e.lease_token AND o.status = 'inflight') AS chained
             FROM ${t.exceptionQueue} e LEFT JOIN ${t.messageLog} m ON m.id = e.message_id
-           WHERE e.consumer_group_id = ${p.groupId} AND ${runExpired("e")}
+           WHERE e.consumer_group_id = ${p.groupId} AND ${t.fn("run_expired")}(e.status, e.lease_expires_at)
            ORDER BY e.message_id LIMIT 1000
            FOR UPDATE OF e SKIP LOCKED`);
 

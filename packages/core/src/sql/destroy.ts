@@ -1,93 +1,100 @@
 // Statements of destroyGroup() and destroyStream() (docs/guide/operations.md#destroy).
-import { FAMILY_TABLES, table } from "./names.js";
+import { FAMILY_TABLES, type SchemaNames, type Tables, table } from "./names.js";
+import { defineStatement } from "./statement.js";
 
-/** Bounds every lock wait of the destroy transaction. */
-export function lockTimeout(ms: number): string {
-  return `SET LOCAL lock_timeout = '${Math.trunc(ms)}ms'`;
+
+/** A stream's id by name. FOR SHARE keeps a concurrent stream destroy out; FOR UPDATE is that destroy. */
+export const streamIdByName = {
+  share: defineStatement<{ stream: string }, { id: string }, SchemaNames>(["stream"], (t, p) =>
+    `SELECT id::text FROM ${t.schema}.stream_config WHERE name = ${p.stream} FOR SHARE`),
+  update: defineStatement<{ stream: string }, { id: string }, SchemaNames>(["stream"], (t, p) =>
+    `SELECT id::text FROM ${t.schema}.stream_config WHERE name = ${p.stream} FOR UPDATE`),
+};
+
+export const lockGroup = defineStatement<{ streamId: string; group: string }, { id: string }, SchemaNames>(["streamId", "group"], (t, p) =>
+  `SELECT id::text FROM ${t.schema}.consumer_group_config WHERE stream_id = ${p.streamId} AND name = ${p.group} FOR UPDATE`);
+
+/** The names of a stream's groups. */
+export const groupNames = defineStatement<{ streamId: string }, { name: string }, SchemaNames>(["streamId"], (t, p) =>
+  `SELECT name FROM ${t.schema}.consumer_group_config WHERE stream_id = ${p.streamId} ORDER BY id`);
+
+export interface LiveWorkRow {
+  range_leases: number;
+  key_leases: number;
+  ready: number;
+  deferred: number;
+  inflight: number;
 }
 
-/** $1 the stream's retention lock key: waits for a partition drop or sweep batch of a running maintain(). */
-export const waitForRetention = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
-
-/** $1 stream name. FOR SHARE keeps a concurrent stream destroy out; FOR UPDATE is that destroy. */
-export function streamIdByName(q: string, lock: "FOR SHARE" | "FOR UPDATE"): string {
-  return `SELECT id::text FROM ${q}.stream_config WHERE name = $1 ${lock}`;
-}
-
-/** $1 stream id, $2 group name. */
-export function lockGroup(q: string): string {
-  return `SELECT id::text FROM ${q}.consumer_group_config WHERE stream_id = $1 AND name = $2 FOR UPDATE`;
-}
-
-/** $1 stream id. The names of its groups. */
-export function groupNames(q: string): string {
-  return `SELECT name FROM ${q}.consumer_group_config WHERE stream_id = $1 ORDER BY id`;
-}
-
-/** The live work of one group ($1 group id), or of every group of the stream ($1 stream id). */
-export function liveWork(q: string, streamId: string, of: "group" | "stream"): string {
-  const groups = of === "group" ? "= $1" : `IN (SELECT id FROM ${q}.consumer_group_config WHERE stream_id = $1)`;
-  const exceptionQueue = table(q, streamId, "exception_queue");
-  const count = (status: string) => `(SELECT count(*) FROM ${exceptionQueue} e WHERE e.consumer_group_id ${groups} AND e.status = '${status}')::int AS ${status}`;
+function liveWork(t: Tables, groups: string): string {
+  const count = (status: string) => `(SELECT count(*) FROM ${t.exceptionQueue} e WHERE e.consumer_group_id ${groups} AND e.status = '${status}')::int AS ${status}`;
   return `SELECT
-      (SELECT count(*) FROM ${table(q, streamId, "claim_lease")} l WHERE l.consumer_group_id ${groups})::int AS range_leases,
-      (SELECT count(*) FROM ${table(q, streamId, "message_key_lease")} k WHERE k.consumer_group_id ${groups} AND k.expires_at > now())::int AS key_leases,
+      (SELECT count(*) FROM ${t.claimLease} l WHERE l.consumer_group_id ${groups})::int AS range_leases,
+      (SELECT count(*) FROM ${t.keyLease} k WHERE k.consumer_group_id ${groups} AND NOT ${t.fn("lease_expired")}(k.expires_at))::int AS key_leases,
       ${count("ready")},
       ${count("deferred")},
       ${count("inflight")}`;
 }
 
+/** The live work of one group (`id` its group id), or of every group of the stream (`id` the stream id). */
+export const liveWorkOf = {
+  group: defineStatement<{ id: string }, LiveWorkRow>(["id"], (t, p) => liveWork(t, `= ${p.id}`)),
+  stream: defineStatement<{ id: string }, LiveWorkRow>(["id"], (t, p) =>
+    liveWork(t, `IN (SELECT id FROM ${t.schema}.consumer_group_config WHERE stream_id = ${p.id})`)),
+};
+
 /**
- * $1 group id. Locks in the order the poll takes them: range leases (recording locks its lease,
- * then the cursor), then the cursor (a fresh claim locks it first, then waits for the destroy and
- * finds no group).
+ * Locks in the order the poll takes them: range leases (recording locks its lease, then the
+ * cursor), then the cursor (a fresh claim locks it first, then waits for the destroy and finds no
+ * group).
  */
-export function lockGroupWork(q: string, streamId: string): string[] {
-  return [
-    `SELECT 1 FROM ${table(q, streamId, "claim_lease")} WHERE consumer_group_id = $1 ORDER BY token FOR UPDATE`,
-    `SELECT 1 FROM ${table(q, streamId, "consumer_group_cursor")} WHERE consumer_group_id = $1 FOR UPDATE`,
-  ];
-}
+export const lockGroupWork = [
+  defineStatement<{ groupId: string }>(["groupId"], (t, p) => `SELECT 1 FROM ${t.claimLease} WHERE consumer_group_id = ${p.groupId} ORDER BY token FOR UPDATE`),
+  defineStatement<{ groupId: string }>(["groupId"], (t, p) => `SELECT 1 FROM ${t.groupCursor} WHERE consumer_group_id = ${p.groupId} FOR UPDATE`),
+] as const;
 
 /** The family tables that hold a group's rows, in the order a group destroy deletes them. */
 export const GROUP_TABLES = ["exception_queue", "delivery_log", "claim_lease", "message_key_lease", "consumer_group_cursor", "progress_history"] as const;
 
-/** $1 group id. */
-export function deleteGroupRows(q: string, streamId: string, t: (typeof GROUP_TABLES)[number]): string {
-  return `DELETE FROM ${table(q, streamId, t)} WHERE consumer_group_id = $1`;
-}
+/** Each of GROUP_TABLES as its field of Tables. */
+const GROUP_TABLE_NAMES = {
+  exception_queue: "exceptionQueue",
+  delivery_log: "deliveryLog",
+  claim_lease: "claimLease",
+  message_key_lease: "keyLease",
+  consumer_group_cursor: "groupCursor",
+  progress_history: "progressHistory",
+} as const satisfies Record<(typeof GROUP_TABLES)[number], keyof Tables>;
 
-/** $1 group id. */
-export function deleteGroup(q: string): string {
-  return `DELETE FROM ${q}.consumer_group_config WHERE id = $1`;
-}
+/** Deletes a group's rows from each of GROUP_TABLES, in that order. */
+export const deleteGroupRows = GROUP_TABLES.map((name) => ({
+  name,
+  statement: defineStatement<{ groupId: string }>(["groupId"], (t, p) =>
+    `DELETE FROM ${t[GROUP_TABLE_NAMES[name]]} WHERE consumer_group_id = ${p.groupId}`),
+}));
 
-/** $1 the log's regclass text. */
-export const relationExists = "SELECT to_regclass($1) IS NOT NULL AS ok";
+export const deleteGroup = defineStatement<{ groupId: string }, Record<string, unknown>, SchemaNames>(["groupId"], (t, p) =>
+  `DELETE FROM ${t.schema}.consumer_group_config WHERE id = ${p.groupId}`);
 
-export function lockLog(q: string, streamId: string): string {
-  return `LOCK TABLE ${table(q, streamId, "message_log")} IN ACCESS EXCLUSIVE MODE`;
-}
+export const lockLog = defineStatement<Record<string, never>>([], (t) => `LOCK TABLE ${t.messageLog} IN ACCESS EXCLUSIVE MODE`);
 
-export function lockScheduled(q: string, streamId: string): string {
-  return `LOCK TABLE ${table(q, streamId, "scheduled_message")} IN ACCESS EXCLUSIVE MODE`;
-}
+export const lockScheduled = defineStatement<Record<string, never>>([], (t) =>
+  `LOCK TABLE ${t.fn("scheduled_message")} IN ACCESS EXCLUSIVE MODE`);
 
-export function scheduledHasMessages(q: string, streamId: string): string {
-  return `SELECT EXISTS (SELECT 1 FROM ${table(q, streamId, "scheduled_message")}) AS any`;
-}
+export const scheduledHasMessages = defineStatement<Record<string, never>, { any: boolean }>([], (t) =>
+  `SELECT EXISTS (SELECT 1 FROM ${t.fn("scheduled_message")}) AS any`);
 
-export function logHasMessages(q: string, streamId: string): string {
-  return `SELECT EXISTS (SELECT 1 FROM ${table(q, streamId, "message_log")}) AS any`;
-}
+export const logHasMessages = defineStatement<Record<string, never>, { any: boolean }>([], (t) =>
+  `SELECT EXISTS (SELECT 1 FROM ${t.messageLog}) AS any`);
 
 export function dropFamily(q: string, streamId: string): string {
-  return `DROP TABLE IF EXISTS ${FAMILY_TABLES.map((t) => table(q, streamId, t)).join(", ")}`;
+  return `DROP TABLE IF EXISTS ${FAMILY_TABLES.map((name) => table(q, streamId, name)).join(", ")}`;
 }
 
-/** $1 schema name, $2 pattern. The family's protocol functions are named <step>_<N>: every overload. */
-export const familyFunctions = `SELECT p.oid::regprocedure::text AS sig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-  WHERE n.nspname = $1 AND p.proname ~ $2`;
+/** The family's protocol functions, named <step>_<N>: every overload, by signature, in schema `schema` (unquoted). */
+export const familyFunctions = defineStatement<{ schema: string; pattern: string }, { sig: string }, SchemaNames>(["schema", "pattern"], (_t, p) =>
+  `SELECT p.oid::regprocedure::text AS sig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+  WHERE n.nspname = ${p.schema} AND p.proname ~ ${p.pattern}`);
 
 /** `sig` as the catalog wrote it (familyFunctions), never a user string. */
 export function dropFunction(sig: string): string {
@@ -99,7 +106,6 @@ export function familyFunctionPattern(streamId: string): string {
   return `^[a-z][a-z_]*_${streamId}$`;
 }
 
-/** $1 stream id. consumer_group_config and migration_log rows go by ON DELETE CASCADE. */
-export function deleteStream(q: string): string {
-  return `DELETE FROM ${q}.stream_config WHERE id = $1`;
-}
+/** Deletes a stream's config row; consumer_group_config and migration_log rows go by ON DELETE CASCADE. */
+export const deleteStream = defineStatement<{ streamId: string }, Record<string, unknown>, SchemaNames>(["streamId"], (t, p) =>
+  `DELETE FROM ${t.schema}.stream_config WHERE id = ${p.streamId}`);

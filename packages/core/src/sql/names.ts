@@ -15,10 +15,26 @@ export const FAMILY_TABLES = [
 ] as const;
 export type FamilyTable = (typeof FAMILY_TABLES)[number];
 
-/** The quoted names of one stream's tables and functions (docs/protocol/data-model.md#names), built once per (schema, stream id). */
-export interface Tables {
+/** The quoted schema, the names a control-plane statement builds its text from. */
+export interface SchemaNames {
   /** The quoted schema. */
   schema: string;
+}
+
+const schemas = new Map<string, SchemaNames>();
+
+/** The names of the control plane of quoted schema `q`, one object per schema. */
+export function schemaNames(q: string): SchemaNames {
+  let s = schemas.get(q);
+  if (!s) {
+    s = { schema: q };
+    schemas.set(q, s);
+  }
+  return s;
+}
+
+/** The quoted names of one stream's tables and functions (docs/protocol/data-model.md#names), built once per (schema, stream id). */
+export interface Tables extends SchemaNames {
   /** message_log_N (partitioned by id). */
   messageLog: string;
   exceptionQueue: string;
@@ -29,6 +45,8 @@ export interface Tables {
   compactionHead: string;
   /** scheduled_message_N: messages waiting for their due time (docs/protocol/data-model.md#scheduled-messages). */
   scheduledMessage: string;
+  progressHistory: string;
+  idempotencyKey: string;
   fn: (name: string) => string;
 }
 
@@ -49,6 +67,8 @@ export function tables(q: string, n: string): Tables {
       keyLease: table(q, n, "message_key_lease"),
       compactionHead: table(q, n, "compaction_head"),
       scheduledMessage: table(q, n, "scheduled_message"),
+      progressHistory: table(q, n, "progress_history"),
+      idempotencyKey: table(q, n, "idempotency_key"),
       fn: (name) => table(q, n, name),
     };
     cache.set(k, t);

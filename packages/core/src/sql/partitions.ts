@@ -1,9 +1,15 @@
 // message_log_N partitions (docs/guide/producing.md#partitions): created by producers ahead of need and by maintain().
 import { setTimeout as sleep } from "node:timers/promises";
 import { type Db, RETRY_PAUSES, connect, query } from "../db.js";
-import { partitionName, table } from "./names.js";
+import { advisoryXactLock, localLockTimeout, relationExists } from "./catalog.js";
+import { partitionName, schemaNames, tables } from "./names.js";
+import { defineStatement } from "./statement.js";
 
 const ALREADY_EXISTS = new Set(["42P07", "42710", "23505"]);
+
+/** The stream's id sequence: the next id is last_value (+1 once called). */
+const idSequence = defineStatement<Record<string, never>, { last_value: string; is_called: boolean }>([], (t) =>
+  `SELECT last_value::text, is_called FROM ${t.messageLog}_id_seq`);
 
 /**
  * Ensures partition k of a stream exists: a short transaction of its own with a 2 s lock
@@ -28,9 +34,10 @@ async function createPartition(db: Db, streamId: string, partitionSize: bigint, 
   let broken = false;
   try {
     await query(db, c, "BEGIN");
-    await query(db, c, "SET LOCAL lock_timeout = '2000ms'");
-    await query(db, c, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [`sqlstreams.partition:${db.schema}:${streamId}:${k}`]);
-    const exists = await query<{ ok: boolean }>(db, c, "SELECT to_regclass($1) IS NOT NULL AS ok", [partitionName(db.q, streamId, k)]);
+    await query(db, c, localLockTimeout("2000ms"));
+    // Serializes the creation of one partition across sessions.
+    await advisoryXactLock.query(db, c, schemaNames(db.q), { lockKey: `sqlstreams.partition:${db.schema}:${streamId}:${k}` });
+    const exists = await relationExists.query(db, c, schemaNames(db.q), { name: partitionName(db.q, streamId, k) });
     let created = false;
     if (!exists.rows[0].ok) {
       const from = k * partitionSize;
@@ -38,7 +45,7 @@ async function createPartition(db: Db, streamId: string, partitionSize: bigint, 
       await query(
         db,
         c,
-        `CREATE TABLE IF NOT EXISTS ${partitionName(db.q, streamId, k)} PARTITION OF ${table(db.q, streamId, "message_log")} FOR VALUES FROM (${from}) TO (${to})`,
+        `CREATE TABLE IF NOT EXISTS ${partitionName(db.q, streamId, k)} PARTITION OF ${tables(db.q, streamId).messageLog} FOR VALUES FROM (${from}) TO (${to})`,
       );
       created = true;
     }
@@ -59,11 +66,7 @@ async function createPartition(db: Db, streamId: string, partitionSize: bigint, 
 
 /** The id the stream's sequence hands out next. */
 export async function nextSequenceValue(db: Db, streamId: string): Promise<bigint> {
-  const r = await query<{ last_value: string; is_called: boolean }>(
-    db,
-    db.pool,
-    `SELECT last_value::text, is_called FROM ${table(db.q, streamId, "message_log")}_id_seq`,
-  );
+  const r = await idSequence.query(db, db.pool, tables(db.q, streamId), {});
   const row = r.rows[0];
   return row.is_called ? BigInt(row.last_value) + 1n : BigInt(row.last_value);
 }

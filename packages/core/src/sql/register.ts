@@ -1,40 +1,45 @@
 // Statements of the control plane's registry (docs/guide/producing.md#registration): stream_config rows
 // and the lookups of registered streams and groups. Group registration (upsertGroup, createCursor)
 // is in sql/admin.ts beside the other group statements.
+import type { DeliveryLogMode } from "../config.js";
+import type { SchemaNames } from "./names.js";
+import { defineStatement } from "./statement.js";
 
-/** $1 name. The stream's row, locked for its registration. */
-export function lockStreamByName(q: string): string {
-  return `SELECT id::text, partition_size::text FROM ${q}.stream_config WHERE name = $1 FOR UPDATE`;
+/** The stored settings of a stream that register() may change. */
+export interface StreamSettings {
+  retentionMs: number;
+  deliveryLog: DeliveryLogMode;
+  idempotencyKeyTtlMs: number;
+  maxPayloadBytes: number;
 }
 
-/** $1 id, $2 retention ms, $3 delivery-log mode, $4 idempotency-key TTL ms, $5 max payload bytes. */
-export function updateStreamSettings(q: string): string {
-  return `UPDATE ${q}.stream_config SET retention_ms = $2, delivery_log_mode = $3, idempotency_key_ttl_ms = $4,
-                 max_payload_bytes = $5, updated_at = now() WHERE id = $1`;
-}
+const SETTINGS = ["retentionMs", "deliveryLog", "idempotencyKeyTtlMs", "maxPayloadBytes"] as const;
 
-/** $1 name, $2 partition size, then the settings of updateStreamSettings. Returns id. */
-export function insertStream(q: string): string {
-  return `INSERT INTO ${q}.stream_config (name, partition_size, retention_ms, delivery_log_mode, idempotency_key_ttl_ms, max_payload_bytes)
-          VALUES ($1, $2, $3, $4, $5, $6) RETURNING id::text`;
-}
+/** The stream's row, locked for its registration. */
+export const lockStreamByName = defineStatement<{ name: string }, { id: string; partition_size: string }, SchemaNames>(["name"], (t, p) =>
+  `SELECT id::text, partition_size::text FROM ${t.schema}.stream_config WHERE name = ${p.name} FOR UPDATE`);
 
-/** $1 name. What a client caches about a stream. */
-export function streamByName(q: string): string {
-  return `SELECT id::text, partition_size::text, max_payload_bytes FROM ${q}.stream_config WHERE name = $1`;
-}
+export const updateStreamSettings = defineStatement<StreamSettings & { id: string }, Record<string, unknown>, SchemaNames>(["id", ...SETTINGS], (t, p) =>
+  `UPDATE ${t.schema}.stream_config SET retention_ms = ${p.retentionMs}, delivery_log_mode = ${p.deliveryLog}, idempotency_key_ttl_ms = ${p.idempotencyKeyTtlMs},
+                 max_payload_bytes = ${p.maxPayloadBytes}, updated_at = now() WHERE id = ${p.id}`);
 
-/** $1 stream id. */
-export function deliveryLogMode(q: string): string {
-  return `SELECT delivery_log_mode AS mode FROM ${q}.stream_config WHERE id = $1`;
-}
+/** A new stream's row. Returns its id. */
+export const insertStream = defineStatement<StreamSettings & { name: string; partitionSize: string }, { id: string }, SchemaNames>(
+  ["name", "partitionSize", ...SETTINGS], (t, p) =>
+    `INSERT INTO ${t.schema}.stream_config (name, partition_size, retention_ms, delivery_log_mode, idempotency_key_ttl_ms, max_payload_bytes)
+          VALUES (${p.name}, ${p.partitionSize}, ${p.retentionMs}, ${p.deliveryLog}, ${p.idempotencyKeyTtlMs}, ${p.maxPayloadBytes}) RETURNING id::text`);
 
-export function streamNames(q: string): string {
-  return `SELECT name FROM ${q}.stream_config ORDER BY id`;
-}
+/** What a client caches about a stream. */
+export const streamByName = defineStatement<{ name: string }, { id: string; partition_size: string; max_payload_bytes: number }, SchemaNames>(
+  ["name"], (t, p) => `SELECT id::text, partition_size::text, max_payload_bytes FROM ${t.schema}.stream_config WHERE name = ${p.name}`);
+
+export const deliveryLogMode = defineStatement<{ streamId: string }, { mode: DeliveryLogMode }, SchemaNames>(["streamId"], (t, p) =>
+  `SELECT delivery_log_mode AS mode FROM ${t.schema}.stream_config WHERE id = ${p.streamId}`);
+
+export const streamNames = defineStatement<Record<string, never>, { name: string }, SchemaNames>([], (t) =>
+  `SELECT name FROM ${t.schema}.stream_config ORDER BY id`);
 
 /** Every registered group as { stream, group }, by stream then group name. */
-export function consumerGroups(q: string): string {
-  return `SELECT s.name AS stream, g.name AS "group" FROM ${q}.stream_config s
-            JOIN ${q}.consumer_group_config g ON g.stream_id = s.id ORDER BY s.name, g.name`;
-}
+export const consumerGroups = defineStatement<Record<string, never>, { stream: string; group: string }, SchemaNames>([], (t) =>
+  `SELECT s.name AS stream, g.name AS "group" FROM ${t.schema}.stream_config s
+            JOIN ${t.schema}.consumer_group_config g ON g.stream_id = s.id ORDER BY s.name, g.name`);
