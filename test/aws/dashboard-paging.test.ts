@@ -105,7 +105,8 @@ describe("the failure list with 100,000 dead rows", () => {
     const text = t.statements.find((s) => s.includes("AS cursor"));
     expect(text).toBeDefined();
     const [updatedAt, id] = row.cursor.split("~");
-    const plan = (await t.sql<{ "QUERY PLAN": string }>(`EXPLAIN ${text as string}`, [gid, "dead", 51, null, null, null, null, null, 0, updatedAt, id]))
+    // failureRows.after's parameters: the filter (group, status, error, key, since, before, payload), limit, offset, the cursor.
+    const plan = (await t.sql<{ "QUERY PLAN": string }>(`EXPLAIN ${text as string}`, [gid, "dead", null, null, null, null, null, 51, 0, updatedAt, id]))
       .map((r) => r["QUERY PLAN"]).join("\n");
     expect(plan).toContain(`exception_queue_${n}_page`);
     expect(plan).not.toMatch(/\bSort\b/);
@@ -114,7 +115,7 @@ describe("the failure list with 100,000 dead rows", () => {
     t.statements.length = 0;
     await g.failures({ limit: 51 });
     const firstText = t.statements.find((s) => s.includes("AS cursor")) as string;
-    const first = (await t.sql<{ "QUERY PLAN": string }>(`EXPLAIN ${firstText}`, [gid, "dead", 51, null, null, null, null, null, 0]))
+    const first = (await t.sql<{ "QUERY PLAN": string }>(`EXPLAIN ${firstText}`, [gid, "dead", null, null, null, null, null, 51, 0]))
       .map((r) => r["QUERY PLAN"]).join("\n");
     expect(first).toContain(`exception_queue_${n}_page`);
     expect(first).not.toMatch(/\bSort\b/);

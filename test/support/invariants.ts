@@ -87,7 +87,7 @@ export async function checkInvariants(t: TestClient, streamId: string | number, 
   // reservation starts reading at or below committed (migrations/stream/0005_redrive_floor.sql).
   const belowFloor = await t.sql(
     `SELECT e.consumer_group_id::text AS g, e.message_id::text, e.status, c.committed::text, c.redrive_floor::text
-       FROM ${S}.exception_queue_${n} e JOIN ${S}.consumer_group_cursor_${n} c USING (consumer_group_id)
+       FROM ${SCHEMA}.exception_queue_${n} e JOIN ${SCHEMA}.consumer_group_cursor_${n} c USING (consumer_group_id)
       WHERE e.status IN ('ready', 'inflight', 'deferred') AND e.message_id <= c.committed
         AND (c.redrive_floor IS NULL OR e.message_id < c.redrive_floor)`,
   );

@@ -10,7 +10,7 @@ import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants } from "../../support/invariants.js";
 import { type ClaimLease, claimLeases } from "../../support/keyed.js";
 import { startProxy } from "../../support/proxy.js";
-import { S, type TestClient, count, cursor, range, setupProduced, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, count, cursor, range, setupProduced, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 
@@ -93,7 +93,7 @@ describe("faults while a range is claimed ahead", () => {
           // first (deleting that row) and waits; its backend is then terminated (57P01).
           during = await whileClaimedAhead(n, gid);
           await lock.query("BEGIN");
-          await lock.query(`SELECT 1 FROM ${S}.claim_lease_${n} WHERE consumer_group_id = $1 AND token = $2 FOR UPDATE`, [gid, during[0].token]);
+          await lock.query(`SELECT 1 FROM ${SCHEMA}.claim_lease_${n} WHERE consumer_group_id = $1 AND token = $2 FOR UPDATE`, [gid, during[0].token]);
           killed = (async () => {
             let pid = 0;
             await vi.waitUntil(async () => {

@@ -274,11 +274,11 @@ describe("range crash recovery with SIGKILLed pollers", () => {
     expect(r).toMatchObject({ rangesQuarantined: 1, rangesResumed: 1, rangesReclaimed: 1 });
     expect(t.events.filter((e) => e.code === "SQL0035").map((e) => [e.low, e.high, e.reclaims])).toEqual([["100", "150", 1]]);
     expect(t.events.filter((e) => e.code === "SQL0036")).toHaveLength(1);
-    const quarantined = (await dlRows(t, n, gid)).filter((d) => d.error.startsWith("quarantined")).map((d) => Number(d.message_id));
+    const quarantined = (await deliveryLogRows(t, n, gid)).filter((d) => d.error.startsWith("quarantined")).map((d) => Number(d.message_id));
     expect(quarantined).toEqual(Array.from({ length: 50 }, (_, i) => 101 + i));
     // The range after it ran as claimed, with the rest; the quarantined ones run as exception rows.
     expect([...new Set(seen.filter((id) => id > 150))].sort((a, b) => a - b)).toEqual(Array.from({ length: 150 }, (_, i) => 151 + i));
-    expect((await eqRows(t, n, gid)).filter((e) => Number(e.message_id) > 150)).toEqual([]);
+    expect((await exceptionRows(t, n, gid)).filter((e) => Number(e.message_id) > 150)).toEqual([]);
     expect(await claimLeases(t, n, gid)).toEqual([]);
     await checkInvariants(t, n);
   });

@@ -10,7 +10,7 @@ import type { Consumer } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants } from "../../support/invariants.js";
 import { spawnPoller } from "../../support/processes.js";
-import { S, type TestClient, count, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, count, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 let t: TestClient;
@@ -34,7 +34,7 @@ async function setup(name: string) {
   const n = await streamIdOf(t, name);
   await s.produce({ i: 0 }, { key: "c", compaction: {} });
   for (let i = 1; i <= 7; i++) await s.produce({ i }, i === 4 ? { key: "c", compaction: { rank: 1 }, delay: 3_600_000 } : { delay: 3_600_000 });
-  await t.sql(`UPDATE ${S}.scheduled_message_${n} SET due_at = now() - interval '1 minute' + (payload->>'i')::int * interval '1 second'`);
+  await t.sql(`UPDATE ${SCHEMA}.scheduled_message_${n} SET due_at = now() - interval '1 minute' + (payload->>'i')::int * interval '1 second'`);
   return { s, g, n };
 }
 
@@ -43,7 +43,7 @@ async function holdHead(n: string): Promise<pg.Client> {
   const c = new pg.Client({ connectionString: url() });
   await c.connect();
   await c.query("BEGIN");
-  await c.query(`SELECT 1 FROM ${S}.compaction_head_${n} WHERE compaction_key = 'c' FOR UPDATE`);
+  await c.query(`SELECT 1 FROM ${SCHEMA}.compaction_head_${n} WHERE compaction_key = 'c' FOR UPDATE`);
   return c;
 }
 
@@ -76,7 +76,7 @@ async function expectAllOnce(n: string, g: Consumer<P>): Promise<void> {
   expect(await count(t, `scheduled_message_${n}`)).toBe(0);
   expect(await count(t, `message_log_${n}`)).toBe(8);
   const [head] = await t.sql<{ i: number }>(
-    `SELECT (m.payload->>'i')::int AS i FROM ${S}.compaction_head_${n} h JOIN ${S}.message_log_${n} m ON m.id = h.message_id WHERE h.compaction_key = 'c'`,
+    `SELECT (m.payload->>'i')::int AS i FROM ${SCHEMA}.compaction_head_${n} h JOIN ${SCHEMA}.message_log_${n} m ON m.id = h.message_id WHERE h.compaction_key = 'c'`,
   );
   expect(head.i).toBe(4);
   await checkInvariants(t, n);
@@ -89,16 +89,16 @@ describe("the scheduled-message mover under crashes", () => {
     const mover = new pg.Client({ connectionString: url() });
     mover.on("error", () => {});
     await mover.connect();
-    const moving = mover.query(`SELECT ${S}.move_scheduled_${n}(1000)`).then(
+    const moving = mover.query(`SELECT ${SCHEMA}.move_scheduled_${n}(1000)`).then(
       () => "committed",
       (e: Error) => e.message,
     );
     await vi.waitUntil(async () => (await blockedMovers(n)).length === 1, { timeout: 10_000, interval: 20 });
     // Mid-move: rows 1–3 deleted and appended in its transaction, invisible to everyone else.
-    const [{ moved }] = await t.sql<{ moved: number }>(`SELECT count(*)::int AS moved FROM ${S}.message_log_${n} WHERE (payload->>'i')::int BETWEEN 1 AND 3`);
+    const [{ moved }] = await t.sql<{ moved: number }>(`SELECT count(*)::int AS moved FROM ${SCHEMA}.message_log_${n} WHERE (payload->>'i')::int BETWEEN 1 AND 3`);
     expect(moved).toBe(0);
     // …yet drawn: log ids 2–5 went to rows 1–4 (id 1 is i = 0), the mover waits on row 4's head.
-    const [seq] = await t.sql<{ last: string }>(`SELECT last_value::text AS last FROM ${S}.message_log_${n}_id_seq`);
+    const [seq] = await t.sql<{ last: string }>(`SELECT last_value::text AS last FROM ${SCHEMA}.message_log_${n}_id_seq`);
     expect(seq.last).toBe("5");
     const [pid] = await blockedMovers(n);
     await t.sql("SELECT pg_terminate_backend($1)", [pid]);
@@ -131,9 +131,9 @@ describe("the scheduled-message mover under crashes", () => {
     const lock = await holdHead(n);
     const first = new pg.Client({ connectionString: url() });
     await first.connect();
-    const moving = first.query<{ moved: number }>(`SELECT ${S}.move_scheduled_${n}(1000) AS moved`);
+    const moving = first.query<{ moved: number }>(`SELECT ${SCHEMA}.move_scheduled_${n}(1000) AS moved`);
     await vi.waitUntil(async () => (await blockedMovers(n)).length === 1, { timeout: 10_000, interval: 20 });
-    const [second] = await t.sql<{ moved: number }>(`SELECT ${S}.move_scheduled_${n}(1000) AS moved`);
+    const [second] = await t.sql<{ moved: number }>(`SELECT ${SCHEMA}.move_scheduled_${n}(1000) AS moved`);
     await lock.query("ROLLBACK");
     await lock.end();
     const firstMoved = (await moving).rows[0].moved;

@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import type { Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { checkInvariants } from "../../support/invariants.js";
-import { S, type TestClient, cursor, dlRows, eqRows, expireLeases, groupIdOf, makeDue, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, cursor, deliveryLogRows, exceptionRows, expireLeases, groupIdOf, makeDue, streamIdOf, testClient } from "../../support/streams.js";
 import { Ledger, keyLeases } from "../../support/keyed.js";
 
 const url = useFreshDatabase();
@@ -32,7 +32,7 @@ async function backlog(t: TestClient, name: string, messages: number, keys: numb
     }, { batchLimit: 100, concurrency: 10 });
     if (r.idle) break;
   }
-  const rows = await eqRows(t, n, gid);
+  const rows = await exceptionRows(t, n, gid);
   expect(rows.filter((r) => r.status === "ready")).toHaveLength(keys);
   expect(rows.filter((r) => r.status === "deferred")).toHaveLength(messages - keys);
   await makeDue(t, n);
@@ -65,7 +65,7 @@ describe("a deferred backlog drains in groups", () => {
     expect(reservations).toBeLessThanOrEqual(3);
     expect(steps).toBeLessThanOrEqual(8);
     expect((await cursor(t, n, gid)).committed).toBe(String(Math.max(...[...byKey.values()].flat().map(Number))));
-    expect(await eqRows(t, n, gid)).toEqual([]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
     expect(await keyLeases(t, n, gid)).toEqual([]);
     await checkInvariants(t, n);
   });
@@ -76,12 +76,12 @@ describe("a deferred backlog drains in groups", () => {
     const { g, n, gid } = await backlog(t, "backlog.crash", 8, 2);
     // Run the failed heads once, so that every row left is clean: 3, 5, 7 of k0 and 4, 6, 8 of k1.
     await g.poll(() => {}, { batchLimit: 2, concurrency: 2 });
-    expect((await eqRows(t, n, gid)).map((r) => [r.message_id, r.status, r.attempts])).toEqual([
+    expect((await exceptionRows(t, n, gid)).map((r) => [r.message_id, r.status, r.attempts])).toEqual([
       ["3", "deferred", 0], ["4", "deferred", 0], ["5", "deferred", 0], ["6", "deferred", 0], ["7", "deferred", 0], ["8", "deferred", 0],
     ]);
     // A poller reserves and starts both keys' groups, then dies before running any of them.
     const started = await t.sql<{ message_id: string; kind: string | null }>(
-      `SELECT message_id::text, kind FROM ${S}.reserve_exceptions_${n}($1, 10, 1000, 1, 900000, 10, 2000, NULL, gen_random_uuid(), 10, NULL, '{}', false)`, [gid]);
+      `SELECT message_id::text, kind FROM ${SCHEMA}.reserve_exceptions_${n}($1, 10, 1000, 1, 900000, 10, 2000, NULL, gen_random_uuid(), 10, NULL, '{}', false)`, [gid]);
     expect(started.map((s) => [s.message_id, s.kind])).toEqual([
       ["3", "started"], ["4", "started"], ["5", "started"], ["6", "started"], ["7", "started"], ["8", "started"],
     ]);
@@ -90,8 +90,8 @@ describe("a deferred backlog drains in groups", () => {
     const ran: string[] = [];
     await g.poll((m: Message) => void ran.push(m.id), { batchLimit: 10, concurrency: 2 });
     // The expiry charged 3 and 4 (expired, attempts 1, due after backoff) and put 5–8 back.
-    expect((await dlRows(t, n, gid)).filter((d) => d.status === "expired").map((d) => d.message_id)).toEqual(["3", "4"]);
-    expect((await eqRows(t, n, gid)).map((r) => [r.message_id, r.status, r.attempts])).toEqual([
+    expect((await deliveryLogRows(t, n, gid)).filter((d) => d.status === "expired").map((d) => d.message_id)).toEqual(["3", "4"]);
+    expect((await exceptionRows(t, n, gid)).map((r) => [r.message_id, r.status, r.attempts])).toEqual([
       ["3", "ready", 1], ["4", "ready", 1], ["5", "deferred", 0], ["6", "deferred", 0], ["7", "deferred", 0], ["8", "deferred", 0],
     ]);
     expect(ran).toEqual([]);
@@ -99,7 +99,7 @@ describe("a deferred backlog drains in groups", () => {
     await g.drain((m: Message) => void ran.push(m.id), { batchLimit: 10, concurrency: 2 });
     expect(ran.filter((id) => Number(id) % 2 === 1)).toEqual(["3", "5", "7"]);
     expect(ran.filter((id) => Number(id) % 2 === 0)).toEqual(["4", "6", "8"]);
-    expect(await eqRows(t, n, gid)).toEqual([]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
     await checkInvariants(t, n);
   });
 
@@ -109,11 +109,11 @@ describe("a deferred backlog drains in groups", () => {
     const { g, n, gid } = await backlog(t, "backlog.pred", 4, 1);
     await g.poll(() => {}, { batchLimit: 1, concurrency: 1 });
     // 2, 3, 4 deferred; 3 made a retry that is not due yet: 4 must not run before it.
-    await t.sql(`UPDATE ${S}.exception_queue_${n} SET status = 'ready', attempts = 1, can_run_after = now() + interval '1 hour' WHERE message_id = 3`);
+    await t.sql(`UPDATE ${SCHEMA}.exception_queue_${n} SET status = 'ready', attempts = 1, can_run_after = now() + interval '1 hour' WHERE message_id = 3`);
     const ran: string[] = [];
     await g.drain((m: Message) => void ran.push(m.id), { batchLimit: 10, concurrency: 1 });
     expect(ran).toEqual(["2"]);
-    expect((await eqRows(t, n, gid)).map((r) => [r.message_id, r.status, r.lease_token])).toEqual([["3", "ready", null], ["4", "deferred", null]]);
+    expect((await exceptionRows(t, n, gid)).map((r) => [r.message_id, r.status, r.lease_token])).toEqual([["3", "ready", null], ["4", "deferred", null]]);
     expect(await keyLeases(t, n, gid)).toEqual([]);
     await makeDue(t, n);
     await g.drain((m: Message) => void ran.push(m.id), { batchLimit: 10, concurrency: 1 });
@@ -137,7 +137,7 @@ describe("a deferred backlog drains in groups", () => {
     await g.drain(() => {
       throw new Error("first delivery fails");
     }, { batchLimit: 10 });
-    await t.sql(`UPDATE ${S}.exception_queue_${n} SET status = 'deferred', attempts = 0, can_run_after = now()`);
+    await t.sql(`UPDATE ${SCHEMA}.exception_queue_${n} SET status = 'deferred', attempts = 0, can_run_after = now()`);
     const ac = new AbortController();
     const ran: string[] = [];
     const mark = t.statements.length;
@@ -145,7 +145,7 @@ describe("a deferred backlog drains in groups", () => {
     const r = await g.poll(async (m: Message) => {
       ran.push(m.id);
       if (m.id !== "2") return;
-      during = (await eqRows(t, n, gid)).map((e) => [e.message_id, e.status]);
+      during = (await exceptionRows(t, n, gid)).map((e) => [e.message_id, e.status]);
       ac.abort();
     }, { batchLimit: 10, concurrency: 1, signal: ac.signal });
     expect(ran).toEqual(["1", "2"]);
@@ -153,14 +153,14 @@ describe("a deferred backlog drains in groups", () => {
     expect(during.filter(([id]) => Number(id) >= 2)).toEqual([["2", "inflight"], ["3", "inflight"], ["4", "inflight"], ["5", "inflight"], ["6", "inflight"]]);
     expect(r).toMatchObject({ started: 2, succeeded: 2 });
     expect(calls(t, mark, "reserve_exceptions", n)).toBe(1);
-    expect((await eqRows(t, n, gid)).map((e) => [e.message_id, e.status, e.attempts, e.lease_token])).toEqual([
+    expect((await exceptionRows(t, n, gid)).map((e) => [e.message_id, e.status, e.attempts, e.lease_token])).toEqual([
       ["3", "deferred", 0, null], ["4", "deferred", 0, null], ["5", "deferred", 0, null], ["6", "deferred", 0, null],
     ]);
     expect(await keyLeases(t, n, gid)).toEqual([]);
-    expect((await dlRows(t, n, gid)).filter((d) => d.status === "expired")).toEqual([]);
+    expect((await deliveryLogRows(t, n, gid)).filter((d) => d.status === "expired")).toEqual([]);
     await g.drain((m: Message) => void ran.push(m.id), { batchLimit: 10 });
     expect(ran).toEqual(["1", "2", "3", "4", "5", "6"]);
-    expect(await eqRows(t, n, gid)).toEqual([]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
     await checkInvariants(t, n);
   });
 
@@ -176,11 +176,11 @@ describe("a deferred backlog drains in groups", () => {
     const n = await streamIdOf(t, name);
     const gid = await groupIdOf(t, "g", name);
     const floor = async () => (await t.sql<{ f: string | null }>(
-      `SELECT redrive_floor::text AS f FROM ${S}.consumer_group_cursor_${n} WHERE consumer_group_id = $1`, [gid]))[0].f;
+      `SELECT redrive_floor::text AS f FROM ${SCHEMA}.consumer_group_cursor_${n} WHERE consumer_group_id = $1`, [gid]))[0].f;
     await g.drain((m: Message) => {
       if (m.id === "2") throw new Error("broken");
     });
-    expect((await eqRows(t, n, gid)).map((e) => [e.message_id, e.status])).toEqual([["2", "dead"]]);
+    expect((await exceptionRows(t, n, gid)).map((e) => [e.message_id, e.status])).toEqual([["2", "dead"]]);
     expect((await cursor(t, n, gid)).committed).toBe("3");
     expect(await floor()).toBeNull();
     expect(await g.redrive({ ids: ["2"] })).toEqual({ redriven: 1, skipped: 0 });
@@ -188,7 +188,7 @@ describe("a deferred backlog drains in groups", () => {
     const ran: string[] = [];
     await g.drain((m: Message) => void ran.push(m.id));
     expect(ran).toEqual(["2"]);
-    expect(await eqRows(t, n, gid)).toEqual([]);
+    expect(await exceptionRows(t, n, gid)).toEqual([]);
     // The next reservation finds nothing left at or below committed and clears the floor.
     await s.produce({ i: 3 });
     await g.drain((m: Message) => {

@@ -4,7 +4,7 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { setTimeout as sleep } from "node:timers/promises";
 import { useFreshDatabase } from "../../support/db.js";
-import { S, type TestClient, codeOf, count, cursor, makeDue, setupProduced, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, codeOf, count, cursor, makeDue, setupProduced, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 let t: TestClient;
@@ -82,7 +82,7 @@ describe("rateLimit", () => {
     const r = await g.poll((m) => void ran.push(m.id), { batchLimit: 10 });
     expect(r).toMatchObject({ started: 2, succeeded: 2, rateLimited: 1 });
     const rows = await t.sql<{ status: string; attempts: number; lease: boolean }>(
-      `SELECT status, attempts, lease_token IS NOT NULL AS lease FROM ${S}.exception_queue_${n} WHERE status <> 'superseded' ORDER BY message_id`);
+      `SELECT status, attempts, lease_token IS NOT NULL AS lease FROM ${SCHEMA}.exception_queue_${n} WHERE status <> 'superseded' ORDER BY message_id`);
     expect(rows).toHaveLength(4);
     for (const row of rows) expect(row).toEqual({ status: "ready", attempts: 1, lease: false });
     await g.register({});
@@ -134,7 +134,7 @@ describe("rateLimit", () => {
     const { g } = await setupProduced(t, "rl-none", {}, 3);
     await g.drain(() => {});
     await sleep(1);
-    const gid = await t.sql<{ id: string }>(`SELECT id::text FROM ${S}.consumer_group_config WHERE name = 'g' AND stream_id = (SELECT id FROM ${S}.stream_config WHERE name = 'rl-none')`);
+    const gid = await t.sql<{ id: string }>(`SELECT id::text FROM ${SCHEMA}.consumer_group_config WHERE name = 'g' AND stream_id = (SELECT id FROM ${SCHEMA}.stream_config WHERE name = 'rl-none')`);
     expect(await count(t, `group_rate`, "group_id = $1", [gid[0].id])).toBe(0);
     expect((await g.progress()).rateLimit).toBeNull();
   });

@@ -9,7 +9,7 @@ import { pollDocument } from "@sqlstreams/aws";
 import { useFreshDatabase } from "../../support/db.js";
 import { spawnNode } from "../../support/processes.js";
 import { checkInvariants } from "../../support/invariants.js";
-import { S, codeOf, committed, dlRows, eqRows, makeDue, pollPastFence, setupGroup, testClient, type TestClient } from "../../support/streams.js";
+import { SCHEMA, codeOf, committed, deliveryLogRows, exceptionRows, makeDue, pollPastFence, setupGroup, testClient, type TestClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 let shared: TestClient | undefined;
@@ -28,7 +28,7 @@ describe("expiry on first delivery", () => {
     const short = await s.produce({ n: "short" }, { ttl: 1000 });
     await s.produce({ n: "long" }, { ttl: 600_000 });
     const plain = await s.produce({ n: "plain" });
-    const stored = await t.sql<{ options: unknown }>(`SELECT options FROM ${S}.message_log_${sid} ORDER BY id`);
+    const stored = await t.sql<{ options: unknown }>(`SELECT options FROM ${SCHEMA}.message_log_${sid} ORDER BY id`);
     expect(stored.map((r) => r.options)).toEqual([{ ttl: 1000 }, { ttl: 600_000 }, null]);
     await until(at, 1_500);
 
@@ -40,11 +40,11 @@ describe("expiry on first delivery", () => {
     const p = await g.progress();
     expect(p.lag).toBe("0");
     expect(p.exceptions).toMatchObject({ expired: 1, dead: 0, ready: 0 });
-    const rows = await eqRows(t, sid, gid);
+    const rows = await exceptionRows(t, sid, gid);
     expect(rows.map((x) => [x.message_id, x.status, x.attempts, x.lease_token])).toEqual([[short.id, "expired", 0, null]]);
     expect(rows[0].last_error).toMatch(/^expired: not started/);
     // Not an attempt: nothing in the delivery log (mode failures).
-    expect(await dlRows(t, sid, gid)).toEqual([]);
+    expect(await deliveryLogRows(t, sid, gid)).toEqual([]);
     const listed = await g.failures({ status: "expired" });
     expect(listed.map((f) => [f.messageId, f.status, f.payload])).toEqual([[short.id, "expired", { n: "short" }]]);
     expect(await g.failures()).toEqual([]);
@@ -63,8 +63,8 @@ describe("expiry on first delivery", () => {
     const past = Date.now() - 1;
     await s.produce({ n: 1 }, { expiresAt: new Date(past) });
     await s.produceBatch([{ payload: { n: 2 }, expiresAt: past }, { payload: { n: 3 }, ttl: 600_000 }, { payload: { n: 4 } }]);
-    await t.sql(`SELECT ${S}.produce('expiry.forms', '{"n": 5}', options => $1::jsonb)`, [JSON.stringify({ ttl: 1, message: { timeout: 5000 } })]);
-    await t.sql(`SELECT * FROM ${S}.produce_batch('expiry.forms', $1::jsonb)`, [JSON.stringify([{ payload: { n: 6 }, options: { expiresAt: past } }])]);
+    await t.sql(`SELECT ${SCHEMA}.produce('expiry.forms', '{"n": 5}', options => $1::jsonb)`, [JSON.stringify({ ttl: 1, message: { timeout: 5000 } })]);
+    await t.sql(`SELECT * FROM ${SCHEMA}.produce_batch('expiry.forms', $1::jsonb)`, [JSON.stringify([{ payload: { n: 6 }, options: { expiresAt: past } }])]);
     const tx = await t.pool.connect();
     try {
       await tx.query("BEGIN");
@@ -73,7 +73,7 @@ describe("expiry on first delivery", () => {
     } finally {
       tx.release();
     }
-    const stored = await t.sql<{ options: unknown }>(`SELECT options FROM ${S}.message_log_${sid} ORDER BY id`);
+    const stored = await t.sql<{ options: unknown }>(`SELECT options FROM ${SCHEMA}.message_log_${sid} ORDER BY id`);
     expect(stored.map((r) => r.options)).toEqual([
       { expiresAt: past }, { expiresAt: past }, { ttl: 600_000 }, null, { ttl: 1, timeout: 5000 }, { expiresAt: past }, { expiresAt: past },
     ]);
@@ -93,10 +93,10 @@ describe("expiry on first delivery", () => {
     }
     expect(await codeOf(s.produceBatch([{ payload: {}, ttl: 0 }]))).toBe("SQL0015");
     for (const o of [{ ttl: 0 }, { ttl: "5" }, { ttl: 5, expiresAt: 5 }, { expiresAt: "soon" }]) {
-      const e = await t.sql(`SELECT ${S}.produce('expiry.bad', '{}', options => $1::jsonb)`, [JSON.stringify(o)]).then(() => null, (x: Error) => x);
+      const e = await t.sql(`SELECT ${SCHEMA}.produce('expiry.bad', '{}', options => $1::jsonb)`, [JSON.stringify(o)]).then(() => null, (x: Error) => x);
       expect(e?.message, JSON.stringify(o)).toMatch(/^SQL0015 /);
     }
-    expect(await t.sql(`SELECT count(*)::int AS n FROM ${S}.message_log_${(await t.sql<{ id: string }>(`SELECT id::text FROM ${S}.stream_config WHERE name = 'expiry.bad'`))[0].id}`)).toEqual([{ n: 0 }]);
+    expect(await t.sql(`SELECT count(*)::int AS n FROM ${SCHEMA}.message_log_${(await t.sql<{ id: string }>(`SELECT id::text FROM ${SCHEMA}.stream_config WHERE name = 'expiry.bad'`))[0].id}`)).toEqual([{ n: 0 }]);
   });
 });
 
@@ -117,7 +117,7 @@ describe("a reclaimed range", () => {
     expect(r2.rangesReclaimed + r2.rangesResumed).toBe(1);
     expect(r2).toMatchObject({ expired: 1, started: 1 });
     expect(ran).toEqual([{ n: 2 }]);
-    expect((await eqRows(t, sid, gid)).map((x) => [x.message_id, x.status])).toEqual([[first.id, "expired"]]);
+    expect((await exceptionRows(t, sid, gid)).map((x) => [x.message_id, x.status])).toEqual([[first.id, "expired"]]);
   });
 });
 
@@ -131,7 +131,7 @@ describe("ordered keys pass an expired message", () => {
     const ran: unknown[] = [];
     await pollPastFence(g, (m: Message) => void ran.push(m.payload), { until: committed(second.id), drain: true });
     expect(ran).toEqual([{ n: 2 }]);
-    expect((await eqRows(t, sid, gid)).map((x) => [x.message_id, x.status])).toEqual([[first.id, "expired"]]);
+    expect((await exceptionRows(t, sid, gid)).map((x) => [x.message_id, x.status])).toEqual([[first.id, "expired"]]);
     expect(await g.blockedKeys()).toEqual([]);
     await checkInvariants(t, sid);
   });
@@ -149,14 +149,14 @@ describe("ordered keys pass an expired message", () => {
     await pollPastFence(g, h);
     expect(Date.now() - at, "the first delivery ran before the ttl").toBeLessThan(3_000);
     expect(ran).toEqual([{ n: 1 }]);
-    expect((await eqRows(t, sid, gid)).map((x) => [x.message_id, x.status])).toEqual([[first.id, "ready"], [second.id, "deferred"]]);
+    expect((await exceptionRows(t, sid, gid)).map((x) => [x.message_id, x.status])).toEqual([[first.id, "ready"], [second.id, "deferred"]]);
 
     await until(at, 3_200);
     await makeDue(t, sid);
     const r = await pollPastFence(g, h, { until: committed(second.id), drain: true });
     expect(ran).toEqual([{ n: 1 }, { n: 2 }]);
     expect(r).toMatchObject({ expired: 1 });
-    const rows = await eqRows(t, sid, gid);
+    const rows = await exceptionRows(t, sid, gid);
     expect(rows.map((x) => [x.message_id, x.status, x.attempts, x.lease_token])).toEqual([[first.id, "expired", 1, null]]);
     expect(rows[0].last_error).toMatch(/^expired: not started/);
     expect((await g.progress()).lag).toBe("0");
@@ -177,7 +177,7 @@ describe("redrive and metrics", () => {
 
     expect(await g.redrive({ all: true })).toEqual({ redriven: 0, skipped: 0 });
     expect(await g.redrive({ ids: [a.id] }, { reason: "run it anyway" })).toEqual({ redriven: 1, skipped: 0 });
-    expect((await dlRows(t, sid, gid, a.id)).at(-1)).toMatchObject({ status: "redriven", error: "redriven: run it anyway" });
+    expect((await deliveryLogRows(t, sid, gid, a.id)).at(-1)).toMatchObject({ status: "redriven", error: "redriven: run it anyway" });
     const r = await pollPastFence(g, h, { until: (x) => x.started > 0 });
     expect(r).toMatchObject({ started: 1, succeeded: 1, expired: 0 });
     expect(ran).toEqual([{ n: "a" }]);
@@ -185,7 +185,7 @@ describe("redrive and metrics", () => {
     expect(await g.redrive({ all: true, status: "expired" })).toEqual({ redriven: 1, skipped: 0 });
     await pollPastFence(g, h, { until: (x) => x.started > 0 });
     expect(ran).toEqual([{ n: "a" }, { n: "b" }]);
-    expect(await eqRows(t, sid, gid)).toEqual([]);
+    expect(await exceptionRows(t, sid, gid)).toEqual([]);
     expect(await codeOf(g.redrive({ all: true, status: "ready" as never }))).toBe("SQL0030");
   });
 
@@ -231,6 +231,6 @@ describe("the operator CLI", () => {
     const back = await cli(["redrive", "--stream", "expiry.cli", "--group", "g", "--all", "--expired", "--json"]);
     expect(back.code, back.stderr).toBe(0);
     expect(JSON.parse(back.stdout)).toMatchObject({ redriven: 1, skipped: 0 });
-    expect((await eqRows(t, sid, gid)).map((x) => [x.message_id, x.status])).toEqual([["1", "ready"]]);
+    expect((await exceptionRows(t, sid, gid)).map((x) => [x.message_id, x.status])).toEqual([["1", "ready"]]);
   });
 });

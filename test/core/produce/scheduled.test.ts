@@ -6,7 +6,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import pg from "pg";
 import { SqlStreams, type Consumer, type Message } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
-import { S, type TestClient, codedError, count, streamIdOf, testClient } from "../../support/streams.js";
+import { SCHEMA, type TestClient, codedError, count, streamIdOf, testClient } from "../../support/streams.js";
 
 const url = useFreshDatabase();
 let t: TestClient;
@@ -93,7 +93,7 @@ describe("scheduled delivery", () => {
     const seen: { i: number; id: string; at: number }[][] = [[]];
     await pollUntil(gs, seen, () => seen[0].length === 2);
     expect(seen[0].map((x) => x.i).sort()).toEqual([2, 3]);
-    const [row] = await t.sql<{ id: string }>(`SELECT id::text FROM ${S}.scheduled_message_${n}`);
+    const [row] = await t.sql<{ id: string }>(`SELECT id::text FROM ${SCHEMA}.scheduled_message_${n}`);
     expect(row.id).toBe(far.id);
     const p = await gs[0].progress();
     expect(p.scheduled.waiting).toBe(1);
@@ -141,7 +141,7 @@ describe("scheduled delivery", () => {
     expect(many.every((m) => m.scheduled)).toBe(true);
     await s.cancelScheduled(many[0].id);
     // The key's TTL does not run while the message waits.
-    await t.sql(`UPDATE ${S}.idempotency_key_${n} SET created_at = now() - interval '1 hour'`);
+    await t.sql(`UPDATE ${SCHEMA}.idempotency_key_${n} SET created_at = now() - interval '1 hour'`);
     await s.maintain();
     expect(await count(t, `idempotency_key_${n}`)).toBe(1);
 
@@ -186,7 +186,7 @@ describe("scheduled delivery", () => {
     // Compaction: the waiting message is not the key's head until it is moved.
     await s.produce({ i: 3 }, { key: "c", compaction: {}, delay: 400 });
     await s.produce({ i: 4 }, { key: "c", compaction: {} });
-    const [head] = await t.sql<{ id: string }>(`SELECT message_id::text AS id FROM ${S}.compaction_head_${n} WHERE compaction_key = 'c'`);
+    const [head] = await t.sql<{ id: string }>(`SELECT message_id::text AS id FROM ${SCHEMA}.compaction_head_${n} WHERE compaction_key = 'c'`);
     expect(head.id).not.toBeNull();
     const seen: { i: number; id: string; at: number }[][] = [[]];
     await pollUntil(gs, seen, () => seen[0].some((x) => x.i === 1) && seen[0].some((x) => x.i === 3));
@@ -204,7 +204,7 @@ describe("scheduled delivery", () => {
     const byKey = await s.inspect({ key: "k" });
     expect(byKey.map((m) => [m.payload, m.scheduled !== undefined])).toEqual([[{ i: 1 }, true], [{ i: 2 }, false]]);
     expect((await codedError(s.inspect({ scheduled: "999" }))).code).toBe("SQL0058");
-    await t.sql(`UPDATE ${S}.scheduled_message_${n} SET due_at = now() - interval '1 second'`);
+    await t.sql(`UPDATE ${SCHEMA}.scheduled_message_${n} SET due_at = now() - interval '1 second'`);
     expect((await s.consumer("a").progress()).scheduled).toMatchObject({ waiting: 1, overdue: 1 });
     const report = await s.maintain();
     expect(report.scheduledMoved).toBe(1);
@@ -229,21 +229,21 @@ describe("scheduled delivery", () => {
 
   it("SQL produce() and produce_batch() take deliverAt / delay in options and return the scheduled id negated", async () => {
     const { s, gs, n } = await setup("sched.sql", ["a"]);
-    const [one] = await t.sql<{ id: string }>(`SELECT ${S}.produce('sched.sql', '{"i": 1}', options => '{"delay": 300}')::text AS id`);
+    const [one] = await t.sql<{ id: string }>(`SELECT ${SCHEMA}.produce('sched.sql', '{"i": 1}', options => '{"delay": 300}')::text AS id`);
     expect(one.id).toBe("-1");
     const [dup] = await t.sql<{ id: string }>(
-      `SELECT ${S}.produce('sched.sql', '{"i": 2}', idempotency_key => 'x', options => jsonb_build_object('deliverAt', (EXTRACT(EPOCH FROM now()) * 1000 + 300)::bigint))::text AS id`,
+      `SELECT ${SCHEMA}.produce('sched.sql', '{"i": 2}', idempotency_key => 'x', options => jsonb_build_object('deliverAt', (EXTRACT(EPOCH FROM now()) * 1000 + 300)::bigint))::text AS id`,
     );
     expect(dup.id).toBe("-2");
-    const [again] = await t.sql<{ id: string }>(`SELECT ${S}.produce('sched.sql', '{"i": 3}', idempotency_key => 'x')::text AS id`);
+    const [again] = await t.sql<{ id: string }>(`SELECT ${SCHEMA}.produce('sched.sql', '{"i": 3}', idempotency_key => 'x')::text AS id`);
     expect(again.id).toBe("-2");
-    const batch = await t.sql<{ id: string }>(`SELECT id::text FROM ${S}.produce_batch('sched.sql', '[{"payload": {"i": 4}, "options": {"delay": 100}}, {"payload": {"i": 5}}]') AS id`);
+    const batch = await t.sql<{ id: string }>(`SELECT id::text FROM ${SCHEMA}.produce_batch('sched.sql', '[{"payload": {"i": 4}, "options": {"delay": 100}}, {"payload": {"i": 5}}]') AS id`);
     expect(batch[0].id).toBe("-3"); // the key check above drew (and left unused) a log id
     expect(Number(batch[1].id)).toBeGreaterThan(0);
     const late = Date.now() + 60_000;
     const neverDue = JSON.stringify({ deliverAt: late, expiresAt: late - 1 });
     for (const opts of ['{"delay": -1}', '{"delay": "1"}', '{"delay": 1, "deliverAt": 1}', '{"deliverAt": 1e17}', neverDue, '{"delay": 60000, "expiresAt": 1}']) {
-      await expect(t.sql(`SELECT ${S}.produce('sched.sql', '{}', options => $1::jsonb)`, [opts])).rejects.toThrow(/SQL0015/);
+      await expect(t.sql(`SELECT ${SCHEMA}.produce('sched.sql', '{}', options => $1::jsonb)`, [opts])).rejects.toThrow(/SQL0015/);
     }
     expect(await count(t, `scheduled_message_${n}`)).toBe(3);
     const seen: { i: number; id: string; at: number }[][] = [[]];
@@ -273,13 +273,13 @@ describe("scheduled delivery", () => {
     await g.register();
     const n = await streamIdOf(t, "sched.partitions");
     await s.produceBatch(Array.from({ length: 25 }, (_, i) => ({ payload: { i: i + 1 }, delay: 100 })));
-    const [{ parts }] = await t.sql<{ parts: number }>(`SELECT count(*)::int AS parts FROM pg_inherits WHERE inhparent = $1::regclass`, [`${S}.message_log_${n}`]);
+    const [{ parts }] = await t.sql<{ parts: number }>(`SELECT count(*)::int AS parts FROM pg_inherits WHERE inhparent = $1::regclass`, [`${SCHEMA}.message_log_${n}`]);
     expect(parts).toBe(1);
     const seen: { i: number; id: string; at: number }[][] = [[]];
     await pollUntil([g], seen, () => seen[0].length === 25);
     expect(seen[0].map((x) => x.i).sort((a, b) => a - b)).toEqual(Array.from({ length: 25 }, (_, i) => i + 1));
     expect(await count(t, `scheduled_message_${n}`)).toBe(0);
-    const [{ after }] = await t.sql<{ after: number }>(`SELECT count(*)::int AS after FROM pg_inherits WHERE inhparent = $1::regclass`, [`${S}.message_log_${n}`]);
+    const [{ after }] = await t.sql<{ after: number }>(`SELECT count(*)::int AS after FROM pg_inherits WHERE inhparent = $1::regclass`, [`${SCHEMA}.message_log_${n}`]);
     expect(after).toBeGreaterThanOrEqual(3);
   });
 
@@ -311,7 +311,7 @@ describe("scheduled delivery", () => {
     await s.produce({ i: 1 }, { delay: 60_000 });
     expect((await codedError(s.destroy())).code).toBe("SQL0042");
     await s.destroy({ force: true });
-    const [{ left }] = await t.sql<{ left: string | null }>("SELECT to_regclass($1)::text AS left", [`${S}.scheduled_message_${n}`]);
+    const [{ left }] = await t.sql<{ left: string | null }>("SELECT to_regclass($1)::text AS left", [`${SCHEMA}.scheduled_message_${n}`]);
     expect(left).toBeNull();
   });
 

@@ -81,6 +81,29 @@ describe("migrations", () => {
     expect(seen).toEqual([{ ok: true }]);
   });
 
+  it("registering a stream writes only its own functions' catalog rows, and PUBLIC cannot execute them", async () => {
+    const t = testClient(url());
+    await t.client.migrate();
+    await t.client.stream("mig.d1").register();
+    // xmin changes whenever a pg_proc row is rewritten (a GRANT or REVOKE rewrites it even when
+    // the ACL stays the same): a registration that touched every function would cost more per stream
+    // the more streams there are.
+    const procs = async () =>
+      t.sql<{ proname: string; xmin: string; public_exec: boolean }>(
+        `SELECT p.proname, p.xmin::text AS xmin, has_function_privilege('public', p.oid, 'EXECUTE') AS public_exec
+           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 ORDER BY 1`,
+        [SCHEMA],
+      );
+    const before = await procs();
+    await t.client.stream("mig.d2").register();
+    const n2 = await streamIdOf(t, "mig.d2");
+    const after = await procs();
+    const isNew = (x: { proname: string }) => x.proname.endsWith(`_${n2}`);
+    expect(after.filter((x) => !isNew(x))).toEqual(before);
+    expect(after.filter(isNew)).toHaveLength(streamFunctions.length);
+    expect(after.filter((x) => x.public_exec)).toEqual([]);
+  });
+
   it("every function sets search_path, except the inlined predicates and the per-row helpers (the ordered path, expires_in)", async () => {
     const t = testClient(url());
     await t.client.migrate();

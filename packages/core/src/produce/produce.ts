@@ -6,7 +6,6 @@ import { type ProduceTrace, startProduce, withTraceparent } from "../otel.js";
 import type { TxExecutor } from "../executor.js";
 import { tables } from "../sql/names.js";
 import * as ProduceSql from "../sql/produce.js";
-import { tables } from "../sql/names.js";
 import { produceScheduled } from "../sql/scheduled.js";
 import type { PartitionUpkeep } from "./partitions.js";
 import { type Prepared, type ProduceResult, checkSize } from "./prepare.js";

@@ -8,7 +8,6 @@ import { SqlStreamsError, isSqlStreamsError } from "../errors.js";
 import { type Row, type TxExecutor, sqlState } from "../executor.js";
 import { tables } from "../sql/names.js";
 import * as ProduceSql from "../sql/produce.js";
-import { tables } from "../sql/names.js";
 import { produceMixedBatch } from "../sql/scheduled.js";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { PartitionUpkeep } from "./partitions.js";

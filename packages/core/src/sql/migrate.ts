@@ -114,6 +114,8 @@ export async function migrateStream(db: Db, c: pg.PoolClient, streamId: string, 
  * Re-creates the functions (of the control plane, or of one stream family) whose file hash differs
  * from the one recorded in function_version, and drops those no file defines any more. Every
  * overload of a re-created name is dropped first, so a signature change leaves no stale overload.
+ * The statements touch only this family's functions and rows (index lookups by name), so the
+ * cost of a family's migration does not grow with the number of streams registered.
  */
 async function applyFunctions(
   db: Db,
@@ -126,40 +128,49 @@ async function applyFunctions(
   const applied = await query<{ name: string; hash: string }>(
     db,
     c,
-    `SELECT name, hash FROM ${db.q}.function_version WHERE stream_id IS NOT DISTINCT FROM $1`,
+    `SELECT name, hash FROM ${db.q}.function_version WHERE COALESCE(stream_id, 0) = COALESCE($1::bigint, 0)`,
     [streamId],
   );
   const have = new Map(applied.rows.map((r) => [r.name, r.hash]));
-  const created: string[] = [];
-  for (const f of files) {
-    if (have.get(f.name) === f.hash) continue;
-    created.push(f.name);
-    await dropOverloads(db, c, procName(f.name));
+  const stale = files.filter((f) => have.get(f.name) !== f.hash);
+  const gone = [...have.keys()].filter((name) => !files.some((f) => f.name === name));
+  if (stale.length === 0 && gone.length === 0) return;
+  const overloads = await functionOverloads(db, c, [...stale.map((f) => f.name), ...gone].map(procName));
+  for (const f of stale) {
+    await dropOverloads(db, c, procName(f.name), overloads);
     await query(db, c, render(f.sql));
-    await query(db, c, `DELETE FROM ${db.q}.function_version WHERE stream_id IS NOT DISTINCT FROM $1 AND name = $2`, [streamId, f.name]);
-    await query(
-      db,
-      c,
-      `INSERT INTO ${db.q}.function_version (stream_id, name, hash, library_version) VALUES ($1, $2, $3, $4)`,
-      [streamId, f.name, f.hash, LIBRARY_VERSION],
-    );
   }
-  for (const name of have.keys()) {
-    if (files.some((f) => f.name === name)) continue;
-    await dropOverloads(db, c, procName(name));
-    await query(db, c, `DELETE FROM ${db.q}.function_version WHERE stream_id IS NOT DISTINCT FROM $1 AND name = $2`, [streamId, name]);
-  }
-  if (created.length > 0) await restoreFunctionPrivileges(db, c, streamId === null && created.some((n) => n.startsWith("produce")));
+  for (const name of gone) await dropOverloads(db, c, procName(name), overloads);
+  await query(
+    db,
+    c,
+    `DELETE FROM ${db.q}.function_version WHERE COALESCE(stream_id, 0) = COALESCE($1::bigint, 0) AND name = ANY($2::text[])`,
+    [streamId, [...stale.map((f) => f.name), ...gone]],
+  );
+  if (stale.length === 0) return;
+  await query(
+    db,
+    c,
+    `INSERT INTO ${db.q}.function_version (stream_id, name, hash, library_version)
+     SELECT $1, n.name, h.hash, $4
+       FROM pg_catalog.unnest($2::text[]) WITH ORDINALITY AS n (name, i)
+       JOIN pg_catalog.unnest($3::text[]) WITH ORDINALITY AS h (hash, i) USING (i)`,
+    [streamId, stale.map((f) => f.name), stale.map((f) => f.hash), LIBRARY_VERSION],
+  );
+  const created = stale.map((f) => f.name);
+  await restoreFunctionPrivileges(db, c, created.map(procName), streamId === null && created.some((n) => n.startsWith("produce")));
 }
 
 /**
  * A function created anew carries Postgres's default EXECUTE for PUBLIC, and none of the grants
- * its predecessor had (docs/guide/security.md): PUBLIC loses EXECUTE on every function of the
- * schema (the worker and reader roles get theirs back from the owner's default privileges), and
+ * its predecessor had (docs/guide/security.md): PUBLIC loses EXECUTE on every function just
+ * created (the worker and reader roles get theirs back from the owner's default privileges), and
  * when produce()/produce_batch() were re-created, each role granted a stream regains EXECUTE.
  */
-async function restoreFunctionPrivileges(db: Db, c: pg.PoolClient, produce: boolean): Promise<void> {
-  await query(db, c, `REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA ${db.q} FROM PUBLIC`);
+async function restoreFunctionPrivileges(db: Db, c: pg.PoolClient, procNames: string[], produce: boolean): Promise<void> {
+  const created = await functionOverloads(db, c, procNames);
+  const signatures = [...created].flatMap(([name, args]) => args.map((a) => `${db.q}.${quoteIdent(name)}(${a})`));
+  if (signatures.length > 0) await query(db, c, `REVOKE EXECUTE ON FUNCTION ${signatures.join(", ")} FROM PUBLIC`);
   if (!produce) return;
   const roles = await query<{ rolname: string }>(
     db,
@@ -175,17 +186,25 @@ async function restoreFunctionPrivileges(db: Db, c: pg.PoolClient, produce: bool
   }
 }
 
-/** Drops every function of the schema named `name`, whatever its arguments (never CASCADE). */
-async function dropOverloads(db: Db, c: pg.PoolClient, name: string): Promise<void> {
-  const r = await query<{ args: string }>(
+/** The schema's functions of these names, each name with the identity arguments of its overloads. */
+async function functionOverloads(db: Db, c: pg.PoolClient, names: string[]): Promise<Map<string, string[]>> {
+  const r = await query<{ name: string; args: string }>(
     db,
     c,
-    `SELECT pg_catalog.pg_get_function_identity_arguments(p.oid) AS args
+    `SELECT p.proname AS name, pg_catalog.pg_get_function_identity_arguments(p.oid) AS args
        FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
-      WHERE n.nspname = $1 AND p.proname = $2`,
-    [db.schema, name],
+      WHERE n.nspname = $1 AND p.proname = ANY($2::text[])
+      ORDER BY p.oid`,
+    [db.schema, names],
   );
-  for (const f of r.rows) await query(db, c, `DROP FUNCTION ${db.q}.${quoteIdent(name)}(${f.args})`);
+  const out = new Map<string, string[]>();
+  for (const f of r.rows) out.set(f.name, [...(out.get(f.name) ?? []), f.args]);
+  return out;
+}
+
+/** Drops every function of the schema named `name` found in `overloads` (never CASCADE). */
+async function dropOverloads(db: Db, c: pg.PoolClient, name: string, overloads: Map<string, string[]>): Promise<void> {
+  for (const args of overloads.get(name) ?? []) await query(db, c, `DROP FUNCTION ${db.q}.${quoteIdent(name)}(${args})`);
 }
 
 /**
