@@ -29,7 +29,7 @@ CREATE INDEX IF NOT EXISTS message_log_{{N}}_message_key
 CREATE TABLE IF NOT EXISTS {{schema}}.exception_queue_{{N}} (
   consumer_group_id BIGINT NOT NULL,
   message_id        BIGINT NOT NULL,
-  status            TEXT NOT NULL CHECK (status IN ('ready', 'deferred', 'inflight', 'dead', 'superseded')),
+  status            TEXT NOT NULL CHECK (status IN ('ready', 'deferred', 'inflight', 'dead', 'superseded', 'expired')),
   message_key       TEXT NULL,
   concurrency       TEXT NOT NULL CHECK (concurrency IN ('parallel', 'exclusive', 'ordered')),
   attempts          INTEGER NOT NULL DEFAULT 0,
@@ -40,6 +40,8 @@ CREATE TABLE IF NOT EXISTS {{schema}}.exception_queue_{{N}} (
   lease_expires_at  TIMESTAMPTZ NULL,
   created_at        TIMESTAMPTZ NOT NULL DEFAULT now(),
   updated_at        TIMESTAMPTZ NOT NULL DEFAULT now(),
+  -- A redriven expired row runs all the same (docs/guide/producing.md#expiry).
+  expiry_waived     BOOLEAN NOT NULL DEFAULT false,
   PRIMARY KEY (consumer_group_id, message_id),
   CHECK (attempts >= delays),
   CHECK (delays >= 0),
@@ -51,6 +53,9 @@ CREATE INDEX IF NOT EXISTS exception_queue_{{N}}_key
   ON {{schema}}.exception_queue_{{N}} (consumer_group_id, message_key, message_id) WHERE message_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS exception_queue_{{N}}_due
   ON {{schema}}.exception_queue_{{N}} (consumer_group_id, status, can_run_after);
+-- failures() pages: newest update first, keyset by (updated_at, message_id).
+CREATE INDEX IF NOT EXISTS exception_queue_{{N}}_page
+  ON {{schema}}.exception_queue_{{N}} (consumer_group_id, status, updated_at DESC, message_id DESC);
 
 CREATE TABLE IF NOT EXISTS {{schema}}.delivery_log_{{N}} (
   id                BIGSERIAL PRIMARY KEY,
@@ -73,7 +78,10 @@ CREATE TABLE IF NOT EXISTS {{schema}}.consumer_group_cursor_{{N}} (
   settled_head      BIGINT NOT NULL DEFAULT 0,
   pending_head      BIGINT NOT NULL DEFAULT 0,
   pending_xid       XID8 NULL,
-  updated_at        TIMESTAMPTZ NOT NULL DEFAULT now()
+  updated_at        TIMESTAMPTZ NOT NULL DEFAULT now(),
+  -- The lowest row redrive() put back at or below committed; NULL once none is left
+  -- (the exception reservation reads waiting rows from here or from committed).
+  redrive_floor     BIGINT NULL
 );
 
 CREATE TABLE IF NOT EXISTS {{schema}}.claim_lease_{{N}} (
@@ -133,5 +141,33 @@ CREATE TABLE IF NOT EXISTS {{schema}}.progress_history_{{N}} (
   dead                 INTEGER NOT NULL DEFAULT 0,
   superseded           INTEGER NOT NULL DEFAULT 0,
   oldest_unresolved_ms BIGINT NULL,
+  expired              INTEGER NOT NULL DEFAULT 0,
   PRIMARY KEY (consumer_group_id, sampled_at)
 );
+
+-- Scheduled delivery (docs/guide/producing.md#scheduled-delivery): a message produced with
+-- deliverAt or delay waits here, not in the log, until its due time (database clock). The mover
+-- (move_scheduled_N) appends due rows to message_log_N in due order and deletes them in the same
+-- transaction, so a message is in exactly one of the two tables at any commit. Its id here is the
+-- scheduled id (its own sequence) that produce returns and cancelScheduled takes; the log id it
+-- gets when it is moved is a new one, drawn at its due time.
+-- The mover's and the poll's read: the earliest due rows first.
+CREATE SEQUENCE IF NOT EXISTS {{schema}}.scheduled_message_{{N}}_id_seq AS BIGINT START 1 CACHE 1 NO CYCLE;
+
+CREATE TABLE IF NOT EXISTS {{schema}}.scheduled_message_{{N}} (
+  id              BIGINT NOT NULL DEFAULT nextval('{{schema}}.scheduled_message_{{N}}_id_seq') PRIMARY KEY,
+  message_key     TEXT NULL,
+  compaction_rank BIGINT NULL,
+  payload         JSONB NOT NULL,
+  options         JSONB NULL,
+  idempotency_key UUID NULL,
+  due_at          TIMESTAMPTZ NOT NULL,
+  created_at      TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+ALTER SEQUENCE {{schema}}.scheduled_message_{{N}}_id_seq OWNED BY {{schema}}.scheduled_message_{{N}}.id;
+
+CREATE INDEX IF NOT EXISTS scheduled_message_{{N}}_due
+  ON {{schema}}.scheduled_message_{{N}} (due_at, id);
+CREATE INDEX IF NOT EXISTS scheduled_message_{{N}}_key
+  ON {{schema}}.scheduled_message_{{N}} (message_key, due_at) WHERE message_key IS NOT NULL;

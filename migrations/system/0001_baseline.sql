@@ -66,3 +66,46 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.wake_throttle (
   pending  BOOLEAN NOT NULL DEFAULT false,
   wakes    BIGINT NOT NULL DEFAULT 1
 );
+
+-- Which roles may produce through the SQL functions produce()/produce_batch(), per stream
+-- (docs/guide/security.md). Written only by grant_produce()/revoke_produce(), which only the schema's
+-- owner may call; read inside produce(), which runs as the owner. A role is kept by OID so that a
+-- rename keeps its grants; a dropped role's rows match no session and are ignored.
+CREATE TABLE IF NOT EXISTS __SCHEMA__.produce_grant (
+  stream_id  BIGINT NOT NULL REFERENCES __SCHEMA__.stream_config (id) ON DELETE CASCADE,
+  role_oid   OID NOT NULL,
+  granted_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+  PRIMARY KEY (stream_id, role_oid)
+);
+
+-- Concurrency slots of groups with maxConcurrency (docs/guide/configuration.md#maxconcurrency): slot
+-- 1..maxConcurrency of a group, each a lease a drain holds while it runs (token, expires_at from
+-- the database clock), renews while it runs and releases at its end; an expired slot is free, so
+-- a crashed drain's slot frees itself. group_flow counts the polls that found the group at its cap.
+CREATE TABLE IF NOT EXISTS __SCHEMA__.group_slot (
+  group_id   BIGINT NOT NULL REFERENCES __SCHEMA__.consumer_group_config (id) ON DELETE CASCADE,
+  slot       INTEGER NOT NULL CHECK (slot >= 1),
+  token      UUID NULL,
+  taken_at   TIMESTAMPTZ NULL,
+  expires_at TIMESTAMPTZ NOT NULL DEFAULT '-infinity',
+  PRIMARY KEY (group_id, slot)
+);
+
+CREATE TABLE IF NOT EXISTS __SCHEMA__.group_flow (
+  group_id  BIGINT PRIMARY KEY REFERENCES __SCHEMA__.consumer_group_config (id) ON DELETE CASCADE,
+  capped    BIGINT NOT NULL DEFAULT 0,
+  capped_at TIMESTAMPTZ NULL
+);
+
+-- The token bucket of a group with rateLimit (docs/guide/configuration.md#ratelimit), kept as GCRA: tat
+-- is the theoretical arrival time, the moment the bucket is full again (the database clock). A take
+-- of n tokens at time t, with T = 1000 / perSecond ms per token, grants k = min(n, floor(burst −
+-- (max(tat, t) − t) / T)) and moves tat to max(tat, t) + k·T: one row update, in the transaction
+-- that claims the work (docs/protocol/poll-cycle.md#rate-limit). limited counts the takes that got
+-- fewer tokens than they asked for; limited_at is the last of them.
+CREATE TABLE IF NOT EXISTS __SCHEMA__.group_rate (
+  group_id   BIGINT PRIMARY KEY REFERENCES __SCHEMA__.consumer_group_config (id) ON DELETE CASCADE,
+  tat        TIMESTAMPTZ NOT NULL DEFAULT '-infinity',
+  limited    BIGINT NOT NULL DEFAULT 0,
+  limited_at TIMESTAMPTZ NULL
+);

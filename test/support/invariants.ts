@@ -84,7 +84,7 @@ export async function checkInvariants(t: TestClient, streamId: string | number, 
   );
   expect(below, `I3 stream ${n}: unresolved rows at or below committed`).toEqual([]);
   // ... and each of those lies at or above the group's redrive floor, where the exception
-  // reservation starts reading at or below committed (migrations/stream/0005_redrive_floor.sql).
+  // reservation starts reading at or below committed (consumer_group_cursor_N.redrive_floor).
   const belowFloor = await t.sql(
     `SELECT e.consumer_group_id::text AS g, e.message_id::text, e.status, c.committed::text, c.redrive_floor::text
        FROM ${SCHEMA}.exception_queue_${n} e JOIN ${SCHEMA}.consumer_group_cursor_${n} c USING (consumer_group_id)

@@ -58,7 +58,7 @@ BEGIN
   IF p_rate IS NOT NULL THEN
     SELECT LEAST(t.available, p_limit) INTO v_limit FROM {{schema}}.take_tokens(p_group, 0, p_rate) t;
   END IF;
-  -- Waiting rows lie above committed, or at or above the redrive floor (0005_redrive_floor.sql):
+  -- Waiting rows lie above committed, or at or above the redrive floor (consumer_group_cursor_N.redrive_floor):
   -- reading from there passes no resolved row that was not vacuumed yet. The floor is cleared once
   -- no unresolved row is left at or below committed.
   SELECT c.committed, c.redrive_floor INTO v_committed, v_floor

@@ -236,7 +236,7 @@ export async function destroyStream(client: Runtime, stream: string, opts: Destr
   return result;
 }
 
-/** Locks the stream's scheduled table (a family older than stream migration 3 has none) and says whether a message waits in it. */
+/** Locks the stream's scheduled table (a family registered by a library without scheduled delivery has none) and says whether a message waits in it. */
 async function hasScheduled(db: Db, c: pg.PoolClient, t: Tables): Promise<boolean> {
   if (!(await relationExists.query(db, c, t, { name: t.fn("scheduled_message") })).rows[0].ok) return false;
   await Destroy.lockScheduled.query(db, c, t, {});

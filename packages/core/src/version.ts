@@ -5,5 +5,5 @@ export const LIBRARY_VERSION = "0.1.0";
  * (migrations/system/NNNN_*.sql) and a stream family's (migrations/stream/NNNN_*.sql). 1 is the
  * baseline. Functions are versioned apart, by the hash of their files (docs/protocol/data-model.md#upgrades).
  */
-export const SYSTEM_VERSION = 4;
-export const STREAM_VERSION = 5;
+export const SYSTEM_VERSION = 1;
+export const STREAM_VERSION = 1;

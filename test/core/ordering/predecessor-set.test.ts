@@ -100,8 +100,8 @@ describe("take_keys_N: the predecessor rule and the lease upsert for many keys i
   });
 
   it("the fast path (no wanted key has a row) answers as the upsert does, and a row late in key order falls back to it", async () => {
-    // take_keys_N first tries a plain INSERT of every key without a predecessor (stream migration
-    // 0014); any existing row makes it fail, undo its partial work, and run the upsert instead.
+    // take_keys_N first tries a plain INSERT of every key without a predecessor;
+    // any existing row makes it fail, undo its partial work, and run the upsert instead.
     const t = testClient(url());
     const s = t.client.stream<{ i: number }>("ordered.fast");
     await s.register();

@@ -111,7 +111,7 @@ export const seekCursor = defineStatement<{ groupId: string; position: string },
        RETURNING claimed::text, committed::text`);
 
 /**
- * Lowers the group's redrive floor to `floor`, the lowest row redriven (migrations/stream/0005_redrive_floor.sql): the
+ * Lowers the group's redrive floor to `floor`, the lowest row redriven (consumer_group_cursor_N.redrive_floor): the
  * exception reservation reads waiting rows from there when it lies at or below committed.
  */
 export const lowerRedriveFloor = defineStatement<{ groupId: string; floor: string }>(["groupId", "floor"], (t, p) =>
