@@ -191,6 +191,8 @@ async function run({ pollers, keys, policy }) {
     })();
 
     let killed = null;
+    // The longest range lease left when the kill was seen (the dead range's, on the database clock).
+    let leaseLeftAtKill = null;
     const killAt = a["kill-at"] === undefined ? null : num(a["kill-at"]);
     const samples = [];
     const sample = async () => {
@@ -218,7 +220,13 @@ async function run({ pollers, keys, policy }) {
     while (producing) {
       // Not a divisor of the producer's bursts, so the samples do not all fall at one phase of them.
       await sleep(700);
-      if (killAt !== null && killing === null && at() >= killAt) killing = kill().then((t) => (killed = t));
+      if (killAt !== null && killing === null && at() >= killAt) killing = kill().then(async (t) => {
+          killed = t;
+          if (t === null) return;
+          const { rows: [l] } = await db.query(
+            `SELECT (EXTRACT(EPOCH FROM max(expires_at) - now()))::float8 AS s FROM sqlstreams.claim_lease_${n}`);
+          leaseLeftAtKill = l.s;
+        });
       await sample();
     }
     if (killing !== null) await killing;
@@ -247,13 +255,21 @@ async function run({ pollers, keys, policy }) {
     const during = samples.filter((x) => x.t <= stopAt);
     const lags = during.map((x) => x.lag).sort((x, y) => x - y);
     const afterKill = killed === null ? null : during.filter((x) => x.t >= killed);
-    // Back to keeping pace after the kill: the first sample after it from which the lag stays
-    // below two ranges until the producer stops.
+    // Two readings of "back after the kill". keepingPace: the first sample after the kill from
+    // which the lag never grows again while the producer runs (beyond one producer burst of
+    // noise): from there the group handles at least what arrives. caughtUp: the first sample
+    // from which the lag stays below two ranges until the producer stops.
     let paceAgain = null;
+    let caughtUpAfterKill = null;
     if (afterKill !== null) {
+      const slack = Math.ceil((rate * num(a["burst-ms"])) / 1000);
+      for (let i = 0; i < afterKill.length && paceAgain === null; i++) {
+        const from = afterKill[i].lag;
+        if (afterKill.slice(i + 1).every((x) => x.lag <= from + slack)) paceAgain = afterKill[i].t - killed;
+      }
       for (let i = 0; i < afterKill.length; i++) {
         if (afterKill.slice(i).every((x) => x.lag <= 2 * cfg.batch)) {
-          paceAgain = afterKill[i].t - killed;
+          caughtUpAfterKill = afterKill[i].t - killed;
           break;
         }
       }
@@ -271,6 +287,8 @@ async function run({ pollers, keys, policy }) {
       throughputDuring: Number((handledDuring / stopAt).toFixed(1)),
       catchUpS: caughtUp === null ? null : Number(caughtUp.toFixed(1)),
       paceAgainAfterKillS: paceAgain === null ? null : Number(paceAgain.toFixed(1)),
+      leaseLeftAtKillS: leaseLeftAtKill === null ? null : Number(leaseLeftAtKill.toFixed(1)),
+      caughtUpAfterKillS: caughtUpAfterKill === null ? null : Number(caughtUpAfterKill.toFixed(1)),
       lagSeries: samples.map((x) => [Number(x.t.toFixed(1)), x.lag, x.rows]),
     };
   } finally {
