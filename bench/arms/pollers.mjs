@@ -193,6 +193,7 @@ async function run({ pollers, keys, policy }) {
     let killed = null;
     // The longest range lease left when the kill was seen (the dead range's, on the database clock).
     let leaseLeftAtKill = null;
+    let keyLeaseLeftAtKill = null;
     const killAt = a["kill-at"] === undefined ? null : num(a["kill-at"]);
     const samples = [];
     const sample = async () => {
@@ -224,8 +225,10 @@ async function run({ pollers, keys, policy }) {
           killed = t;
           if (t === null) return;
           const { rows: [l] } = await db.query(
-            `SELECT (EXTRACT(EPOCH FROM max(expires_at) - now()))::float8 AS s FROM sqlstreams.claim_lease_${n}`);
+            `SELECT (EXTRACT(EPOCH FROM (SELECT max(expires_at) FROM sqlstreams.claim_lease_${n}) - now()))::float8 AS s,
+                    (EXTRACT(EPOCH FROM (SELECT max(expires_at) FROM sqlstreams.message_key_lease_${n}) - now()))::float8 AS k`);
           leaseLeftAtKill = l.s;
+          keyLeaseLeftAtKill = l.k;
         });
       await sample();
     }
@@ -288,6 +291,7 @@ async function run({ pollers, keys, policy }) {
       catchUpS: caughtUp === null ? null : Number(caughtUp.toFixed(1)),
       paceAgainAfterKillS: paceAgain === null ? null : Number(paceAgain.toFixed(1)),
       leaseLeftAtKillS: leaseLeftAtKill === null ? null : Number(leaseLeftAtKill.toFixed(1)),
+      keyLeaseLeftAtKillS: keyLeaseLeftAtKill === null ? null : Number(keyLeaseLeftAtKill.toFixed(1)),
       caughtUpAfterKillS: caughtUpAfterKill === null ? null : Number(caughtUpAfterKill.toFixed(1)),
       lagSeries: samples.map((x) => [Number(x.t.toFixed(1)), x.lag, x.rows]),
     };
