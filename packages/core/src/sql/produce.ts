@@ -37,7 +37,7 @@ export const produceOne = defineStatement<MessageParams, ProducedRow>(["key", "r
   `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid),
   ins AS (
     INSERT INTO ${t.messageLog} (message_key, compaction_rank, payload, options)
-    SELECT ${p.key}::text, ${p.rank}::bigint, ${p.payload}::jsonb, ${p.options}::jsonb FROM x
+    SELECT ${p.key}::text, ${p.rank}::bigint, ${p.payload}::json, ${p.options}::jsonb FROM x
     RETURNING id, message_key, compaction_rank
   ),
   ${headUpsert(t, "SELECT message_key, id, compaction_rank, 1 FROM ins WHERE compaction_rank IS NOT NULL")}
@@ -56,7 +56,7 @@ export const produceIdempotent = defineStatement<MessageParams & { idempotencyKe
   seen AS MATERIALIZED (SELECT e.message_id FROM ${t.idempotencyKey} e WHERE e.idempotency_key = ${p.idempotencyKey}::uuid),
   ins AS (
     INSERT INTO ${t.messageLog} (message_key, compaction_rank, payload, options)
-    SELECT ${p.key}::text, ${p.rank}::bigint, ${p.payload}::jsonb, ${p.options}::jsonb FROM x WHERE NOT EXISTS (SELECT 1 FROM seen)
+    SELECT ${p.key}::text, ${p.rank}::bigint, ${p.payload}::json, ${p.options}::jsonb FROM x WHERE NOT EXISTS (SELECT 1 FROM seen)
     RETURNING id, message_key, compaction_rank
   ),
   k AS (
@@ -82,13 +82,16 @@ export const idempotencyLookup = defineStatement<{ idempotencyKey: string | null
 /**
  * A batch in one statement: `items` is a JSON array of {p: payload, k: key, r: rank, o: options}.
  * Ids are drawn in item order; same-key compacted items are reduced to their winner.
+ * json_to_recordset reads each item's fields in one pass over the document (json's `->` would
+ * scan an item once per field); it keeps p's JSON text as sent and turns a JSON null into SQL
+ * NULL, so a payload that is JSON null is put back (p is always present: the client writes it).
  */
 export const produceBatch = defineStatement<{ items: string }, { id: string }>(["items"], (t, p) =>
   `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid),
   ins AS (
     INSERT INTO ${t.messageLog} (message_key, compaction_rank, payload, options)
-    SELECT t.e->>'k', (t.e->>'r')::bigint, t.e->'p', NULLIF(t.e->'o', 'null'::jsonb)
-      FROM x, jsonb_array_elements(${p.items}::jsonb) WITH ORDINALITY AS t(e, ord)
+    SELECT t.k, t.r, COALESCE(t.p, 'null'::json), t.o
+      FROM x, ${batchItems(p.items, false)}
      ORDER BY t.ord
     RETURNING id, message_key, compaction_rank
   ),
@@ -104,21 +107,32 @@ export const produceBatch = defineStatement<{ items: string }, { id: string }>([
  * with the keys (strings or null) and the options (objects or null), zipped by position
  * (withMeta). Each array is one parameter the client joins from the JSON texts
  * it has already made (jsonArray), so the statement's text and plan do not depend on the batch's
- * size and no payload is re-encoded. A multi-row VALUES with one parameter per payload would make
+ * size and no payload is re-encoded. The payloads array is read as json, so each payload's text is
+ * stored as sent, with no jsonb conversion. A multi-row VALUES with one parameter per payload would make
  * the planner fold every JSONB constant into the plan and copy it with the plan: 25 % (Postgres 18)
  * to 58 % (Postgres 15) more server time per message in the bench's produce arm (bench/README.md).
  * Ids are drawn in item order.
  */
 export const produceBatchArrays = {
   payloadsOnly: defineStatement<{ payloads: string }, { id: string }>(["payloads"], (t, p) =>
-    batchFromArrays(t, "NULL, u.p, NULL", `jsonb_array_elements(${p.payloads}::jsonb) WITH ORDINALITY AS u(p, i)`)),
+    batchFromArrays(t, "NULL, u.p, NULL", `json_array_elements(${p.payloads}::json) WITH ORDINALITY AS u(p, i)`)),
   withMeta: defineStatement<{ payloads: string; keys: string; options: string }, { id: string }>(["payloads", "keys", "options"], (t, p) =>
     batchFromArrays(
       t,
       "u.k, u.p, NULLIF(u.o, 'null'::jsonb)",
-      `ROWS FROM (jsonb_array_elements(${p.payloads}::jsonb), jsonb_array_elements_text(${p.keys}::jsonb), jsonb_array_elements(${p.options}::jsonb)) WITH ORDINALITY AS u(p, k, o, i)`,
+      `ROWS FROM (json_array_elements(${p.payloads}::json), jsonb_array_elements_text(${p.keys}::jsonb), jsonb_array_elements(${p.options}::jsonb)) WITH ORDINALITY AS u(p, k, o, i)`,
     )),
 };
+
+/**
+ * The items of a batch document (a JSON array of {p, k, r, o} and, with `scheduled`, s) as the rows
+ * t(p, k, r, o[, s], ord) in item order, read in one pass: p as its JSON text (json), o and s as
+ * jsonb, a JSON null as SQL NULL.
+ */
+export function batchItems(items: string, scheduled: boolean): string {
+  const s = scheduled ? ", s" : "";
+  return `ROWS FROM (json_to_recordset(${items}::json) AS (p json, k text, r bigint, o jsonb${scheduled ? ", s jsonb" : ""})) WITH ORDINALITY AS t(p, k, r, o${s}, ord)`;
+}
 
 function batchFromArrays(t: Tables, columns: string, from: string): string {
   return `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid),
