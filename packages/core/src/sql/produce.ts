@@ -80,18 +80,16 @@ export const idempotencyLookup = defineStatement<{ idempotencyKey: string | null
   `SELECT message_id::text AS id FROM ${t.idempotencyKey} WHERE idempotency_key = ${p.idempotencyKey}::uuid`);
 
 /**
- * A batch in one statement: `items` is a JSON array of {p: payload, k: key, r: rank, o: options}.
- * Ids are drawn in item order; same-key compacted items are reduced to their winner.
- * json_to_recordset reads each item's fields in one pass over the document (json's `->` would
- * scan an item once per field); it keeps p's JSON text as sent and turns a JSON null into SQL
- * NULL, so a payload that is JSON null is put back (p is always present: the client writes it).
+ * A batch in one statement: `payloads` is a JSON array of the payloads and `items` one of the
+ * items' {k: key, r: rank, o: options}, zipped by position (batchRows). Ids are drawn in item order;
+ * same-key compacted items are reduced to their winner.
  */
-export const produceBatch = defineStatement<{ items: string }, { id: string }>(["items"], (t, p) =>
+export const produceBatch = defineStatement<{ payloads: string; items: string }, { id: string }>(["payloads", "items"], (t, p) =>
   `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid),
   ins AS (
     INSERT INTO ${t.messageLog} (message_key, compaction_rank, payload, options)
-    SELECT t.k, t.r, COALESCE(t.p, 'null'::json), t.o
-      FROM x, ${batchItems(p.items, false)}
+    SELECT t.m->>'k', (t.m->>'r')::bigint, t.p, NULLIF(t.m->'o', 'null'::jsonb)
+      FROM x, ${batchRows(p.payloads, p.items)}
      ORDER BY t.ord
     RETURNING id, message_key, compaction_rank
   ),
@@ -101,6 +99,18 @@ export const produceBatch = defineStatement<{ items: string }, { id: string }>([
       WHERE compaction_rank IS NOT NULL ORDER BY message_key, compaction_rank DESC, id DESC`,
   )}
   SELECT id::text AS id FROM ins ORDER BY id`);
+
+/**
+ * A batch's rows t(p, m, ord) in item order: p each payload's JSON text (json), m its item's other
+ * fields (jsonb), from two arrays of the same length. The payloads stay json, read in one pass and
+ * stored as sent; the small items go as jsonb, whose fields are read without scanning the payload.
+ * One document of {p, k, r, o} items was measured slower both ways: as jsonb every payload is parsed
+ * into jsonb, and as json each field read (->, or json_to_recordset) rescans the item with its
+ * payload (bench/README.md, 5 December 2026).
+ */
+export function batchRows(payloads: string, items: string): string {
+  return `ROWS FROM (json_array_elements(${payloads}::json), jsonb_array_elements(${items}::jsonb)) WITH ORDINALITY AS t(p, m, ord)`;
+}
 
 /**
  * A batch without compaction as one INSERT from JSON arrays: `payloads` alone (payloadsOnly), or
@@ -123,16 +133,6 @@ export const produceBatchArrays = {
       `ROWS FROM (json_array_elements(${p.payloads}::json), jsonb_array_elements_text(${p.keys}::jsonb), jsonb_array_elements(${p.options}::jsonb)) WITH ORDINALITY AS u(p, k, o, i)`,
     )),
 };
-
-/**
- * The items of a batch document (a JSON array of {p, k, r, o} and, with `scheduled`, s) as the rows
- * t(p, k, r, o[, s], ord) in item order, read in one pass: p as its JSON text (json), o and s as
- * jsonb, a JSON null as SQL NULL.
- */
-export function batchItems(items: string, scheduled: boolean): string {
-  const s = scheduled ? ", s" : "";
-  return `ROWS FROM (json_to_recordset(${items}::json) AS (p json, k text, r bigint, o jsonb${scheduled ? ", s jsonb" : ""})) WITH ORDINALITY AS t(p, k, r, o${s}, ord)`;
-}
 
 function batchFromArrays(t: Tables, columns: string, from: string): string {
   return `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid),
