@@ -135,9 +135,9 @@ BEGIN
     -- fresh snapshot (taken after the cursor lock) sees every id <= the gate that will ever commit;
     -- claimRead, after this statement, reads the lease's range with a newer snapshot that sees
     -- every id this one saw (a row it no longer finds a compaction head for was superseded, and is
-    -- passed). A payload stored uncompressed counts its stored size, read from the row without
-    -- converting it to text; a compressed one (a large payload) counts its JSON text
-    -- (docs/protocol/poll-cycle.md#the-byte-bound). First the whole range in one pass: when nothing in it is
+    -- passed). A payload stored uncompressed counts its stored size (its JSON text as produced, the
+    -- column being json, plus the varlena header), read from the row without copying it; a
+    -- compressed one (a large payload) counts its JSON text (docs/protocol/poll-cycle.md#the-byte-bound). First the whole range in one pass: when nothing in it is
     -- compressed and its stored sizes fit the bound, all of it goes.
     SELECT count(*), COALESCE(sum(pg_column_size(l.payload)), 0), COALESCE(bool_or(pg_column_compression(l.payload) IS NOT NULL), false)
       INTO v_n, v_bytes, v_packed
@@ -242,7 +242,7 @@ $$;
 
 -- FUNCTION: deliverable_1(bigint, bigint)
 
-CREATE FUNCTION sqlstreams.deliverable_1(p_low bigint, p_high bigint) RETURNS TABLE(id bigint, message_key text, compaction_rank bigint, payload jsonb, options jsonb, created_at timestamp with time zone)
+CREATE FUNCTION sqlstreams.deliverable_1(p_low bigint, p_high bigint) RETURNS TABLE(id bigint, message_key text, compaction_rank bigint, payload json, options jsonb, created_at timestamp with time zone)
     LANGUAGE sql STABLE
     AS $$
   SELECT m.id, m.message_key, m.compaction_rank, m.payload, m.options, m.created_at
@@ -582,7 +582,7 @@ $$;
 
 -- FUNCTION: reserve_exceptions_1(bigint, integer, bigint, bigint, bigint, integer, bigint, bigint, uuid, integer, bigint, text[], boolean, jsonb)
 
-CREATE FUNCTION sqlstreams.reserve_exceptions_1(p_group bigint, p_limit integer, p_tdef bigint, p_tmin bigint, p_tmax bigint, p_conc integer, p_margin bigint, p_cap bigint, p_token uuid, p_start integer, p_budget bigint, p_skip_keys text[], p_repeat boolean, p_rate jsonb DEFAULT NULL::jsonb) RETURNS TABLE(message_id bigint, message_key text, concurrency text, attempts integer, delays integer, payload jsonb, options jsonb, compaction_rank bigint, created_at timestamp with time zone, kind text, reason text, ref bigint, key_token uuid, run_ms bigint)
+CREATE FUNCTION sqlstreams.reserve_exceptions_1(p_group bigint, p_limit integer, p_tdef bigint, p_tmin bigint, p_tmax bigint, p_conc integer, p_margin bigint, p_cap bigint, p_token uuid, p_start integer, p_budget bigint, p_skip_keys text[], p_repeat boolean, p_rate jsonb DEFAULT NULL::jsonb) RETURNS TABLE(message_id bigint, message_key text, concurrency text, attempts integer, delays integer, payload json, options jsonb, compaction_rank bigint, created_at timestamp with time zone, kind text, reason text, ref bigint, key_token uuid, run_ms bigint)
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -1307,7 +1307,7 @@ CREATE TABLE sqlstreams.message_log_1 (
     compaction_rank bigint,
     routing_key text,
     schema_version integer DEFAULT 1 NOT NULL,
-    payload jsonb NOT NULL,
+    payload json NOT NULL,
     options jsonb,
     created_at timestamp with time zone DEFAULT now() NOT NULL
 )
@@ -1334,7 +1334,7 @@ CREATE TABLE sqlstreams.message_log_1_0 (
     compaction_rank bigint,
     routing_key text,
     schema_version integer DEFAULT 1 NOT NULL,
-    payload jsonb NOT NULL,
+    payload json NOT NULL,
     options jsonb,
     created_at timestamp with time zone DEFAULT now() NOT NULL
 );
@@ -1362,7 +1362,7 @@ CREATE TABLE sqlstreams.scheduled_message_1 (
     id bigint NOT NULL,
     message_key text,
     compaction_rank bigint,
-    payload jsonb NOT NULL,
+    payload json NOT NULL,
     options jsonb,
     idempotency_key uuid,
     due_at timestamp with time zone NOT NULL,

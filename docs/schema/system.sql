@@ -178,6 +178,7 @@ CREATE FUNCTION sqlstreams.produce(stream text, payload jsonb, key text DEFAULT 
 DECLARE
   v_stream TEXT := produce.stream;
   v_payload JSONB := produce.payload;
+  v_json JSON;
   v_key TEXT := produce.key;
   v_idem TEXT := produce.idempotency_key;
   v_opts JSONB := produce.options;
@@ -214,7 +215,8 @@ BEGIN
   END IF;
   -- The library's nesting limit: no object or array at depth 1000 (the payload itself is depth 0),
   -- which takes at least 2,002 bytes of JSON text to reach.
-  v_bytes := octet_length(v_payload::TEXT);
+  v_json := v_payload::JSON;
+  v_bytes := octet_length(v_json::TEXT);
   IF v_bytes > 2000 AND jsonb_path_exists(v_payload, 'strict $.**{1000} ? (@.type() == "object" || @.type() == "array")') THEN
     PERFORM "sqlstreams".raise_coded('SQL0016', 'payload cannot be stored as JSON: nesting is deeper than 1000 levels (flatten the structure) at payload',
       'convert the value at the named path to plain JSON');
@@ -294,12 +296,12 @@ BEGIN
       END IF;
       EXECUTE format('INSERT INTO "sqlstreams".scheduled_message_%s (id, message_key, compaction_rank, payload, options, idempotency_key, due_at)
                       VALUES ($1, $2, $3, $4, $5, $6, $7)', v_sid)
-        USING -v_id, v_key, v_rank, v_payload, v_message, v_uuid, v_due;
+        USING -v_id, v_key, v_rank, v_json, v_message, v_uuid, v_due;
       RETURN v_id;
     END IF;
     EXECUTE format('INSERT INTO "sqlstreams".scheduled_message_%s (message_key, compaction_rank, payload, options, due_at)
                     VALUES ($1, $2, $3, $4, $5) RETURNING id', v_sid)
-      INTO v_id USING v_key, v_rank, v_payload, v_message, v_due;
+      INTO v_id USING v_key, v_rank, v_json, v_message, v_due;
     RETURN -v_id;
   END IF;
 
@@ -325,11 +327,11 @@ BEGIN
     END IF;
     EXECUTE format('INSERT INTO "sqlstreams".message_log_%s (id, message_key, compaction_rank, payload, options)
                     VALUES ($1, $2, $3, $4, $5)', v_sid)
-      USING v_id, v_key, v_rank, v_payload, v_message;
+      USING v_id, v_key, v_rank, v_json, v_message;
   ELSE
     EXECUTE format('INSERT INTO "sqlstreams".message_log_%s (message_key, compaction_rank, payload, options)
                     VALUES ($1, $2, $3, $4) RETURNING id', v_sid)
-      INTO v_id USING v_key, v_rank, v_payload, v_message;
+      INTO v_id USING v_key, v_rank, v_json, v_message;
   END IF;
   IF v_rank IS NOT NULL THEN
     EXECUTE format('INSERT INTO "sqlstreams".compaction_head_%s AS h (compaction_key, message_id, compaction_rank, schema_version)

@@ -12,7 +12,9 @@ CREATE TABLE IF NOT EXISTS {{schema}}.message_log_{{N}} (
   compaction_rank BIGINT NULL,
   routing_key     TEXT NULL,
   schema_version  INTEGER NOT NULL DEFAULT 1,
-  payload         JSONB NOT NULL,
+  -- The payload's JSON text exactly as the producer sent it (json, not jsonb: no conversion on
+  -- the way in or out; docs/protocol/data-model.md#payloads). Query it with ->> or cast it ::jsonb.
+  payload         JSON NOT NULL,
   options         JSONB NULL,
   created_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
   PRIMARY KEY (id)
@@ -158,7 +160,7 @@ CREATE TABLE IF NOT EXISTS {{schema}}.scheduled_message_{{N}} (
   id              BIGINT NOT NULL DEFAULT nextval('{{schema}}.scheduled_message_{{N}}_id_seq') PRIMARY KEY,
   message_key     TEXT NULL,
   compaction_rank BIGINT NULL,
-  payload         JSONB NOT NULL,
+  payload         JSON NOT NULL,
   options         JSONB NULL,
   idempotency_key UUID NULL,
   due_at          TIMESTAMPTZ NOT NULL,

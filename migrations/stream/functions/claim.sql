@@ -150,9 +150,9 @@ BEGIN
     -- fresh snapshot (taken after the cursor lock) sees every id <= the gate that will ever commit;
     -- claimRead, after this statement, reads the lease's range with a newer snapshot that sees
     -- every id this one saw (a row it no longer finds a compaction head for was superseded, and is
-    -- passed). A payload stored uncompressed counts its stored size, read from the row without
-    -- converting it to text; a compressed one (a large payload) counts its JSON text
-    -- (docs/protocol/poll-cycle.md#the-byte-bound). First the whole range in one pass: when nothing in it is
+    -- passed). A payload stored uncompressed counts its stored size (its JSON text as produced, the
+    -- column being json, plus the varlena header), read from the row without copying it; a
+    -- compressed one (a large payload) counts its JSON text (docs/protocol/poll-cycle.md#the-byte-bound). First the whole range in one pass: when nothing in it is
     -- compressed and its stored sizes fit the bound, all of it goes.
     SELECT count(*), COALESCE(sum(pg_column_size(l.payload)), 0), COALESCE(bool_or(pg_column_compression(l.payload) IS NOT NULL), false)
       INTO v_n, v_bytes, v_packed

@@ -8,7 +8,7 @@
 -- search_path: not set, because a function with a SET clause is never inlined. It calls no
 -- built-in function; its operators are resolved under the caller's search_path.
 CREATE OR REPLACE FUNCTION {{schema}}.deliverable_{{N}}(p_low BIGINT, p_high BIGINT)
-RETURNS TABLE (id BIGINT, message_key TEXT, compaction_rank BIGINT, payload JSONB, options JSONB,
+RETURNS TABLE (id BIGINT, message_key TEXT, compaction_rank BIGINT, payload JSON, options JSONB,
                created_at TIMESTAMPTZ)
 LANGUAGE sql STABLE AS $fn$
   SELECT m.id, m.message_key, m.compaction_rank, m.payload, m.options, m.created_at

@@ -28,7 +28,7 @@ CREATE OR REPLACE FUNCTION {{schema}}.reserve_exceptions_{{N}}(
   p_margin BIGINT, p_cap BIGINT, p_token UUID, p_start INTEGER, p_budget BIGINT, p_skip_keys TEXT[],
   p_repeat BOOLEAN, p_rate JSONB DEFAULT NULL)
 RETURNS TABLE (message_id BIGINT, message_key TEXT, concurrency TEXT, attempts INTEGER, delays INTEGER,
-               payload JSONB, options JSONB, compaction_rank BIGINT, created_at TIMESTAMPTZ,
+               payload JSON, options JSONB, compaction_rank BIGINT, created_at TIMESTAMPTZ,
                kind TEXT, reason TEXT, ref BIGINT, key_token UUID, run_ms BIGINT)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp

@@ -25,6 +25,10 @@
 -- returned negated (-42 for scheduled id 42), which no log id can be; so is a key's first message
 -- while it still waits. expiresAt / ttl are stored in the message's options
 -- (docs/guide/producing.md#expiry); a scheduled message's ttl counts from its due time.
+-- The payload argument is jsonb (so a bare literal needs no cast; a json overload beside it would make
+-- such a call ambiguous), and the log stores it as json: the jsonb's text, keys in jsonb's order and
+-- the last of duplicate keys (docs/protocol/data-model.md#payloads). That text is what max_payload_bytes
+-- measures.
 CREATE OR REPLACE FUNCTION __SCHEMA__.produce(
   stream TEXT, payload JSONB, key TEXT DEFAULT NULL, idempotency_key TEXT DEFAULT NULL, options JSONB DEFAULT NULL)
 RETURNS BIGINT
@@ -35,6 +39,7 @@ AS $fn$
 DECLARE
   v_stream TEXT := produce.stream;
   v_payload JSONB := produce.payload;
+  v_json JSON;
   v_key TEXT := produce.key;
   v_idem TEXT := produce.idempotency_key;
   v_opts JSONB := produce.options;
@@ -71,7 +76,8 @@ BEGIN
   END IF;
   -- The library's nesting limit: no object or array at depth 1000 (the payload itself is depth 0),
   -- which takes at least 2,002 bytes of JSON text to reach.
-  v_bytes := octet_length(v_payload::TEXT);
+  v_json := v_payload::JSON;
+  v_bytes := octet_length(v_json::TEXT);
   IF v_bytes > 2000 AND jsonb_path_exists(v_payload, 'strict $.**{1000} ? (@.type() == "object" || @.type() == "array")') THEN
     PERFORM __SCHEMA__.raise_coded('SQL0016', 'payload cannot be stored as JSON: nesting is deeper than 1000 levels (flatten the structure) at payload',
       'convert the value at the named path to plain JSON');
@@ -151,12 +157,12 @@ BEGIN
       END IF;
       EXECUTE format('INSERT INTO __SCHEMA__.scheduled_message_%s (id, message_key, compaction_rank, payload, options, idempotency_key, due_at)
                       VALUES ($1, $2, $3, $4, $5, $6, $7)', v_sid)
-        USING -v_id, v_key, v_rank, v_payload, v_message, v_uuid, v_due;
+        USING -v_id, v_key, v_rank, v_json, v_message, v_uuid, v_due;
       RETURN v_id;
     END IF;
     EXECUTE format('INSERT INTO __SCHEMA__.scheduled_message_%s (message_key, compaction_rank, payload, options, due_at)
                     VALUES ($1, $2, $3, $4, $5) RETURNING id', v_sid)
-      INTO v_id USING v_key, v_rank, v_payload, v_message, v_due;
+      INTO v_id USING v_key, v_rank, v_json, v_message, v_due;
     RETURN -v_id;
   END IF;
 
@@ -182,11 +188,11 @@ BEGIN
     END IF;
     EXECUTE format('INSERT INTO __SCHEMA__.message_log_%s (id, message_key, compaction_rank, payload, options)
                     VALUES ($1, $2, $3, $4, $5)', v_sid)
-      USING v_id, v_key, v_rank, v_payload, v_message;
+      USING v_id, v_key, v_rank, v_json, v_message;
   ELSE
     EXECUTE format('INSERT INTO __SCHEMA__.message_log_%s (message_key, compaction_rank, payload, options)
                     VALUES ($1, $2, $3, $4) RETURNING id', v_sid)
-      INTO v_id USING v_key, v_rank, v_payload, v_message;
+      INTO v_id USING v_key, v_rank, v_json, v_message;
   END IF;
   IF v_rank IS NOT NULL THEN
     EXECUTE format('INSERT INTO __SCHEMA__.compaction_head_%s AS h (compaction_key, message_id, compaction_rank, schema_version)

@@ -41,7 +41,7 @@ const PLANTED: [string, string, string][] = [
   ["jsonb_array_length(jsonb)", "integer", "pg_catalog.jsonb_array_length($1)"],
   ["jsonb_typeof(jsonb)", "text", "pg_catalog.jsonb_typeof($1)"],
   ["cardinality(bigint[])", "integer", "pg_catalog.cardinality($1)"],
-  ["pg_column_size(jsonb)", "integer", "pg_catalog.pg_column_size($1)"],
+  ["pg_column_size(json)", "integer", "pg_catalog.pg_column_size($1)"],
   ["pg_current_xact_id()", "xid8", "pg_catalog.pg_current_xact_id()"],
   ["date_part(text, timestamptz)", "double precision", "pg_catalog.date_part($1, $2)"],
   ["trunc(numeric)", "numeric", "pg_catalog.trunc($1)"],

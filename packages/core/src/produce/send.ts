@@ -41,23 +41,20 @@ function unknownOutcome(e: unknown): SqlStreamsError {
   );
 }
 
-/** The one statement of a batch: a JSON document reduced in SQL with compaction, else an insert from JSON arrays. */
+/** The one statement of a batch: an insert from JSON arrays, reduced in SQL to each key's winner with compaction. */
 export function batchStatement(q: string, streamId: string, prepared: Prepared[]): { text: string; values: unknown[] } {
   const t = tables(q, streamId);
+  const payloads = ProduceSql.jsonArray(prepared.map((p) => p.payload));
   if (prepared.some((p) => p.schedule !== null)) {
     // Some wait for their due time (docs/guide/producing.md#scheduled-delivery): both kinds in one statement.
-    const parts = prepared.map((p) => `{"p":${p.payload},"k":${p.key === null ? "null" : JSON.stringify(p.key)},"r":${p.rank ?? "null"},"o":${p.options ?? "null"},"s":${p.schedule ? JSON.stringify(p.schedule) : "null"}}`);
-    return { text: produceMixedBatch.sql(t), values: [`[${parts.join(",")}]`] };
+    const items = prepared.map((p) => `{"k":${p.key === null ? "null" : JSON.stringify(p.key)},"r":${p.rank ?? "null"},"o":${p.options ?? "null"},"s":${p.schedule ? JSON.stringify(p.schedule) : "null"}}`);
+    return { text: produceMixedBatch.sql(t), values: produceMixedBatch.values({ payloads, items: `[${items.join(",")}]` }) };
   }
   if (prepared.some((p) => p.rank !== null)) {
-    // Compaction needs the batch's winners per key: one JSON document, reduced in SQL.
-    const parts: string[] = [];
-    for (const p of prepared) {
-      parts.push(`{"p":${p.payload},"k":${p.key === null ? "null" : JSON.stringify(p.key)},"r":${p.rank ?? "null"},"o":${p.options ?? "null"}}`);
-    }
-    return { text: ProduceSql.produceBatch.sql(t), values: ProduceSql.produceBatch.values({ items: `[${parts.join(",")}]` }) };
+    // Compaction needs the batch's winners per key: reduced in SQL.
+    const items = prepared.map((p) => `{"k":${p.key === null ? "null" : JSON.stringify(p.key)},"r":${p.rank ?? "null"},"o":${p.options ?? "null"}}`);
+    return { text: ProduceSql.produceBatch.sql(t), values: ProduceSql.produceBatch.values({ payloads, items: `[${items.join(",")}]` }) };
   }
-  const payloads = ProduceSql.jsonArray(prepared.map((p) => p.payload));
   if (!prepared.some((p) => p.key !== null || p.options !== null)) {
     const { payloadsOnly } = ProduceSql.produceBatchArrays;
     return { text: payloadsOnly.sql(t), values: payloadsOnly.values({ payloads }) };

@@ -70,7 +70,7 @@ function failureFilter(p: { [K in keyof FailureFilterParams]: string }): string 
              AND (${p.key}::text IS NULL OR e.message_key = ${p.key}::text)
              AND (${p.since}::timestamptz IS NULL OR e.updated_at >= ${p.since}::timestamptz)
              AND (${p.before}::timestamptz IS NULL OR e.updated_at < ${p.before}::timestamptz)
-             AND (${p.payload}::jsonb IS NULL OR m.payload @> ${p.payload}::jsonb)`;
+             AND (${p.payload}::jsonb IS NULL OR m.payload::jsonb @> ${p.payload}::jsonb)`;
 }
 
 const FILTER_PARAMS = ["groupId", "status", "errorContains", "key", "since", "before", "payload"] as const;
@@ -161,7 +161,7 @@ export const selectDeadByFilter = defineStatement<
        AND (${p.since}::timestamptz IS NULL OR e.updated_at >= ${p.since}::timestamptz)
        AND (${p.before}::timestamptz IS NULL OR e.updated_at < ${p.before}::timestamptz)
        AND (${p.key}::text IS NULL OR e.message_key = ${p.key}::text)
-       AND (${p.payload}::jsonb IS NULL OR m.payload @> ${p.payload}::jsonb)
+       AND (${p.payload}::jsonb IS NULL OR m.payload::jsonb @> ${p.payload}::jsonb)
        AND e.message_id > ${p.after}::bigint AND e.status = ${p.status}::text`, `LIMIT ${p.limit}`));
 
 /** Deletes the group's dead or expired rows `ids` and writes their 'discarded' audit rows. */

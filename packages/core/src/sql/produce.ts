@@ -37,7 +37,7 @@ export const produceOne = defineStatement<MessageParams, ProducedRow>(["key", "r
   `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid),
   ins AS (
     INSERT INTO ${t.messageLog} (message_key, compaction_rank, payload, options)
-    SELECT ${p.key}::text, ${p.rank}::bigint, ${p.payload}::jsonb, ${p.options}::jsonb FROM x
+    SELECT ${p.key}::text, ${p.rank}::bigint, ${p.payload}::json, ${p.options}::jsonb FROM x
     RETURNING id, message_key, compaction_rank
   ),
   ${headUpsert(t, "SELECT message_key, id, compaction_rank, 1 FROM ins WHERE compaction_rank IS NOT NULL")}
@@ -56,7 +56,7 @@ export const produceIdempotent = defineStatement<MessageParams & { idempotencyKe
   seen AS MATERIALIZED (SELECT e.message_id FROM ${t.idempotencyKey} e WHERE e.idempotency_key = ${p.idempotencyKey}::uuid),
   ins AS (
     INSERT INTO ${t.messageLog} (message_key, compaction_rank, payload, options)
-    SELECT ${p.key}::text, ${p.rank}::bigint, ${p.payload}::jsonb, ${p.options}::jsonb FROM x WHERE NOT EXISTS (SELECT 1 FROM seen)
+    SELECT ${p.key}::text, ${p.rank}::bigint, ${p.payload}::json, ${p.options}::jsonb FROM x WHERE NOT EXISTS (SELECT 1 FROM seen)
     RETURNING id, message_key, compaction_rank
   ),
   k AS (
@@ -80,15 +80,16 @@ export const idempotencyLookup = defineStatement<{ idempotencyKey: string | null
   `SELECT message_id::text AS id FROM ${t.idempotencyKey} WHERE idempotency_key = ${p.idempotencyKey}::uuid`);
 
 /**
- * A batch in one statement: `items` is a JSON array of {p: payload, k: key, r: rank, o: options}.
- * Ids are drawn in item order; same-key compacted items are reduced to their winner.
+ * A batch in one statement: `payloads` is a JSON array of the payloads and `items` one of the
+ * items' {k: key, r: rank, o: options}, zipped by position (batchRows). Ids are drawn in item order;
+ * same-key compacted items are reduced to their winner.
  */
-export const produceBatch = defineStatement<{ items: string }, { id: string }>(["items"], (t, p) =>
+export const produceBatch = defineStatement<{ payloads: string; items: string }, { id: string }>(["payloads", "items"], (t, p) =>
   `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid),
   ins AS (
     INSERT INTO ${t.messageLog} (message_key, compaction_rank, payload, options)
-    SELECT t.e->>'k', (t.e->>'r')::bigint, t.e->'p', NULLIF(t.e->'o', 'null'::jsonb)
-      FROM x, jsonb_array_elements(${p.items}::jsonb) WITH ORDINALITY AS t(e, ord)
+    SELECT t.m->>'k', (t.m->>'r')::bigint, t.p, NULLIF(t.m->'o', 'null'::jsonb)
+      FROM x, ${batchRows(p.payloads, p.items)}
      ORDER BY t.ord
     RETURNING id, message_key, compaction_rank
   ),
@@ -100,23 +101,36 @@ export const produceBatch = defineStatement<{ items: string }, { id: string }>([
   SELECT id::text AS id FROM ins ORDER BY id`);
 
 /**
+ * A batch's rows t(p, m, ord) in item order: p each payload's JSON text (json), m its item's other
+ * fields (jsonb), from two arrays of the same length. The payloads stay json, read in one pass and
+ * stored as sent; the small items go as jsonb, whose fields are read without scanning the payload.
+ * One document of {p, k, r, o} items was measured slower both ways: as jsonb every payload is parsed
+ * into jsonb, and as json each field read (->, or json_to_recordset) rescans the item with its
+ * payload (bench/README.md, 5 December 2026).
+ */
+export function batchRows(payloads: string, items: string): string {
+  return `ROWS FROM (json_array_elements(${payloads}::json), jsonb_array_elements(${items}::jsonb)) WITH ORDINALITY AS t(p, m, ord)`;
+}
+
+/**
  * A batch without compaction as one INSERT from JSON arrays: `payloads` alone (payloadsOnly), or
  * with the keys (strings or null) and the options (objects or null), zipped by position
  * (withMeta). Each array is one parameter the client joins from the JSON texts
  * it has already made (jsonArray), so the statement's text and plan do not depend on the batch's
- * size and no payload is re-encoded. A multi-row VALUES with one parameter per payload would make
+ * size and no payload is re-encoded. The payloads array is read as json, so each payload's text is
+ * stored as sent, with no jsonb conversion. A multi-row VALUES with one parameter per payload would make
  * the planner fold every JSONB constant into the plan and copy it with the plan: 25 % (Postgres 18)
  * to 58 % (Postgres 15) more server time per message in the bench's produce arm (bench/README.md).
  * Ids are drawn in item order.
  */
 export const produceBatchArrays = {
   payloadsOnly: defineStatement<{ payloads: string }, { id: string }>(["payloads"], (t, p) =>
-    batchFromArrays(t, "NULL, u.p, NULL", `jsonb_array_elements(${p.payloads}::jsonb) WITH ORDINALITY AS u(p, i)`)),
+    batchFromArrays(t, "NULL, u.p, NULL", `json_array_elements(${p.payloads}::json) WITH ORDINALITY AS u(p, i)`)),
   withMeta: defineStatement<{ payloads: string; keys: string; options: string }, { id: string }>(["payloads", "keys", "options"], (t, p) =>
     batchFromArrays(
       t,
       "u.k, u.p, NULLIF(u.o, 'null'::jsonb)",
-      `ROWS FROM (jsonb_array_elements(${p.payloads}::jsonb), jsonb_array_elements_text(${p.keys}::jsonb), jsonb_array_elements(${p.options}::jsonb)) WITH ORDINALITY AS u(p, k, o, i)`,
+      `ROWS FROM (json_array_elements(${p.payloads}::json), jsonb_array_elements_text(${p.keys}::jsonb), jsonb_array_elements(${p.options}::jsonb)) WITH ORDINALITY AS u(p, k, o, i)`,
     )),
 };
 

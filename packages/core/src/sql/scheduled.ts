@@ -2,6 +2,7 @@
 // in scheduled_message_N, moving due ones to the log (move_scheduled_N), cancelling and reading
 // them. Due times are the database's: an absolute deliverAt is stored as given, a delay is added
 // to the database's now(), never to the producer's clock.
+import { batchRows } from "./produce.js";
 import { defineStatement } from "./statement.js";
 
 /** How many due rows one mover call appends to the log. */
@@ -33,7 +34,7 @@ export const produceScheduled = defineStatement<
     SELECT e.message_id FROM ${ik} e WHERE ${p.idempotency}::uuid IS NOT NULL AND e.idempotency_key = ${p.idempotency}::uuid),
   sch AS (
     INSERT INTO ${t.scheduledMessage} (message_key, compaction_rank, payload, options, idempotency_key, due_at)
-    SELECT ${p.key}::text, ${p.rank}::bigint, ${p.payload}::jsonb, ${p.options}::jsonb, ${p.idempotency}::uuid, ${dueAt(p.at, p.delay)}
+    SELECT ${p.key}::text, ${p.rank}::bigint, ${p.payload}::json, ${p.options}::jsonb, ${p.idempotency}::uuid, ${dueAt(p.at, p.delay)}
      WHERE NOT EXISTS (SELECT 1 FROM seen)
     RETURNING id, due_at, idempotency_key
   ),
@@ -50,23 +51,24 @@ export const produceScheduled = defineStatement<
 });
 
 /**
- * A batch of which at least one item is scheduled: $1 a JSON array of {p, k, r, o, s} where s is
- * null (append now) or {at} / {delay}. Both kinds are written in one statement, each kind's ids
- * drawn in item order; the rows say which kind each id is.
+ * A batch of which at least one item is scheduled: $1 the JSON array of the payloads, $2 one of
+ * the items' {k, r, o, s} (batchRows), where s is null (append now) or {at} / {delay}. Both kinds
+ * are written in one statement, each kind's ids drawn in item order; the rows say which kind each
+ * id is.
  */
-export const produceMixedBatch = defineStatement<{ items: string }, { id: string; scheduled: boolean; due_at: Date | null }>(["items"], (t, p) => `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid),
-  items AS MATERIALIZED (SELECT e, ord FROM jsonb_array_elements(${p.items}::jsonb) WITH ORDINALITY AS t(e, ord)),
+export const produceMixedBatch = defineStatement<{ payloads: string; items: string }, { id: string; scheduled: boolean; due_at: Date | null }>(["payloads", "items"], (t, p) => `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid),
+  items AS MATERIALIZED (SELECT t.p, t.m, t.ord FROM ${batchRows(p.payloads, p.items)}),
   ins AS (
     INSERT INTO ${t.messageLog} (message_key, compaction_rank, payload, options)
-    SELECT i.e->>'k', (i.e->>'r')::bigint, i.e->'p', NULLIF(i.e->'o', 'null'::jsonb)
-      FROM x, items i WHERE jsonb_typeof(i.e->'s') IS DISTINCT FROM 'object'
+    SELECT i.m->>'k', (i.m->>'r')::bigint, i.p, NULLIF(i.m->'o', 'null'::jsonb)
+      FROM x, items i WHERE jsonb_typeof(i.m->'s') IS DISTINCT FROM 'object'
      ORDER BY i.ord
     RETURNING id, message_key, compaction_rank
   ),
   sch AS (
     INSERT INTO ${t.scheduledMessage} (message_key, compaction_rank, payload, options, due_at)
-    SELECT i.e->>'k', (i.e->>'r')::bigint, i.e->'p', NULLIF(i.e->'o', 'null'::jsonb), ${dueAt("(i.e->'s'->>'at')", "(i.e->'s'->>'delay')")}
-      FROM items i WHERE jsonb_typeof(i.e->'s') = 'object'
+    SELECT i.m->>'k', (i.m->>'r')::bigint, i.p, NULLIF(i.m->'o', 'null'::jsonb), ${dueAt("(i.m->'s'->>'at')", "(i.m->'s'->>'delay')")}
+      FROM items i WHERE jsonb_typeof(i.m->'s') = 'object'
      ORDER BY i.ord
     RETURNING id, due_at
   ),
