@@ -8,10 +8,11 @@ import { parseArgs } from "node:util";
 import { randomBytes } from "node:crypto";
 import pg from "pg";
 
-const HELP = `node bench/arms/backlog.mjs [--messages 3000] [--keys 5,50] [--concurrency 10] [--batch 100] [--url URL]
+const HELP = `node bench/arms/backlog.mjs [--messages 3000] [--keys 5,50] [--concurrency 10] [--batch 100] [--profile] [--url URL]
 
 Prints one JSON line per key count: rangeRate and backlogRate (messages per second), their ratio,
-and the backlog's exception rows.`;
+and the backlog's exception rows. --profile adds, for the backlog's drain, the statements sent
+(round trips) and the costliest statement shapes with their count and time from send to reply.`;
 
 const { values: a } = parseArgs({
   options: {
@@ -20,6 +21,7 @@ const { values: a } = parseArgs({
     concurrency: { type: "string", default: "10" },
     batch: { type: "string", default: "100" },
     url: { type: "string", default: process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres" },
+    profile: { type: "boolean", default: false },
     help: { type: "boolean", default: false },
   },
 });
@@ -28,6 +30,7 @@ if (a.help) {
   process.exit(0);
 }
 const { SqlStreams } = await import("@sqlstreams/core");
+const { QueryStats, instrumentedPool } = await import("../lib/common.mjs");
 
 async function run(n, keys) {
   const name = `bench_backlog_${randomBytes(4).toString("hex")}`;
@@ -37,7 +40,9 @@ async function run(n, keys) {
   const u = new URL(a.url);
   u.pathname = `/${name}`;
   const url = u.toString();
-  const client = new SqlStreams({ connectionString: url, logger: () => {} });
+  const stats = new QueryStats();
+  const pool = a.profile ? instrumentedPool(url, 10, stats) : null;
+  const client = new SqlStreams(pool ? { pool, logger: () => {} } : { connectionString: url, logger: () => {} });
   const db = new pg.Client({ connectionString: url });
   try {
     await client.migrate();
@@ -73,15 +78,19 @@ async function run(n, keys) {
     const { rows: [b] } = await db.query(`SELECT count(*)::int AS n FROM sqlstreams.exception_queue_${st.id}`);
     await db.query(`UPDATE sqlstreams.exception_queue_${st.id} SET can_run_after = now()`);
     const before = done;
+    stats.reset();
     t = performance.now();
     while (done < n) await g.drain(handler, opts);
     const backlogMs = performance.now() - t;
     const rangeRate = n / (rangeMs / 1000);
     const backlogRate = (n - before) / (backlogMs / 1000);
-    return { messages: n, keys, backlogRows: b.n, rangeRate: Math.round(rangeRate), backlogRate: Math.round(backlogRate), ratio: Number((backlogRate / rangeRate).toFixed(3)) };
+    const out = { messages: n, keys, backlogRows: b.n, rangeRate: Math.round(rangeRate), backlogRate: Math.round(backlogRate), ratio: Number((backlogRate / rangeRate).toFixed(3)) };
+    if (a.profile) Object.assign(out, { backlogMs: Math.round(backlogMs), statements: stats.count, statementMs: Math.round(stats.ms), top: stats.top(10) });
+    return out;
   } finally {
     await db.end().catch(() => {});
     await client.close();
+    await pool?.end();
     await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => {});
     await admin.end();
   }

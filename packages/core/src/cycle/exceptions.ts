@@ -20,6 +20,8 @@ import { ExceptionSteps, type OutcomeWrite } from "./exception-steps.js";
 export interface ExceptionFacts {
   took: boolean;
   advance: boolean;
+  /** A reservation that filled its batch, every row of it started and resolved: the next may follow in the same poll. */
+  full?: boolean;
 }
 
 /** docs/protocol/crash-recovery.md#the-kill-backstop: charge or kill inflight rows whose run lease expired. */
@@ -108,7 +110,7 @@ export async function exceptionPhase<T>(ctx: PollContext<T>): Promise<ExceptionF
   }
   const run = new ExceptionRun(ctx, token, rows, pre);
   await run.run();
-  return { took: true, advance: run.advance };
+  return { took: true, advance: run.advance, full: rows.length >= o.batchLimit && run.whole };
 }
 
 type Row = statements.ReservedRow;
@@ -162,6 +164,11 @@ class ExceptionRun<T> {
   private failure: { e: unknown } | null = null;
   /** A row started (or was resolved at its start): the cursor may move. */
   advance = false;
+
+  /** Every row of the batch started, nothing was left unstarted or skipped, and nothing failed. */
+  get whole(): boolean {
+    return this.unstarted + this.skipped === 0 && this.failure === null;
+  }
   private readonly steps: ExceptionSteps<T>;
   /** Outcomes sent but not answered yet; each settles (never rejects) once its answer was handled. */
   private readonly recording: Promise<void>[] = [];
