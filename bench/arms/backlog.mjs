@@ -55,16 +55,19 @@ async function run(n, keys) {
     }
     const opts = { concurrency: Number(a.concurrency), batchLimit: Number(a.batch) };
     let handled = 0;
+    stats.reset();
     let t = performance.now();
     while (handled < n) {
       const r = await s.consumer("ok").drain(() => void handled++, opts);
       if (r.idle) await new Promise((res) => setTimeout(res, 10));
     }
     const rangeMs = performance.now() - t;
+    const range = { statements: stats.count, statementMs: Math.round(stats.ms), top: stats.top(4) };
 
     await db.connect();
     const { rows: [st] } = await db.query("SELECT id FROM sqlstreams.stream_config WHERE name = 'backlog'");
     const failed = new Set();
+    stats.reset();
     let done = 0;
     const handler = (m) => {
       if (m.attempt === 0 && m.payload.i < keys && !failed.has(m.id)) {
@@ -85,7 +88,7 @@ async function run(n, keys) {
     const rangeRate = n / (rangeMs / 1000);
     const backlogRate = (n - before) / (backlogMs / 1000);
     const out = { messages: n, keys, backlogRows: b.n, rangeRate: Math.round(rangeRate), backlogRate: Math.round(backlogRate), ratio: Number((backlogRate / rangeRate).toFixed(3)) };
-    if (a.profile) Object.assign(out, { backlogMs: Math.round(backlogMs), statements: stats.count, statementMs: Math.round(stats.ms), top: stats.top(10) });
+    if (a.profile) Object.assign(out, { rangeMs: Math.round(rangeMs), backlogMs: Math.round(backlogMs), statements: stats.count, statementMs: Math.round(stats.ms), top: stats.top(10), range });
     return out;
   } finally {
     await db.end().catch(() => {});

@@ -580,9 +580,9 @@ BEGIN
 END
 $$;
 
--- FUNCTION: reserve_exceptions_1(bigint, integer, bigint, bigint, bigint, integer, bigint, bigint, uuid, integer, bigint, text[], boolean, jsonb)
+-- FUNCTION: reserve_exceptions_1(bigint, integer, bigint, bigint, bigint, integer, bigint, bigint, uuid, integer, bigint, text[], boolean, jsonb, uuid, jsonb)
 
-CREATE FUNCTION sqlstreams.reserve_exceptions_1(p_group bigint, p_limit integer, p_tdef bigint, p_tmin bigint, p_tmax bigint, p_conc integer, p_margin bigint, p_cap bigint, p_token uuid, p_start integer, p_budget bigint, p_skip_keys text[], p_repeat boolean, p_rate jsonb DEFAULT NULL::jsonb) RETURNS TABLE(message_id bigint, message_key text, concurrency text, attempts integer, delays integer, payload jsonb, options jsonb, compaction_rank bigint, created_at timestamp with time zone, kind text, reason text, ref bigint, key_token uuid, run_ms bigint)
+CREATE FUNCTION sqlstreams.reserve_exceptions_1(p_group bigint, p_limit integer, p_tdef bigint, p_tmin bigint, p_tmax bigint, p_conc integer, p_margin bigint, p_cap bigint, p_token uuid, p_start integer, p_budget bigint, p_skip_keys text[], p_repeat boolean, p_rate jsonb DEFAULT NULL::jsonb, p_record_token uuid DEFAULT NULL::uuid, p_outcomes jsonb DEFAULT NULL::jsonb) RETURNS TABLE(message_id bigint, message_key text, concurrency text, attempts integer, delays integer, payload jsonb, options jsonb, compaction_rank bigint, created_at timestamp with time zone, kind text, reason text, ref bigint, key_token uuid, run_ms bigint, step text)
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
@@ -604,9 +604,24 @@ DECLARE
   v_fast JSONB := '[]'::jsonb;
   v_ms BIGINT;
   v_fresh BOOLEAN := false;
+  v_rec RECORD;
   v_limit INTEGER := p_limit;
   v_wait BIGINT := 0;
 BEGIN
+  -- The outcomes of the batch before, under its token p_record_token, recorded first as
+  -- record_exceptions_N does (one row each, step 'record', kind as record_exceptions_N's), so the
+  -- reservation sees their rows resolved and their key leases released.
+  IF p_outcomes IS NOT NULL AND jsonb_array_length(p_outcomes) > 0 THEN
+    FOR v_rec IN SELECT r.message_id, r.kind FROM "sqlstreams".record_exceptions_1(p_group, p_record_token, p_outcomes) r LOOP
+      message_id := v_rec.message_id;
+      kind := v_rec.kind;
+      step := 'record';
+      RETURN NEXT;
+    END LOOP;
+    message_id := NULL;
+    kind := NULL;
+    step := NULL;
+  END IF;
   -- A repeat after a lost reply (p_repeat) finds its own reservation, the rows under p_token, and
   -- reserves nothing more; its starts are repeated too, which start_exceptions_N answers for a row already inflight: started.
   IF p_repeat THEN
@@ -935,7 +950,7 @@ BEGIN
   RETURN QUERY
     SELECT e.message_id, e.message_key, e.concurrency, e.attempts, e.delays,
            m.payload, m.options, m.compaction_rank, m.created_at,
-           s.kind, s.reason, s.ref, st.key_token, st.run_ms
+           s.kind, s.reason, s.ref, st.key_token, st.run_ms, NULL::text
       FROM unnest(v_ids) AS i(id)
       JOIN "sqlstreams".exception_queue_1 e ON e.consumer_group_id = p_group AND e.message_id = i.id
       JOIN "sqlstreams".message_log_1 m ON m.id = i.id

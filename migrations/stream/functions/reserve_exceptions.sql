@@ -1,35 +1,46 @@
--- Reserve due rows and start the first of them, in one round trip (docs/protocol/poll-cycle.md#the-exception-phase
--- steps 2 and 3). The reservation is the one the phase always made: up to p_limit rows in id
--- order, FOR UPDATE SKIP LOCKED, `ready` and due or `deferred`, not reserved by a live poll, whose
--- message exists, whose key is not leased (only the lowest waiting row per key, decided before
--- the limit), that pass the predecessor rule (ordered_pred_N); then, within the limit, the later
--- waiting rows of each exclusive/ordered key picked (its chain); reserved for lease_ms_N
--- (Tmax × max(ceil(n / p_conc), longest chain) + p_margin, capped at p_cap) under p_token,
--- nothing else changed.
+-- Record the batch before (p_outcomes under p_record_token, when given), reserve due rows and start
+-- the first of them, in one round trip (docs/protocol/poll-cycle.md#the-exception-phase steps 2 to 4).
+-- A paused group reserves nothing. The candidates are the one the phase always took: in id order,
+-- `ready` and due or `deferred`, not reserved by a live poll, whose message exists, whose key is not
+-- leased (only the lowest waiting row per key, decided before the limit), that pass the
+-- predecessor rule (ordered_pred_N), locked FOR UPDATE SKIP LOCKED. Each picked
+-- exclusive/ordered key brings its chain, the key's later waiting rows in id order: every chain
+-- first gets its share of the batch (p_limit over p_conc workers, or over the keyed heads when
+-- there are fewer), then the chains that filled it read on until p_limit rows; whole chains are
+-- taken in the order of their heads, share by share, so a key with many rows does not shut the
+-- others out and a batch holds few long chains rather than many short ones. Reserved rows get
+-- p_token and a lease of lease_ms_N (Tmax × max(ceil(n / p_conc), longest chain) + p_margin,
+-- capped at p_cap), nothing else changed.
 -- Then the first p_start reserved rows in id order that are first of their chain (rows of a key in
--- p_skip_keys left out: an abandoned run of the key still runs in the caller's process) are
--- started by start_exceptions_N, each with a run lease of its timeout + p_margin (capped at p_cap)
--- and, when keyed, a key lease token of its own; a clean chain head (attempts = delays, not
--- compacted) starts with the clean rows after it as one group (element "lead": the head), whose
--- rows and key lease all last the group's timeouts added up + p_margin. When p_budget is not NULL
--- (ms left before the caller's deadline), starting stops at the first row whose timeout + p_margin
--- does not fit, as the caller's own deadline check does, and a group ends before the row that
--- would not fit.
--- Returns every reserved row with its message; kind/reason/ref as start_exceptions_N for the rows
--- it started (kind NULL: left reserved for the caller to start or release), and key_token/run_ms.
+-- p_skip_keys left out: an abandoned run of the key still runs in the caller's process) start,
+-- each with a run lease of its timeout + p_margin (capped at p_cap); a clean chain head
+-- (attempts = delays, not compacted, no expiry) starts with the clean rows after it as one group
+-- (element "lead": the head), whose rows and key lease all last the group's timeouts added up +
+-- p_margin. Clean keyed heads and their groups start here, set-based: their key leases in one
+-- take_keys_N call under one key token derived from p_token, each group's later rows below its
+-- lowest unresolved predecessor outside it (group_pred_N), and the one UPDATE that reserves every
+-- row makes them inflight. Every other start (unkeyed, charged before, and every start of a repeat)
+-- goes through start_exceptions_N. When p_budget is not NULL (ms left before the caller's
+-- deadline), starting stops at the first row whose timeout + p_margin does not fit, as the
+-- caller's own deadline check does, and a group ends before the row that would not fit.
+-- Returns first one row per outcome recorded (step 'record', message_id, kind), then every
+-- reserved row with its message; kind/reason/ref as start_exceptions_N for the rows it started
+-- (kind NULL: left reserved for the caller to start or release), and key_token/run_ms.
 -- p_tdef/p_tmin/p_tmax resolve a message's timeout as resolveMessage() does (timeoutBounds()).
 -- With p_rate (a group's resolved rateLimit), a fresh reservation takes no more rows than the group's
 -- bucket has tokens, and takes one token per row reserved (take_tokens, docs/protocol/poll-cycle.md#rate-limit);
 -- the rows held back stay due. A reservation the tokens cut (it filled every token and fewer than
--- p_limit) answers first a row with message_id NULL, kind 'rate_limited' and ref = ms until the next
--- token. The bucket is the first row this function locks.
+-- p_limit) answers a row with message_id NULL, kind 'rate_limited' and ref = ms until the next
+-- token. The bucket is the first row this function locks after the record.
+-- It plans its statements once per session (plan_cache_mode): the custom plans of a session's
+-- first calls cost more than the call.
 CREATE OR REPLACE FUNCTION {{schema}}.reserve_exceptions_{{N}}(
   p_group BIGINT, p_limit INTEGER, p_tdef BIGINT, p_tmin BIGINT, p_tmax BIGINT, p_conc INTEGER,
   p_margin BIGINT, p_cap BIGINT, p_token UUID, p_start INTEGER, p_budget BIGINT, p_skip_keys TEXT[],
-  p_repeat BOOLEAN, p_rate JSONB DEFAULT NULL)
+  p_repeat BOOLEAN, p_rate JSONB DEFAULT NULL, p_record_token UUID DEFAULT NULL, p_outcomes JSONB DEFAULT NULL)
 RETURNS TABLE (message_id BIGINT, message_key TEXT, concurrency TEXT, attempts INTEGER, delays INTEGER,
                payload JSONB, options JSONB, compaction_rank BIGINT, created_at TIMESTAMPTZ,
-               kind TEXT, reason TEXT, ref BIGINT, key_token UUID, run_ms BIGINT)
+               kind TEXT, reason TEXT, ref BIGINT, key_token UUID, run_ms BIGINT, step TEXT)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
@@ -51,9 +62,24 @@ DECLARE
   v_fast JSONB := '[]'::jsonb;
   v_ms BIGINT;
   v_fresh BOOLEAN := false;
+  v_rec RECORD;
   v_limit INTEGER := p_limit;
   v_wait BIGINT := 0;
 BEGIN
+  -- The outcomes of the batch before, under its token p_record_token, recorded first as
+  -- record_exceptions_N does (one row each, step 'record', kind as record_exceptions_N's), so the
+  -- reservation sees their rows resolved and their key leases released.
+  IF p_outcomes IS NOT NULL AND jsonb_array_length(p_outcomes) > 0 THEN
+    FOR v_rec IN SELECT r.message_id, r.kind FROM {{schema}}.record_exceptions_{{N}}(p_group, p_record_token, p_outcomes) r LOOP
+      message_id := v_rec.message_id;
+      kind := v_rec.kind;
+      step := 'record';
+      RETURN NEXT;
+    END LOOP;
+    message_id := NULL;
+    kind := NULL;
+    step := NULL;
+  END IF;
   -- A repeat after a lost reply (p_repeat) finds its own reservation, the rows under p_token, and
   -- reserves nothing more; its starts are repeated too, which start_exceptions_N answers for a row already inflight: started.
   IF p_repeat THEN
@@ -382,7 +408,7 @@ BEGIN
   RETURN QUERY
     SELECT e.message_id, e.message_key, e.concurrency, e.attempts, e.delays,
            m.payload, m.options, m.compaction_rank, m.created_at,
-           s.kind, s.reason, s.ref, st.key_token, st.run_ms
+           s.kind, s.reason, s.ref, st.key_token, st.run_ms, NULL::text
       FROM unnest(v_ids) AS i(id)
       JOIN {{schema}}.exception_queue_{{N}} e ON e.consumer_group_id = p_group AND e.message_id = i.id
       JOIN {{schema}}.message_log_{{N}} m ON m.id = i.id

@@ -7,7 +7,7 @@ import { SqlStreamsError, groupNotRegistered, isSqlStreamsError } from "../error
 import * as statements from "../sql/cycle.js";
 import { MOVE_LIMIT, moveScheduled } from "../sql/scheduled.js";
 import { type PollContext, type PollOptions, aborted, big } from "./context.js";
-import { type ExceptionFacts, expirePhase, exceptionPhase } from "./exceptions.js";
+import { type ExceptionFacts, expirePhase, exceptionPhase, flushCarry } from "./exceptions.js";
 import { Chain, type RangeFacts, STEADY_CHAIN_MS, claimPhase } from "./range/chain.js";
 import { reclaimPhase } from "./range/reclaim.js";
 import type { DrainSizing } from "./sizer.js";
@@ -90,15 +90,20 @@ async function cycle<T>(
 
     // Exception phase (docs/protocol/poll-cycle.md#the-exception-phase), for what the load or a record saw.
     const expired = load.expirable || range.expirable ? await expirePhase(ctx) : { took: false, advance: false };
-    const reserved: ExceptionFacts = (load.reservable || range.reservable) && !ctx.stop && !aborted(ctx) ? await exceptionPhase(ctx) : { took: false, advance: false };
     // In a drain, a batch that filled up and ran whole is followed by the next reservation in the
     // same poll, without a load and an advance between them, for at most STEADY_CHAIN_MS of the
-    // poll (docs/protocol/poll-cycle.md#the-exception-phase, "batches in a row").
+    // poll; the batch's last outcomes travel with it (docs/protocol/poll-cycle.md#batches-in-a-row).
+    const mayCarry = () => state !== undefined && ctx.rate === null && mayReserveAgain(ctx, started);
+    const reserved: ExceptionFacts = (load.reservable || range.reservable) && !ctx.stop && !aborted(ctx)
+      ? await exceptionPhase(ctx, null, mayCarry) : { took: false, advance: false };
+    let carry = reserved.carry ?? null;
     while (reserved.full === true && state !== undefined && mayReserveAgain(ctx, started)) {
-      const next = await exceptionPhase(ctx);
+      const next = await exceptionPhase(ctx, carry, mayCarry);
+      carry = next.carry ?? null;
       reserved.advance ||= next.advance;
       reserved.full = next.full;
     }
+    if (carry !== null) await flushCarry(ctx, carry);
 
     // Cursor advance (docs/protocol/poll-cycle.md#cursor-advance) when anything this poll did, or saw, can move it.
     if (big(load.target) > big(load.committed) || range.advance || expired.advance || reserved.advance) {
