@@ -318,10 +318,11 @@ $$;
 -- FUNCTION: group_pred_1(bigint, text, bigint, bigint, bigint[])
 
 CREATE FUNCTION sqlstreams.group_pred_1(p_group bigint, p_key text, p_lead bigint, p_high bigint, p_rows bigint[]) RETURNS bigint
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-  SELECT LEAST(
+BEGIN
+  RETURN LEAST(
     (SELECT min(e.message_id) FROM "sqlstreams".exception_queue_1 e
       WHERE e.consumer_group_id = p_group AND e.message_key = p_key
         AND e.message_id > p_lead AND e.message_id < p_high AND e.message_id <> ALL (p_rows)
@@ -333,7 +334,8 @@ CREATE FUNCTION sqlstreams.group_pred_1(p_group bigint, p_key text, p_lead bigin
     (SELECT min(m.id) FROM "sqlstreams".consumer_group_cursor_1 c
        JOIN "sqlstreams".message_log_1 m
          ON m.message_key = p_key AND m.id > GREATEST(c.claimed, p_lead) AND m.id < p_high
-      WHERE c.consumer_group_id = p_group))
+      WHERE c.consumer_group_id = p_group));
+END
 $$;
 
 -- FUNCTION: keyed_1(text, text)
