@@ -607,6 +607,7 @@ DECLARE
   v_ms BIGINT;
   v_fresh BOOLEAN := false;
   v_rec RECORD;
+  v_fill BIGINT;
   v_limit INTEGER := p_limit;
   v_wait BIGINT := 0;
 BEGIN
@@ -657,9 +658,10 @@ BEGIN
   -- unkeyed or parallel rows; passing: not reserved by a live poll, the message exists, the key is
   -- not leased, the predecessor rule holds. First among the group's first 4 × p_limit waiting rows
   -- in id order after v_from (each key's first row there is its lowest); when they are all taken and too few
-  -- passed, the rows after them: each key not seen there by a skip scan of the key index (a probe
-  -- per key, not per row) and the unkeyed rows. Either way the answer is the first p_limit passing
-  -- candidates in id order, read without a probe per waiting row.
+  -- passed, and the rows they bring among them (a key's chain) do not fill the batch either, the
+  -- rows after them: each key not seen there by a skip scan of the key index (a probe per key,
+  -- not per row) and the unkeyed rows. Either way the answer is the first passing candidates in
+  -- id order, up to p_limit, read without a probe per waiting row.
   WITH pre AS MATERIALIZED (
     SELECT e.message_id, e.message_key, e.concurrency, e.lease_expires_at,
            (e.concurrency <> 'parallel' AND e.message_key IS NOT NULL) AS keyed
@@ -673,7 +675,7 @@ BEGIN
       FROM pre p
      ORDER BY p.keyed, CASE WHEN p.keyed THEN p.message_key END, CASE WHEN NOT p.keyed THEN p.message_id END, p.message_id
   ), ok AS (
-    SELECT h.message_id FROM (SELECT * FROM heads ORDER BY message_id OFFSET 0) h
+    SELECT h.message_id, h.message_key, h.keyed FROM (SELECT * FROM heads ORDER BY message_id OFFSET 0) h
      WHERE (h.lease_expires_at IS NULL OR "sqlstreams".lease_expired_1(h.lease_expires_at))
        -- A scalar subquery, a probe per candidate: EXISTS could become a join that reads the log.
        AND (SELECT true FROM "sqlstreams".message_log_1 m WHERE m.id = h.message_id)
@@ -688,9 +690,15 @@ BEGIN
   )
   SELECT ARRAY(SELECT o.message_id FROM ok o ORDER BY o.message_id),
          (SELECT count(*) = p_limit * 4 FROM pre), (SELECT max(p.message_id) FROM pre p),
-         ARRAY(SELECT DISTINCT p.message_key FROM pre p WHERE p.keyed)
-    INTO v_cands, v_deep, v_last, v_seen;
-  IF v_deep AND cardinality(v_cands) < v_limit THEN
+         ARRAY(SELECT DISTINCT p.message_key FROM pre p WHERE p.keyed),
+         -- The rows the passing candidates bring among those read: themselves and, for a key,
+         -- its later rows there (its chain, at least).
+         (SELECT count(*) FROM pre p
+           WHERE p.message_id IN (SELECT o.message_id FROM ok o)
+              OR (p.keyed AND p.message_key IN (SELECT o.message_key FROM ok o WHERE o.keyed)))
+    INTO v_cands, v_deep, v_last, v_seen, v_fill;
+  -- Too few candidates passed to fill the batch with their chains: look past the rows read.
+  IF v_deep AND cardinality(v_cands) < v_limit AND v_fill < v_limit THEN
     v_cands := v_cands || ARRAY(
       WITH RECURSIVE ks AS (
         SELECT (SELECT min(e.message_key) FROM "sqlstreams".exception_queue_1 e
