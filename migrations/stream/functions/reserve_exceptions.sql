@@ -114,9 +114,9 @@ BEGIN
   -- unkeyed or parallel rows; passing: not reserved by a live poll, the message exists, the key is
   -- not leased, the predecessor rule holds. First among the group's first 4 × p_limit waiting rows
   -- in id order after v_from (each key's first row there is its lowest); when they are all taken and too few
-  -- passed, and the rows they bring among them (a key's chain) do not fill the batch either, the
-  -- rows after them: each key not seen there by a skip scan of the key index (a probe per key,
-  -- not per row) and the unkeyed rows. Either way the answer is the first passing candidates in
+  -- passed, and either the rows they bring among them (a key's chain) do not fill the batch or
+  -- they are fewer than p_conc, the rows after them: each key not seen there by a skip scan of the
+  -- key index (a probe per key, not per row) and the unkeyed rows. Either way the answer is the first passing candidates in
   -- id order, up to p_limit, read without a probe per waiting row.
   WITH pre AS MATERIALIZED (
     SELECT e.message_id, e.message_key, e.concurrency, e.lease_expires_at,
@@ -153,8 +153,9 @@ BEGIN
            WHERE p.message_id IN (SELECT o.message_id FROM ok o)
               OR (p.keyed AND p.message_key IN (SELECT o.message_key FROM ok o WHERE o.keyed)))
     INTO v_cands, v_deep, v_last, v_seen, v_fill;
-  -- Too few candidates passed to fill the batch with their chains: look past the rows read.
-  IF v_deep AND cardinality(v_cands) < v_limit AND v_fill < v_limit THEN
+  -- Too few candidates passed to fill the batch with their chains, or to keep every worker busy
+  -- (a chain runs on one worker): look past the rows read.
+  IF v_deep AND cardinality(v_cands) < v_limit AND (v_fill < v_limit OR cardinality(v_cands) < p_conc) THEN
     v_cands := v_cands || ARRAY(
       WITH RECURSIVE ks AS (
         SELECT (SELECT min(e.message_key) FROM {{schema}}.exception_queue_{{N}} e
