@@ -561,12 +561,41 @@ describe("C18 exclusive", () => {
     const ran: string[] = [];
     const r = await g.poll((m: Message) => void ran.push(m.id), { batchLimit: 10, concurrency: 2 });
     // The lowest due row of each key first: K's 12 rows must not fill the batch and shut L out.
-    // The rest of the batch is the picked keys' chains in id order (K's 2–9).
-    expect(ran.sort((a, b) => Number(a) - Number(b))).toEqual(["1", "2", "3", "4", "5", "6", "7", "8", "9", "13"]);
+    // Each key's chain takes its share of the batch (10 over 2 workers: 5 rows), L's whole chain
+    // (13–15) fits in it, and K reads on into the rows left: K's 1–7 and L's 13–15.
+    expect(ran.sort((a, b) => Number(a) - Number(b))).toEqual(["1", "2", "3", "4", "5", "6", "7", "13", "14", "15"]);
     expect(r.deferred).toBe(0);
     await g.drain((m: Message) => void ran.push(m.id), { batchLimit: 10, concurrency: 2 });
     expect(ran).toHaveLength(15);
     expect((await cursor(t, n, gid)).committed).toBe("15");
+    await checkInvariants(t, n);
+  });
+
+  it("a key whose many due rows fill the rows the reservation reads first still leaves a worker to a key after them", async () => {
+    const t = testClient(url());
+    const s = t.client.stream<{ k: string }>("excl.beyond");
+    await s.register();
+    const g = s.consumer("excl");
+    await g.register({ concurrencyOverride: "exclusive", exceptionInitialBackoff: 0 });
+    await s.produceBatch([
+      ...Array.from({ length: 60 }, () => ({ payload: { k: "K" }, key: "K" })),
+      ...Array.from({ length: 3 }, () => ({ payload: { k: "L" }, key: "L" })),
+    ]);
+    const n = await streamIdOf(t, "excl.beyond");
+    const gid = await groupIdOf(t, "excl", "excl.beyond");
+    await pollPastFence(g, () => {
+      throw new Error("first delivery fails");
+    }, { opts: { batchLimit: 63 } });
+    expect((await exceptionRows(t, n, gid)).filter((r) => r.status === "ready")).toHaveLength(63);
+    const ran: string[] = [];
+    await g.poll((m: Message) => void ran.push(m.id), { batchLimit: 10, concurrency: 2 });
+    // The reservation reads K's first 40 rows (4 × batchLimit): K's chain alone could fill the
+    // batch, but it runs on one worker, so the key index is searched for more keys: L's chain
+    // runs beside K's (K's share 1–5 and the rows left, 6–7; L's 61–63).
+    expect(ran.sort((a, b) => Number(a) - Number(b))).toEqual(["1", "2", "3", "4", "5", "6", "7", "61", "62", "63"]);
+    await g.drain((m: Message) => void ran.push(m.id), { batchLimit: 10, concurrency: 2 });
+    expect(ran).toHaveLength(63);
+    expect((await cursor(t, n, gid)).committed).toBe("63");
     await checkInvariants(t, n);
   });
 

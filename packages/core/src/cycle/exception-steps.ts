@@ -34,7 +34,7 @@ export interface OutcomeWrite {
   dl_error: string | null;
 }
 
-interface Queued<I, O> {
+export interface Queued<I, O> {
   item: I;
   resolve: (o: O) => void;
   reject: (e: unknown) => void;
@@ -53,6 +53,8 @@ export class ExceptionSteps<T> {
   private readonly outcomes: Queued<OutcomeWrite, ExceptionRecord>[] = [];
   private busy = false;
   private scheduled = false;
+  /** The call out, settled (never rejected) when its answer was handled. */
+  private out: Promise<void> = Promise.resolve();
 
   constructor(
     private readonly ctx: PollContext<T>,
@@ -78,13 +80,25 @@ export class ExceptionSteps<T> {
     return p;
   }
 
+  /**
+   * The outcomes queued and not sent yet, taken out of the queue to travel with the next
+   * reservation (docs/protocol/poll-cycle.md#the-exception-phase, batches in a row), once no call is
+   * out; null when starts are queued too (they go their own way) or nothing is queued. The caller
+   * sends them, then settles them with `settleRecords`.
+   */
+  async takeOutcomes(): Promise<Queued<OutcomeWrite, ExceptionRecord>[] | null> {
+    while (this.busy) await this.out;
+    if (this.starts.length > 0 || this.outcomes.length === 0) return null;
+    return this.outcomes.splice(0);
+  }
+
   /** Sends on the next turn of the event loop: requests made in the same turn share the call. */
   private schedule(): void {
     if (this.busy || this.scheduled) return;
     this.scheduled = true;
     setImmediate(() => {
       this.scheduled = false;
-      void this.send();
+      this.out = this.send();
     });
   }
 
@@ -101,8 +115,7 @@ export class ExceptionSteps<T> {
         groupId, token: this.token, outcomes: JSON.stringify(outs.map((o) => o.item)), starts: JSON.stringify(starts.map((s) => s.item)),
       }, state);
       const d = decodeExceptionStep(res.rows);
-      if (state.retried) ownRecords(outs, d.records);
-      settle(outs, d.records, (r) => r);
+      settleRecords(outs, d.records, state.retried);
       settle(starts, d.starts, (start, p) => ({ start, leaseUntil: sentBefore + p.item.run_ms }));
     } catch (e) {
       for (const p of [...outs, ...starts]) p.reject(e);
@@ -111,6 +124,12 @@ export class ExceptionSteps<T> {
       if (this.outcomes.length + this.starts.length > 0) this.schedule();
     }
   }
+}
+
+/** Settles queued outcomes with their call's answers; `retried`: the call was repeated after a lost reply. */
+export function settleRecords(outs: Queued<OutcomeWrite, ExceptionRecord>[], answers: Map<string, ExceptionRecord>, retried: boolean): void {
+  if (retried) ownRecords(outs, answers);
+  settle(outs, answers, (r) => r);
 }
 
 /**

@@ -5,7 +5,7 @@ import { randomUUID } from "node:crypto";
 import { resolveMessage } from "../config.js";
 import { type RetryState, transactionRetry } from "../db.js";
 import * as statements from "../sql/cycle.js";
-import { type ExceptionRecord, type ExceptionStart, decodeStart, deferredReason } from "../sql/results.js";
+import { type ExceptionRecord, type ExceptionStart, decodeExceptionStep, decodeRecord, decodeStart, deferredReason } from "../sql/results.js";
 import {
   type PollContext, aborted, big, isKeyed, leaseCap, leaseParams, logDead, logNotStarted, lostLease, mayStart, message, rateLimited,
   resolve, runLeaseMs, timeoutParams,
@@ -14,12 +14,42 @@ import { type Plan, type RunOutcome, plan, planExpired } from "./plan.js";
 import { runHandler } from "./run.js";
 import { abandonedKeys, keyAbandoned, watchRun } from "./abandoned.js";
 import { now } from "../clock.js";
-import { ExceptionSteps, type OutcomeWrite } from "./exception-steps.js";
+import { ExceptionSteps, type OutcomeWrite, type Queued, settleRecords } from "./exception-steps.js";
 
 /** What an exception step did: took work (rows expired, or reserved), and whether the cursor may move. */
 export interface ExceptionFacts {
   took: boolean;
   advance: boolean;
+  /** A reservation that filled its batch, every row of it started and resolved: the next may follow in the same poll. */
+  full?: boolean;
+  /** A full batch's last outcomes, not sent yet: they go with the next reservation, or alone (flushCarry). */
+  carry?: Carry;
+}
+
+/**
+ * The outcomes a full batch left queued when its last row finished, under its reservation token:
+ * sent with the next reservation of the poll, which records them before it reserves
+ * (docs/protocol/poll-cycle.md#the-exception-phase, batches in a row), or alone by flushCarry.
+ */
+export interface Carry {
+  token: string;
+  outs: Queued<OutcomeWrite, ExceptionRecord>[];
+  /** Waits until the batch's outcomes were handled; throws what failed in the batch. */
+  done: () => Promise<void>;
+}
+
+/** Sends a carry's outcomes alone (the poll reserves no further batch). */
+export async function flushCarry<T>(ctx: PollContext<T>, carry: Carry): Promise<void> {
+  const state: RetryState = { retried: false };
+  try {
+    const res = await statements.exceptionStep.retry(ctx.db, ctx.tables, {
+      groupId: ctx.groupId, token: carry.token, outcomes: JSON.stringify(carry.outs.map((o) => o.item)), starts: "[]",
+    }, state);
+    settleRecords(carry.outs, decodeExceptionStep(res.rows).records, state.retried);
+  } catch (e) {
+    for (const o of carry.outs) o.reject(e);
+  }
+  await carry.done();
 }
 
 /** docs/protocol/crash-recovery.md#the-kill-backstop: charge or kill inflight rows whose run lease expired. */
@@ -72,7 +102,7 @@ interface Prestart {
  * docs/protocol/poll-cycle.md#the-exception-phase: reserve due rows and start the first `concurrency` of
  * them in one round trip, run, start the rest and record, in batches; release what did not start.
  */
-export async function exceptionPhase<T>(ctx: PollContext<T>): Promise<ExceptionFacts> {
+export async function exceptionPhase<T>(ctx: PollContext<T>, carryIn: Carry | null = null, mayCarry: () => boolean = () => false): Promise<ExceptionFacts> {
   const { db, tables: t, options: o } = ctx;
   const token = randomUUID();
   const params: statements.ReserveParams = {
@@ -81,6 +111,7 @@ export async function exceptionPhase<T>(ctx: PollContext<T>): Promise<ExceptionF
     startNow: ctx.stop || aborted(ctx) ? 0 : o.concurrency,
     budgetMs: o.deadline === undefined ? null : Math.floor(o.deadline - now()),
     abandonedKeys: abandonedKeys(ctx), repeat: false, rate: ctx.rate,
+    recordToken: carryIn?.token ?? null, outcomes: carryIn === null ? null : JSON.stringify(carryIn.outs.map((o) => o.item)),
   };
   // A repeat (the reply may have been lost after the commit) looks for its own reservation first
   // (docs/protocol/crash-recovery.md#unknown-commits): the same statement, sent with `repeat` true.
@@ -92,23 +123,46 @@ export async function exceptionPhase<T>(ctx: PollContext<T>): Promise<ExceptionF
     },
   };
   const sentBefore = now();
-  const res = await statements.reserveExceptions.retry(db, t, params, repeat);
+  let res;
+  try {
+    res = await statements.reserveExceptions.retry(db, t, params, repeat);
+  } catch (e) {
+    if (carryIn !== null) {
+      for (const o of carryIn.outs) o.reject(e);
+      await carryIn.done().catch(() => {});
+    }
+    throw e;
+  }
+  // The batch before's outcomes, recorded first by the same statement.
+  let before: { e: unknown } | null = null;
+  if (carryIn !== null) {
+    const records = new Map<string, ExceptionRecord>();
+    for (const r of res.rows) if (r.step === "record") records.set(r.message_id, decodeRecord(r));
+    settleRecords(carryIn.outs, records, repeat.retried);
+    before = await carryIn.done().then(() => null, (e: unknown) => ({ e }));
+  }
   // The rate limit's row (docs/protocol/poll-cycle.md#rate-limit): no message, the wait for the next token.
   const limit = res.rows.find((r) => r.message_id === null);
   if (limit !== undefined) rateLimited(ctx, Number(limit.ref));
   const rows = res.rows
-    .filter((r) => r.message_id !== null)
+    .filter((r) => r.message_id !== null && r.step === null)
     .map((r) => ({ ...r, id: r.message_id }))
     .sort((a, b) => (big(a.id) < big(b.id) ? -1 : 1));
-  if (rows.length === 0) return { took: false, advance: false };
+  if (before !== null) ctx.stop = true;
+  if (rows.length === 0) {
+    if (before !== null) throw before.e;
+    return { took: false, advance: false };
+  }
   const pre = new Map<string, Prestart>();
   for (const r of rows) {
     if (r.kind === null) continue;
     pre.set(r.id, { start: decodeStart({ kind: r.kind, reason: r.reason, ref: r.ref }), keyToken: r.key_token, leaseUntil: sentBefore + (r.run_ms ?? 0) });
   }
   const run = new ExceptionRun(ctx, token, rows, pre);
-  await run.run();
-  return { took: true, advance: run.advance };
+  const full = rows.length >= o.batchLimit;
+  const carry = await run.run(() => full && before === null && mayCarry());
+  if (before !== null) throw before.e;
+  return { took: true, advance: run.advance, full: full && run.whole, ...(carry === null ? {} : { carry }) };
 }
 
 type Row = statements.ReservedRow;
@@ -162,6 +216,11 @@ class ExceptionRun<T> {
   private failure: { e: unknown } | null = null;
   /** A row started (or was resolved at its start): the cursor may move. */
   advance = false;
+
+  /** Every row of the batch started, nothing was left unstarted or skipped, and nothing failed. */
+  get whole(): boolean {
+    return this.unstarted + this.skipped === 0 && this.failure === null;
+  }
   private readonly steps: ExceptionSteps<T>;
   /** Outcomes sent but not answered yet; each settles (never rejects) once its answer was handled. */
   private readonly recording: Promise<void>[] = [];
@@ -176,9 +235,24 @@ class ExceptionRun<T> {
     this.units = chains(rows);
   }
 
-  async run(): Promise<void> {
+  /**
+   * Runs the batch. When it ran whole and `mayCarry` says so, the outcomes still queued at its end
+   * are handed back instead of sent (Carry): the next reservation records them.
+   */
+  async run(mayCarry: () => boolean): Promise<Carry | null> {
     const { ctx, units } = this;
     await Promise.all(Array.from({ length: Math.min(ctx.options.concurrency, units.length) }, () => this.worker()));
+    if (this.whole && mayCarry()) {
+      const outs = await this.steps.takeOutcomes();
+      if (outs !== null) return { token: this.token, outs, done: () => this.finish() };
+    }
+    await this.finish();
+    return null;
+  }
+
+  /** Waits for every outcome's record; on a failure releases what is left reserved and throws it. */
+  private async finish(): Promise<void> {
+    const { ctx } = this;
     await Promise.all(this.recording);
     if (this.failure) {
       // Best effort: rows left reserved become selectable when the reservation expires, uncharged.

@@ -7,12 +7,12 @@ import { SqlStreamsError, groupNotRegistered, isSqlStreamsError } from "../error
 import * as statements from "../sql/cycle.js";
 import { MOVE_LIMIT, moveScheduled } from "../sql/scheduled.js";
 import { type PollContext, type PollOptions, aborted, big } from "./context.js";
-import { expirePhase, exceptionPhase } from "./exceptions.js";
+import { type ExceptionFacts, expirePhase, exceptionPhase, flushCarry } from "./exceptions.js";
 import { Chain, type RangeFacts, STEADY_CHAIN_MS, claimPhase } from "./range/chain.js";
 import { reclaimPhase } from "./range/reclaim.js";
 import type { DrainSizing } from "./sizer.js";
 import { type CycleReport, type Handler, emptyCycleReport } from "./types.js";
-import { after, now } from "../clock.js";
+import { type MonotonicMs, after, now } from "../clock.js";
 import { GroupSlot, maxConcurrencyOf } from "./slot.js";
 
 /** Poll facts a drain needs beyond the report, and its range sizing (docs/protocol/poll-cycle.md#range-size-in-a-drain). */
@@ -90,7 +90,20 @@ async function cycle<T>(
 
     // Exception phase (docs/protocol/poll-cycle.md#the-exception-phase), for what the load or a record saw.
     const expired = load.expirable || range.expirable ? await expirePhase(ctx) : { took: false, advance: false };
-    const reserved = (load.reservable || range.reservable) && !ctx.stop && !aborted(ctx) ? await exceptionPhase(ctx) : { took: false, advance: false };
+    // In a drain, a batch that filled up and ran whole is followed by the next reservation in the
+    // same poll, without a load and an advance between them, for at most STEADY_CHAIN_MS of the
+    // poll; the batch's last outcomes travel with it (docs/protocol/poll-cycle.md#batches-in-a-row).
+    const mayCarry = () => state !== undefined && ctx.rate === null && mayReserveAgain(ctx, started);
+    const reserved: ExceptionFacts = (load.reservable || range.reservable) && !ctx.stop && !aborted(ctx)
+      ? await exceptionPhase(ctx, null, mayCarry) : { took: false, advance: false };
+    let carry = reserved.carry ?? null;
+    while (reserved.full === true && state !== undefined && mayReserveAgain(ctx, started)) {
+      const next = await exceptionPhase(ctx, carry, mayCarry);
+      carry = next.carry ?? null;
+      reserved.advance ||= next.advance;
+      reserved.full = next.full;
+    }
+    if (carry !== null) await flushCarry(ctx, carry);
 
     // Cursor advance (docs/protocol/poll-cycle.md#cursor-advance) when anything this poll did, or saw, can move it.
     if (big(load.target) > big(load.committed) || range.advance || expired.advance || reserved.advance) {
@@ -134,6 +147,16 @@ async function moveDue(client: Runtime, t: statements.Tables, info: StreamInfo):
   }
   if (moved > 0) await client.afterProduce(info.name);
   return moved;
+}
+
+/**
+ * Whether a drain's poll may reserve another batch after a full one: no stop, abort, rate limit or
+ * near deadline, and within STEADY_CHAIN_MS of the poll's start.
+ */
+function mayReserveAgain<T>(ctx: PollContext<T>, started: MonotonicMs): boolean {
+  if (ctx.stop || aborted(ctx) || ctx.report.rateLimited > 0 || ctx.report.notStarted > 0) return false;
+  if (now() >= after(started, STEADY_CHAIN_MS)) return false;
+  return ctx.options.deadline === undefined || ctx.options.deadline - now() >= 2 * ctx.options.recordMargin;
 }
 
 /** The group's rateLimit as the claim and the reservation take it, or null: no token is taken. */

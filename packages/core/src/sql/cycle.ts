@@ -394,6 +394,10 @@ export interface ReserveParams extends LeaseParams, TimeoutParams {
   repeat: boolean;
   /** The group's resolved rateLimit as JSON, or null (docs/protocol/poll-cycle.md#rate-limit). */
   rate: string | null;
+  /** The batch before's reservation token, when its last outcomes travel with this reservation. */
+  recordToken: string | null;
+  /** Those outcomes (record_exceptions_N's input), or null. */
+  outcomes: string | null;
 }
 
 /** A reserved row: the message, its exception row, and, when reserve_exceptions_N started it, what the start decided. */
@@ -408,17 +412,22 @@ export interface ReservedRow extends MessageRow {
   ref: string | null;
   key_token: string | null;
   run_ms: number | null;
+  /** 'record' for an outcome of the batch before (message_id and kind as record_exceptions_N), else null. */
+  step: string | null;
 }
 
-/** Reservation and the first starts, in one round trip (docs/protocol/poll-cycle.md#the-exception-phase): reserve_exceptions_N. */
+/**
+ * The batch before's last outcomes, the reservation and the first starts, in one round trip
+ * (docs/protocol/poll-cycle.md#the-exception-phase): reserve_exceptions_N.
+ */
 export const reserveExceptions = defineStatement<ReserveParams, Omit<ReservedRow, "id">>([
   "groupId", "batchLimit", "timeoutDefault", "timeoutMin", "timeoutMax", "concurrency", "recordMargin", "leaseCapMs", "token",
-  "startNow", "budgetMs", "abandonedKeys", "repeat", "rate",
+  "startNow", "budgetMs", "abandonedKeys", "repeat", "rate", "recordToken", "outcomes",
 ], (t, p) =>
   `SELECT message_id::text AS message_id, message_key, concurrency, attempts, delays, payload, options,
                  compaction_rank::text AS compaction_rank, created_at, kind, reason, ref::text AS ref,
-                 key_token::text AS key_token, run_ms::float8 AS run_ms
-            FROM ${t.fn("reserve_exceptions")}(${p.groupId}, ${p.batchLimit}, ${p.timeoutDefault}, ${p.timeoutMin}, ${p.timeoutMax}, ${p.concurrency}, ${p.recordMargin}, ${p.leaseCapMs}, ${p.token}, ${p.startNow}, ${p.budgetMs}, ${p.abandonedKeys}::text[], ${p.repeat}, ${p.rate}::jsonb)`);
+                 key_token::text AS key_token, run_ms::float8 AS run_ms, step
+            FROM ${t.fn("reserve_exceptions")}(${p.groupId}, ${p.batchLimit}, ${p.timeoutDefault}, ${p.timeoutMin}, ${p.timeoutMax}, ${p.concurrency}, ${p.recordMargin}, ${p.leaseCapMs}, ${p.token}, ${p.startNow}, ${p.budgetMs}, ${p.abandonedKeys}::text[], ${p.repeat}, ${p.rate}::jsonb, ${p.recordToken}::uuid, ${p.outcomes}::jsonb)`);
 
 /** One row of exception_step_N's answer: a start's or a record's result for one message. */
 export interface ExceptionStepRow {

@@ -91,7 +91,8 @@ export function decodeStart(r: { kind: string; reason: string | null; ref: strin
   throw new Error(`unexpected exception start result ${JSON.stringify(r)}`);
 }
 
-function decodeRecord(r: ExceptionStepRow): ExceptionRecord {
+/** record_exceptions_N's kind, per row (exception_step_N, reserve_exceptions_N). */
+export function decodeRecord(r: { kind: string | null }): ExceptionRecord {
   if (r.kind === "lost") return { kind: "lost" };
   if (r.kind === "recorded" || r.kind === "key_taken_over") return { kind: "recorded", keyTakenOver: r.kind === "key_taken_over" };
   throw new Error(`unexpected exception record result ${JSON.stringify(r)}`);
