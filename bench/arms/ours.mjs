@@ -7,9 +7,11 @@ import { CpuMeter, QueryStats, Tally, WriteMeter, beforeTimed, getPayloadShape, 
 export const STREAM = "bench.orders";
 export const PRODUCE_CONNECTIONS = 4;
 export const PRODUCE_BATCH = 500;
-// Tuned for a no-op handler on 2 cores (see bench/README.md): the largest range, and enough
-// handlers in flight that dispatch never waits on one message.
-export const CONSUME = { batchLimit: 1000, concurrency: 32, poolMax: 2 };
+// Tuned for a no-op handler on 2 cores (see bench/README.md): the range size of a short measured
+// sweep of batchLimit (1,000 / 2,000 / 5,000 / 10,000, both payloads, both servers; History,
+// 5 December 2026), and enough handlers in flight that dispatch never waits on one message. The
+// read floor reads ranges of the same size (floors.mjs).
+export const CONSUME = { batchLimit: 5000, concurrency: 32, poolMax: 2 };
 
 let core;
 export async function loadCore() {
