@@ -2,7 +2,12 @@
 // idle fleet of groups cost? Same public API and the same tuned settings as the consume arm.
 import pg from "pg";
 import { CpuMeter, QueryStats, WriteMeter, beforeTimed, median, nowMs, parallel, rate, settledStats } from "../lib/common.mjs";
-import { CONSUME, PRODUCE_BATCH, PRODUCE_CONNECTIONS, STREAM, openClient, produceRange, runWorker } from "./ours.mjs";
+import { CONSUME as TUNED, PRODUCE_BATCH, PRODUCE_CONNECTIONS, STREAM, openClient, produceRange, runWorker } from "./ours.mjs";
+
+// The consume arm's settings with ranges of 1,000: each window (9,000 of a 10k backlog) is built
+// to leave one full range behind it for the drain to claim ahead, which a range of consume's
+// tuned size would not fit.
+const CONSUME = { ...TUNED, batchLimit: 1_000 };
 
 /** Backlogs of the consume-curve arms; a quick run divides them by 100. */
 export const CURVE_BACKLOG = { "consume-10k": 10_000, "consume-100k": 100_000, "consume-1m": 1_000_000 };

@@ -3,10 +3,12 @@
 import { StringDecoder } from "node:string_decoder";
 import pg from "pg";
 import { CpuMeter, QueryStats, Tally, WriteMeter, beforeTimed, instrumentedPool, makePayload, parallel, rate } from "../lib/common.mjs";
+import { CONSUME } from "./ours.mjs";
 
 export const INSERT_CONNECTIONS = 4;
 export const INSERT_ROWS_PER_TX = 500;
-export const READ_RANGE = 1000;
+// The read floor is the consume arm's job in its fastest honest form: ranges of the same size.
+export const READ_RANGE = CONSUME.batchLimit;
 
 const TABLE = `CREATE TABLE plain_log (
   id bigserial PRIMARY KEY,

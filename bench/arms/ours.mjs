@@ -7,9 +7,13 @@ import { CpuMeter, QueryStats, Tally, WriteMeter, beforeTimed, getPayloadShape, 
 export const STREAM = "bench.orders";
 export const PRODUCE_CONNECTIONS = 4;
 export const PRODUCE_BATCH = 500;
-// Tuned for a no-op handler on 2 cores (see bench/README.md): the largest range, and enough
-// handlers in flight that dispatch never waits on one message.
-export const CONSUME = { batchLimit: 1000, concurrency: 32, poolMax: 2 };
+// Tuned for a no-op handler on 2 cores (see bench/README.md): the range size of a short measured
+// sweep of batchLimit (1,000 / 2,000 / 5,000 / 10,000, both payloads, both servers; History,
+// 5 December 2026), and enough handlers in flight that dispatch never waits on one message. The
+// read floor reads ranges of the same size (floors.mjs).
+export const CONSUME = { batchLimit: 5000, concurrency: 32, poolMax: 2 };
+/** CONSUME with the run's `--batch-limit` and `--concurrency`, for the arms compared with `consume`. */
+const consumeSettings = (ctx) => ({ ...CONSUME, ...(ctx.batchLimit ? { batchLimit: ctx.batchLimit } : {}), ...(ctx.concurrency ? { concurrency: ctx.concurrency } : {}) });
 
 let core;
 export async function loadCore() {
@@ -212,7 +216,7 @@ export async function consume(ctx) {
     ? { defaults: true, poolMax: CONSUME.poolMax }
     : ctx.batch
       ? { batchLimit: CONSUME.batchLimit, maxBatch: 100, poolMax: CONSUME.poolMax }
-      : { ...CONSUME, ...(ctx.batchLimit ? { batchLimit: ctx.batchLimit } : {}), ...(ctx.concurrency ? { concurrency: ctx.concurrency } : {}) };
+      : consumeSettings(ctx);
   await setup(ctx, { groups: [{ name: "g1" }], produce: n });
   const meter = await new WriteMeter(ctx).start();
   const stats = new QueryStats();
@@ -321,7 +325,7 @@ export async function ordered(ctx) {
   let orderViolations = 0;
   let keyMismatch = 0;
   const { cpu, totals } = await drainAll({
-    url: ctx.url, group: "g1", n, ...CONSUME, errors: ctx.errors, timeoutMs: ctx.timeoutMs, stats, tally,
+    url: ctx.url, group: "g1", n, ...consumeSettings(ctx), errors: ctx.errors, timeoutMs: ctx.timeoutMs, stats, tally,
     handler: (msg) => {
       const seq = msg.payload.seq;
       const k = seq % keys;
@@ -343,7 +347,7 @@ export async function ordered(ctx) {
     check: withDb(check, await verifyGroups(ctx.url, ["g1"])),
     where: whereFrom(cpu, stats, n, { ranges: totals.rangesClaimed, deferred: totals.deferred, ...writes }),
     report: totals,
-    settings: { ...CONSUME, keys },
+    settings: { ...consumeSettings(ctx), keys },
   };
 }
 
@@ -360,7 +364,7 @@ export async function failing(ctx) {
   const tally = new Tally(n);
   let thrown = 0;
   const { cpu, totals } = await drainAll({
-    url: ctx.url, group: "g1", n, ...CONSUME, errors: ctx.errors, timeoutMs: ctx.timeoutMs, stats, tally, idleSleepMs: 2,
+    url: ctx.url, group: "g1", n, ...consumeSettings(ctx), errors: ctx.errors, timeoutMs: ctx.timeoutMs, stats, tally, idleSleepMs: 2,
     handler: (msg) => {
       const seq = msg.payload.seq;
       if (seq % everyNth === 0 && msg.attempt === 0) {
@@ -381,6 +385,6 @@ export async function failing(ctx) {
     check: withDb(check, await verifyGroups(ctx.url, ["g1"])),
     where: whereFrom(cpu, stats, n, { ranges: totals.rangesClaimed, failed: totals.failed, ...writes }),
     report: totals,
-    settings: { ...CONSUME, failingShare: 1 / everyNth },
+    settings: { ...consumeSettings(ctx), failingShare: 1 / everyNth },
   };
 }

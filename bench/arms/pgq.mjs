@@ -3,7 +3,9 @@
 // ship the extension). The ticker is not a daemon here: the arm ticks itself, `SELECT
 // pgq.ticker()` every `tickMs` on a connection of its own, from before the produce phase to the
 // end of the consume phase, as pgqd would. A short sweep (tick interval, the queue's
-// ticker_max_count, the fetch style) runs at the same N each, and the best consume is reported.
+// ticker_max_count, the fetch style) runs at the same N each, every point in every repetition;
+// run.mjs reports the point with the best median over the repetitions (consume and produce
+// chosen apart), at that median (`sweepPoints` carries each point's figures of this repetition).
 import pg from "pg";
 import { CpuMeter, Tally, beforeTimed, makePayload, parallel, rate, setBenchDatabase, sleep } from "../lib/common.mjs";
 
@@ -251,13 +253,21 @@ export async function pgqArm(ctx) {
     failed: p.failed,
   }));
   const failedPoint = points.find((p) => !p.check.ok || p.failed);
+  // Every point's figures of this repetition, for run.mjs's choice across repetitions.
+  const consumeWhere = (p) => ({ ...p.consumed.cpu, roundTrips: p.consumed.statements, roundTripsPerMsg: +(p.consumed.statements / n).toFixed(4), ranges: p.consumed.batches, emptyPolls: p.consumed.emptyPolls, produce: p.produced });
+  const sweepPoints = points.map((p) => {
+    const ok = p.check.ok && !p.failed;
+    return { point: p.point, ok, consume: ok ? rate(n, p.consumed.cpu.wallMs) : null, produce: ok ? rate(n, p.produced.wallMs) : null, where: ok ? consumeWhere(p) : null };
+  });
   return {
+    sweepPoints,
     metrics: best ? { consume: rate(n, best.consumed.cpu.wallMs), produce: rate(n, bestProduce.produced.wallMs) } : {},
     // Every point must be correct, not only the best.
     check: best && !failedPoint ? best.check : { ok: false, expected: n, missing: failedPoint?.check?.missing ?? n, duplicates: failedPoint?.check?.duplicates ?? 0, point: failedPoint?.point, failed: failedPoint?.failed, db: failedPoint?.db },
     where: best
       ? { ...best.consumed.cpu, roundTrips: best.consumed.statements, roundTripsPerMsg: +(best.consumed.statements / n).toFixed(4), ranges: best.consumed.batches, emptyPolls: best.consumed.emptyPolls, produce: best.produced, sweep, note: "consume phase of the best point; produce under produce" }
       : { sweep },
-    settings: best ? { ...best.point, produceConnections: PRODUCE_CONNECTIONS, produceBatch: PRODUCE_BATCH, bestProduce: bestProduce.point } : { grid },
+    // The point itself is chosen across repetitions (run.mjs); these hold for every point.
+    settings: { produceConnections: PRODUCE_CONNECTIONS, produceBatch: PRODUCE_BATCH, grid },
   };
 }

@@ -237,9 +237,13 @@ describe("poll and stream options", () => {
   it("poll options: defaults, and SQL0015 outside the ranges of docs/protocol/poll-cycle.md#options", async () => {
     expect(validatePollOptions(undefined)).toEqual({ batchBytes: 16 * 1024 * 1024, batchLimit: 10, concurrency: 1, deadline: undefined, recordMargin: 2_000, signal: undefined });
     const ac = new AbortController();
-    expect(validatePollOptions({ batchLimit: 1_000, concurrency: 64, recordMargin: 100, deadline: 5, signal: ac.signal })).toMatchObject({ batchLimit: 1_000, concurrency: 64, recordMargin: 100, deadline: 5 });
+    expect(validatePollOptions({ batchLimit: 10_000, concurrency: 64, recordMargin: 100, deadline: 5, signal: ac.signal })).toMatchObject({ batchLimit: 10_000, concurrency: 64, recordMargin: 100, deadline: 5 });
+    const e = await srcError(() => validatePollOptions({ batchLimit: 10_001 }));
+    expect(e.code).toBe("SQL0015");
+    expect(e.message).toContain("batchLimit = 10001: must be between 1 and 10000");
+    expect(e.details).toMatchObject({ path: "batchLimit", value: 10_001 });
     const bad: unknown[] = [
-      null, { batchLimit: 0 }, { batchLimit: 1_001 }, { batchLimit: 1.5 }, { concurrency: 0 }, { concurrency: 65 },
+      null, { batchLimit: 0 }, { batchLimit: 10_001 }, { batchLimit: 1.5 }, { concurrency: 0 }, { concurrency: 65 },
       { recordMargin: 99 }, { recordMargin: 60_001 }, { deadline: Number.NaN }, { deadline: "soon" }, { signal: {} }, { bogus: 1 },
     ];
     for (const b of bad) expect((await srcError(() => validatePollOptions(b))).code, JSON.stringify(b)).toBe("SQL0015");

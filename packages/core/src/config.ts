@@ -327,7 +327,7 @@ export const DEFAULT_BATCH_BYTES = 16 * 1_048_576;
  * checks them, and so does the deployment's declaration (@sqlstreams/aws) for the options it passes on.
  */
 export const POLL_OPTION_RANGES = {
-  batchLimit: [1, 1_000],
+  batchLimit: [1, 10_000],
   batchBytes: [1_024, 1_073_741_824],
   concurrency: [1, 64],
   recordMargin: [100, 60_000],

@@ -16,7 +16,7 @@ export type BatchHandler<T = unknown> = (messages: Message<T>[]) => Promise<void
 
 /** Messages per call of a batch handler unless maxBatch says otherwise. */
 export const DEFAULT_MAX_BATCH = 100;
-/** The most maxBatch (and a batch drain's concurrency) may be: batchLimit's own ceiling. */
+/** The most maxBatch (and a batch drain's concurrency) may be (batchLimit, ids per range, goes to 10 000). */
 export const MAX_BATCH = 1_000;
 
 interface Queued<T> {

@@ -29,7 +29,7 @@ export async function drainGroup<T>(
 ): Promise<CycleReport> {
   const started = now();
   // Without a batchLimit the range size starts at 10 and may grow to 1 000; an explicit
-  // batchLimit is where it starts and the most it takes. Range leases are bounded so a crash is
+  // batchLimit (up to 10 000) is where it starts and the most it takes. Range leases are bounded so a crash is
   // recovered promptly.
   const sizer = new RangeSizer(batchLimitGiven ? o.batchLimit : SIZER_CEILING, batchLimitGiven ? o.batchLimit : sizerStart);
   o.rangeLeaseBound = sizer.leaseBoundMs;

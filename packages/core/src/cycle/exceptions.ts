@@ -99,6 +99,13 @@ interface Prestart {
 }
 
 /**
+ * The most rows one exception reservation takes, whatever batchLimit says (docs/protocol/poll-cycle.md#options):
+ * a reservation reads up to four times its size of waiting rows and starts each row with a run
+ * lease of its own, so ranges larger than this gain nothing there and would only widen that scan.
+ */
+export const RESERVATION_MAX = 1_000;
+
+/**
  * docs/protocol/poll-cycle.md#the-exception-phase: reserve due rows and start the first `concurrency` of
  * them in one round trip, run, start the rest and record, in batches; release what did not start.
  */
@@ -106,7 +113,7 @@ export async function exceptionPhase<T>(ctx: PollContext<T>, carryIn: Carry | nu
   const { db, tables: t, options: o } = ctx;
   const token = randomUUID();
   const params: statements.ReserveParams = {
-    groupId: ctx.groupId, batchLimit: o.batchLimit, ...timeoutParams(ctx), ...leaseParams(ctx, leaseCap(ctx)), token,
+    groupId: ctx.groupId, batchLimit: Math.min(o.batchLimit, RESERVATION_MAX), ...timeoutParams(ctx), ...leaseParams(ctx, leaseCap(ctx)), token,
     // The abort and deadline checks of docs/protocol/poll-cycle.md#dispatch, made in SQL for the rows started with the reservation.
     startNow: ctx.stop || aborted(ctx) ? 0 : o.concurrency,
     budgetMs: o.deadline === undefined ? null : Math.floor(o.deadline - now()),
@@ -159,7 +166,7 @@ export async function exceptionPhase<T>(ctx: PollContext<T>, carryIn: Carry | nu
     pre.set(r.id, { start: decodeStart({ kind: r.kind, reason: r.reason, ref: r.ref }), keyToken: r.key_token, leaseUntil: sentBefore + (r.run_ms ?? 0) });
   }
   const run = new ExceptionRun(ctx, token, rows, pre);
-  const full = rows.length >= o.batchLimit;
+  const full = rows.length >= params.batchLimit;
   const carry = await run.run(() => full && before === null && mayCarry());
   if (before !== null) throw before.e;
   return { took: true, advance: run.advance, full: full && run.whole, ...(carry === null ? {} : { carry }) };

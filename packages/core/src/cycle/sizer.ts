@@ -3,7 +3,10 @@
 
 /** Where a drain without `batchLimit` starts: poll()'s default, safe for slow handlers. */
 export const SIZER_START = 10;
-/** The most a drain without `batchLimit` grows to: batchLimit's own ceiling. */
+/**
+ * The most a drain without `batchLimit` grows to. Below the option's own ceiling (10 000): a larger
+ * range is for a caller who asked for it, since a crash runs all of it again.
+ */
 export const SIZER_CEILING = 1_000;
 /**
  * A drain's range lease is at most this (or one run, `timeout + recordMargin`, when that is
