@@ -83,7 +83,8 @@ export const MAX_PAYLOAD_DEPTH = 1000;
 export function encodePayload(payload: unknown): string {
   // The fast walk builds no paths; only a payload it cannot vouch for gets the careful walk,
   // which finds and names the offending value (or clears a deep but valid payload).
-  if (!plainJson(payload, 0)) checkJson(payload, "payload", new Set());
+  const careful = !plainJson(payload, 0);
+  if (careful) checkJson(payload, "payload", new Set());
   let text: string | undefined;
   try {
     text = JSON.stringify(payload);
@@ -91,6 +92,10 @@ export function encodePayload(payload: unknown): string {
     throw new SqlStreamsError("SQL0016", `payload cannot be encoded as JSON: ${(e as Error).message}`, { path: "payload" }, e);
   }
   if (typeof text !== "string") throw new SqlStreamsError("SQL0016", "payload encodes to nothing (undefined)", { path: "payload" });
+  // The fast walk does not look inside strings: JSON.stringify writes U+0000 and a lone surrogate
+  // (in a value or a key) as a \u escape, so a text without one has neither, and one with a \u
+  // (those, other control characters, or a backslash before a u) gets the careful walk.
+  if (!careful && text.includes("\\u")) checkJson(payload, "payload", new Set());
   return text;
 }
 
@@ -100,7 +105,7 @@ const hasOwn = Object.prototype.hasOwnProperty;
 function plainJson(v: unknown, depth: number): boolean {
   switch (typeof v) {
     case "string":
-      return v.indexOf("\u0000") === -1 && wellFormed(v);
+      return true; // checked on the encoded text (encodePayload)
     case "number":
       return Number.isFinite(v);
     case "boolean":
@@ -124,7 +129,6 @@ function plainJson(v: unknown, depth: number): boolean {
       if (proto !== Object.prototype && proto !== null) return false;
       for (const k in v) {
         if (!hasOwn.call(v, k)) continue;
-        if (k.indexOf("\u0000") !== -1 || !wellFormed(k)) return false;
         const x: unknown = (v as Record<string, unknown>)[k];
         if (typeof x === "function" || typeof x === "symbol") return false;
         if (x !== undefined && !plainJson(x, depth + 1)) return false;

@@ -193,12 +193,16 @@ describe("strings and values that cannot round-trip are rejected before anything
     }
     await s.produce({ ok });
     await s.produce({ p: new Point(1, 2), at: new Date(0), buf: Buffer.from([1]), smile: "\uD83D\uDE00" }, { key: "\uD83D\uDE00" });
+    // Text whose JSON has a \u escape without a bad character in it: a backslash before a u, and
+    // control characters JSON writes as \u00XX (the encoded text's \u sends it to the careful walk).
+    await s.produce({ path: "C:\\users\\x", bell: "\u0007", ["tab\u0001key"]: "\u001f" });
     const seen: unknown[] = [];
     await g.drain((m) => {
       seen.push(m.payload);
     });
-    expect(seen).toHaveLength(3);
+    expect(seen).toHaveLength(4);
     expect(seen[2]).toEqual({ p: { x: 1, y: 2 }, at: "1970-01-01T00:00:00.000Z", buf: { type: "Buffer", data: [1] }, smile: "\uD83D\uDE00" });
+    expect(seen[3]).toEqual({ path: "C:\\users\\x", bell: "\u0007", ["tab\u0001key"]: "\u001f" });
     let depth = 0;
     for (let v = (seen[1] as { ok: unknown }).ok; Array.isArray(v); v = v[0]) depth++;
     expect(depth).toBe(999);
