@@ -181,11 +181,11 @@ describe("createPollHandler", () => {
     // to expire and without counting a reclaim.
     const p = await s.consumer("slow").progress();
     expect(p.openLeases - p.expiredLeases).toBe(0);
-    const t1 = Date.now();
+    const t1 = performance.now();
     const second = await handler({ stream: "slow.stream", group: "slow" }, localContext(60_000));
     expect(second.rangesReclaimed).toBe(0);
     expect(first.succeeded + second.succeeded).toBe(20);
-    expect(Date.now() - t1).toBeLessThan(20 * 400 + 5_000);
+    expect(performance.now() - t1).toBeLessThan(20 * 400 + 5_000);
     expect([...handled].sort((a, b) => a - b)).toEqual(Array.from({ length: 20 }, (_, i) => i));
     expect((await s.consumer("slow").progress()).lag).toBe("0");
   });

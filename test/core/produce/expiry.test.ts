@@ -15,16 +15,16 @@ const url = useFreshDatabase();
 let shared: TestClient | undefined;
 const T = () => (shared ??= testClient(url()));
 
-/** Sleeps until `ms` have passed since `from` (Date.now() at the produce). */
+/** Sleeps until `ms` have passed since `from` (performance.now() at the produce: elapsed time, monotonic). */
 const until = async (from: number, ms: number) => {
-  const left = from + ms - Date.now();
+  const left = from + ms - performance.now();
   if (left > 0) await sleep(left);
 };
 
 describe("expiry on first delivery", () => {
   it("a message with ttl 1000 left 1.5 s is not delivered; the group's lag returns to 0 and the row says expired", async () => {
     const { t, s, g, sid, gid } = await setupGroup(T(), "expiry.ttl");
-    const at = Date.now();
+    const at = performance.now();
     const short = await s.produce({ n: "short" }, { ttl: 1000 });
     await s.produce({ n: "long" }, { ttl: 600_000 });
     const plain = await s.produce({ n: "plain" });
@@ -103,7 +103,7 @@ describe("expiry on first delivery", () => {
 describe("a reclaimed range", () => {
   it("checks expiry as a fresh claim does: a range left unstarted and taken over after the ttl expires its message", async () => {
     const { t, s, g, sid, gid } = await setupGroup(T(), "expiry.reclaim");
-    const at = Date.now();
+    const at = performance.now();
     const first = await s.produce({ n: 1 }, { ttl: 1000 });
     const second = await s.produce({ n: 2 });
     const ran: unknown[] = [];
@@ -111,7 +111,7 @@ describe("a reclaimed range", () => {
     // A deadline too near for a 30 s timeout: the range is claimed, nothing starts, and it is released for a reclaim.
     const r1 = await pollPastFence(g, h, { opts: () => ({ deadline: Date.now() + 5_000 }) });
     expect(r1).toMatchObject({ started: 0, notStarted: 2, expired: 0 });
-    expect(Date.now() - at, "the claim came before the ttl").toBeLessThan(1_000);
+    expect(performance.now() - at, "the claim came before the ttl").toBeLessThan(1_000);
     await until(at, 1_500);
     const r2 = await pollPastFence(g, h, { until: committed(second.id) });
     expect(r2.rangesReclaimed + r2.rangesResumed).toBe(1);
@@ -124,7 +124,7 @@ describe("a reclaimed range", () => {
 describe("ordered keys pass an expired message", () => {
   it("a range: the expired first message of an ordered key does not hold the next one", async () => {
     const { t, s, g, sid, gid } = await setupGroup(T(), "expiry.ordered", { group: { message: { concurrency: "ordered" } } });
-    const at = Date.now();
+    const at = performance.now();
     const first = await s.produce({ n: 1 }, { key: "k", ttl: 1000 });
     const second = await s.produce({ n: 2 }, { key: "k" });
     await until(at, 1_500);
@@ -138,7 +138,7 @@ describe("ordered keys pass an expired message", () => {
 
   it("a retry row whose message expires ends expired instead of running, and the key's deferred message runs", async () => {
     const { t, s, g, sid, gid } = await setupGroup(T(), "expiry.retry", { group: { message: { concurrency: "ordered" } } });
-    const at = Date.now();
+    const at = performance.now();
     const first = await s.produce({ n: 1 }, { key: "k", ttl: 3_000 });
     const second = await s.produce({ n: 2 }, { key: "k" });
     const ran: unknown[] = [];
@@ -147,7 +147,7 @@ describe("ordered keys pass an expired message", () => {
       if ((m.payload as { n: number }).n === 1) throw new Error("not yet");
     };
     await pollPastFence(g, h);
-    expect(Date.now() - at, "the first delivery ran before the ttl").toBeLessThan(3_000);
+    expect(performance.now() - at, "the first delivery ran before the ttl").toBeLessThan(3_000);
     expect(ran).toEqual([{ n: 1 }]);
     expect((await exceptionRows(t, sid, gid)).map((x) => [x.message_id, x.status])).toEqual([[first.id, "ready"], [second.id, "deferred"]]);
 
