@@ -50,6 +50,29 @@ async function ledgerStream(t: TestClient, name: string, opts: { otherGroup?: st
 type Row = Awaited<ReturnType<typeof exceptionRows>>[number];
 const brief = (r: Row) => [r.message_id, r.status, r.message_key, r.concurrency, r.attempts, r.delays];
 
+/**
+ * An exclusive group whose key K has `k` due rows ahead of key L's 3, every one failed once and
+ * `ready`: the start of the scenarios on how an exception batch shares itself between keys.
+ */
+async function crowdedKey(name: string, k: number) {
+  const t = testClient(url());
+  const s = t.client.stream<{ k: string }>(name);
+  await s.register();
+  const g = s.consumer("excl");
+  await g.register({ concurrencyOverride: "exclusive", exceptionInitialBackoff: 0 });
+  await s.produceBatch([
+    ...Array.from({ length: k }, () => ({ payload: { k: "K" }, key: "K" })),
+    ...Array.from({ length: 3 }, () => ({ payload: { k: "L" }, key: "L" })),
+  ]);
+  const n = await streamIdOf(t, name);
+  const gid = await groupIdOf(t, "excl", name);
+  await pollPastFence(g, () => {
+    throw new Error("first delivery fails");
+  }, { opts: { batchLimit: k + 3 } });
+  expect((await exceptionRows(t, n, gid)).filter((r) => r.status === "ready")).toHaveLength(k + 3);
+  return { t, g, n, gid };
+}
+
 describe("C19 ordered: the docs/protocol/ordering.md#worked-example-one-group-four-messages walkthrough", () => {
   it("poll 1 fails 101 and defers 102–104 without running them; poll 3 runs 101–104 in order", async () => {
     const t = testClient(url());
@@ -543,21 +566,7 @@ describe("C18 exclusive", () => {
   });
 
   it("a key with many due rows does not crowd other keys out of an exception batch", async () => {
-    const t = testClient(url());
-    const s = t.client.stream<{ k: string }>("excl.crowd");
-    await s.register();
-    const g = s.consumer("excl");
-    await g.register({ concurrencyOverride: "exclusive", exceptionInitialBackoff: 0 });
-    await s.produceBatch([
-      ...Array.from({ length: 12 }, () => ({ payload: { k: "K" }, key: "K" })),
-      ...Array.from({ length: 3 }, () => ({ payload: { k: "L" }, key: "L" })),
-    ]);
-    const n = await streamIdOf(t, "excl.crowd");
-    const gid = await groupIdOf(t, "excl", "excl.crowd");
-    await pollPastFence(g, () => {
-      throw new Error("first delivery fails");
-    }, { opts: { batchLimit: 15 } });
-    expect((await exceptionRows(t, n, gid)).filter((r) => r.status === "ready")).toHaveLength(15);
+    const { t, g, n, gid } = await crowdedKey("excl.crowd", 12);
     const ran: string[] = [];
     const r = await g.poll((m: Message) => void ran.push(m.id), { batchLimit: 10, concurrency: 2 });
     // The lowest due row of each key first: K's 12 rows must not fill the batch and shut L out.
@@ -572,21 +581,7 @@ describe("C18 exclusive", () => {
   });
 
   it("a key whose many due rows fill the rows the reservation reads first still leaves a worker to a key after them", async () => {
-    const t = testClient(url());
-    const s = t.client.stream<{ k: string }>("excl.beyond");
-    await s.register();
-    const g = s.consumer("excl");
-    await g.register({ concurrencyOverride: "exclusive", exceptionInitialBackoff: 0 });
-    await s.produceBatch([
-      ...Array.from({ length: 60 }, () => ({ payload: { k: "K" }, key: "K" })),
-      ...Array.from({ length: 3 }, () => ({ payload: { k: "L" }, key: "L" })),
-    ]);
-    const n = await streamIdOf(t, "excl.beyond");
-    const gid = await groupIdOf(t, "excl", "excl.beyond");
-    await pollPastFence(g, () => {
-      throw new Error("first delivery fails");
-    }, { opts: { batchLimit: 63 } });
-    expect((await exceptionRows(t, n, gid)).filter((r) => r.status === "ready")).toHaveLength(63);
+    const { t, g, n, gid } = await crowdedKey("excl.beyond", 60);
     const ran: string[] = [];
     await g.poll((m: Message) => void ran.push(m.id), { batchLimit: 10, concurrency: 2 });
     // The reservation reads K's first 40 rows (4 × batchLimit): K's chain alone could fill the

@@ -2,7 +2,7 @@
 // messages is claimed under one lease, runs whole and records once (cursor at the head, no
 // exception rows), unkeyed and keyed alike; 10 001 is refused before anything is written.
 import { describe, expect, it } from "vitest";
-import type { Stream } from "@sqlstreams/core";
+import type { Consumer, Stream } from "@sqlstreams/core";
 import { useFreshDatabase } from "../../support/db.js";
 import { type TestClient, codedError, count, cursor, exceptionRows, makeDue, pollPastFence, setupGroup, table, testClient } from "../../support/streams.js";
 
@@ -24,23 +24,30 @@ async function leases(t: TestClient, sid: string) {
   return r[0];
 }
 
+/** Produces N unkeyed messages and runs them, sampling the range leases at the first handler start. */
+async function runSampled(t: TestClient, s: Stream, g: Consumer, sid: string, how: Parameters<typeof pollPastFence>[2]) {
+  await produce(s);
+  const sampled: { during?: { n: number; s: number | null } } = {};
+  const seen = new Set<number>();
+  const r = await pollPastFence(g, async (m) => {
+    sampled.during ??= await leases(t, sid);
+    seen.add((m.payload as { i: number }).i);
+  }, how);
+  if (sampled.during === undefined) throw new Error("no handler ran");
+  return { r, during: sampled.during, seen };
+}
+
 describe("ranges of 5 000 messages (real Postgres)", () => {
   it("poll() claims 5 000 under one lease of Tmax × ceil(n / c) + margin, runs all and records once", async () => {
     const { t, s, g, sid, gid } = await setupGroup(t0(), "large.poll");
-    await produce(s);
-    let during: { n: number; s: number | null } | null = null;
-    const seen = new Set<number>();
-    const r = await pollPastFence(g, async (m) => {
-      if (during === null) during = await leases(t, sid);
-      seen.add((m.payload as { i: number }).i);
-    }, { opts: { batchLimit: N, concurrency: 8 } });
+    const { r, during, seen } = await runSampled(t, s, g, sid, { opts: { batchLimit: N, concurrency: 8 } });
     expect(r.rangesClaimed).toBe(1);
     expect(r.succeeded).toBe(N);
     expect(seen.size).toBe(N);
     // One lease for the whole range: 30 s × ceil(5000 / 8) + 2 s = 18 752 s, less what the machine took.
-    expect(during!.n).toBe(1);
-    expect(during!.s).toBeGreaterThan(18_752 - 120);
-    expect(during!.s).toBeLessThanOrEqual(18_752);
+    expect(during.n).toBe(1);
+    expect(during.s).toBeGreaterThan(18_752 - 120);
+    expect(during.s).toBeLessThanOrEqual(18_752);
     const c = await cursor(t, sid, gid);
     expect(c.committed).toBe(String(N));
     expect(c.claimed).toBe(String(N));
@@ -50,18 +57,12 @@ describe("ranges of 5 000 messages (real Postgres)", () => {
 
   it("drain() with batchLimit 5 000 takes one range of 5 000 (the explicit size is where it starts) under the 60 s lease bound", async () => {
     const { t, s, g, sid, gid } = await setupGroup(t0(), "large.drain");
-    await produce(s);
-    let during: { n: number; s: number | null } | null = null;
-    const seen = new Set<number>();
-    const r = await pollPastFence(g, async (m) => {
-      if (during === null) during = await leases(t, sid);
-      seen.add((m.payload as { i: number }).i);
-    }, { drain: true, opts: { batchLimit: N, concurrency: 32 } });
+    const { r, during, seen } = await runSampled(t, s, g, sid, { drain: true, opts: { batchLimit: N, concurrency: 32 } });
     expect(r.succeeded).toBe(N);
     expect(seen.size).toBe(N);
     expect(r.rangesClaimed).toBe(1);
-    expect(during!.n).toBe(1);
-    expect(during!.s).toBeLessThanOrEqual(60);
+    expect(during.n).toBe(1);
+    expect(during.s).toBeLessThanOrEqual(60);
     const c = await cursor(t, sid, gid);
     expect(c.committed).toBe(String(N));
     expect((await leases(t, sid)).n).toBe(0);
