@@ -41,19 +41,29 @@ function unknownOutcome(e: unknown): SqlStreamsError {
   );
 }
 
+/**
+ * A batch's items as the statements that reduce it in SQL read them: a JSON array of {k, r, o}
+ * (key, compaction rank, options) and, with `schedule`, s (the due time), beside the payloads.
+ */
+function itemsArray(prepared: Prepared[], schedule: boolean): string {
+  const items = prepared.map((p) => {
+    const s = schedule ? `,"s":${p.schedule ? JSON.stringify(p.schedule) : "null"}` : "";
+    return `{"k":${p.key === null ? "null" : JSON.stringify(p.key)},"r":${p.rank ?? "null"},"o":${p.options ?? "null"}${s}}`;
+  });
+  return `[${items.join(",")}]`;
+}
+
 /** The one statement of a batch: an insert from JSON arrays, reduced in SQL to each key's winner with compaction. */
 export function batchStatement(q: string, streamId: string, prepared: Prepared[]): { text: string; values: unknown[] } {
   const t = tables(q, streamId);
   const payloads = ProduceSql.jsonArray(prepared.map((p) => p.payload));
   if (prepared.some((p) => p.schedule !== null)) {
     // Some wait for their due time (docs/guide/producing.md#scheduled-delivery): both kinds in one statement.
-    const items = prepared.map((p) => `{"k":${p.key === null ? "null" : JSON.stringify(p.key)},"r":${p.rank ?? "null"},"o":${p.options ?? "null"},"s":${p.schedule ? JSON.stringify(p.schedule) : "null"}}`);
-    return { text: produceMixedBatch.sql(t), values: produceMixedBatch.values({ payloads, items: `[${items.join(",")}]` }) };
+    return { text: produceMixedBatch.sql(t), values: produceMixedBatch.values({ payloads, items: itemsArray(prepared, true) }) };
   }
   if (prepared.some((p) => p.rank !== null)) {
     // Compaction needs the batch's winners per key: reduced in SQL.
-    const items = prepared.map((p) => `{"k":${p.key === null ? "null" : JSON.stringify(p.key)},"r":${p.rank ?? "null"},"o":${p.options ?? "null"}}`);
-    return { text: ProduceSql.produceBatch.sql(t), values: ProduceSql.produceBatch.values({ payloads, items: `[${items.join(",")}]` }) };
+    return { text: ProduceSql.produceBatch.sql(t), values: ProduceSql.produceBatch.values({ payloads, items: itemsArray(prepared, false) }) };
   }
   if (!prepared.some((p) => p.key !== null || p.options !== null)) {
     const { payloadsOnly } = ProduceSql.produceBatchArrays;
